@@ -1,0 +1,31 @@
+# Every target creates or reuses .venv and installs the pinned dependencies first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/nodewright schedule -f deploy/examples/nodepool.yaml -f deploy/examples/workloads.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy core
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest -n 2
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/scheduling.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

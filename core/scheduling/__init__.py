@@ -1,0 +1,1 @@
+"""Karpenter's provisioning simulation: requirement algebra, topology, and the solve loop."""

@@ -1,0 +1,1 @@
+"""Processes and wiring: the CLI, the worker, the controller and settings."""

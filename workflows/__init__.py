@@ -1,0 +1,1 @@
+"""Temporal workflows: orchestration only (provisioner, NodeClaim lifecycle, disruption)."""
