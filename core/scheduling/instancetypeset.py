@@ -1,0 +1,180 @@
+"""A NodePool's instance types as arrays, so that filtering hundreds of types for a pod is a few numpy calls.
+
+Karpenter filters instance types one by one for every pod it tries on a NodeClaim. Here each question
+("which types are compatible with these requirements", "which have an available offering in these zones",
+"which still fit these requests") is answered for all types at once and memoized by requirement, because
+the same requirements come back for every pod of a deployment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from core.instancetypes.types import InstanceType
+from core.scheduling.requirements import Operator, Requirement, Requirements
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+NO_PRICE = np.iinfo(np.int64).max
+"""Sentinel price of a type that has no available compatible offering."""
+
+_NEGATIVE = (Operator.NOT_IN, Operator.DOES_NOT_EXIST)
+
+
+class ResourceAxes:
+    """A fixed order of resource names, so that resource lists become integer vectors."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(dict.fromkeys(names))
+        self.index = {name: position for position, name in enumerate(self.names)}
+
+    def vector(self, resources: dict[str, int]) -> IntArray:
+        """The resource list as a vector; names outside the axes are ignored (callers include them all)."""
+        vector = np.zeros(len(self.names), dtype=np.int64)
+        for name, amount in resources.items():
+            position = self.index.get(name)
+            if position is not None:
+                vector[position] = amount
+        return vector
+
+    def resources(self, vector: IntArray) -> dict[str, int]:
+        """A vector as a resource list, omitting zeros."""
+        return {name: int(amount) for name, amount in zip(self.names, vector.tolist(), strict=True) if amount}
+
+
+def _intersects(type_requirement: Requirement, requirement: Requirement) -> bool:
+    if type_requirement.operator() in _NEGATIVE and requirement.operator() in _NEGATIVE:
+        return True
+    return not type_requirement.intersection(requirement).is_empty()
+
+
+class InstanceTypeSet:
+    """Instance types with their allocatable, capacity and offerings in arrays, and memoized filters."""
+
+    def __init__(self, instance_types: Sequence[InstanceType], axes: ResourceAxes) -> None:
+        self.types = list(instance_types)
+        self.axes = axes
+        self.names = [instance_type.name for instance_type in self.types]
+        count = len(self.types)
+        self.capacity = np.zeros((count, len(axes.names)), dtype=np.int64)
+        self.allocatable = np.zeros((count, len(axes.names)), dtype=np.int64)
+        for row, instance_type in enumerate(self.types):
+            self.capacity[row] = axes.vector(instance_type.capacity)
+            self.allocatable[row] = axes.vector(instance_type.allocatable())
+
+        keys = sorted({requirement.key for it in self.types for requirement in it.requirements})
+        self._distinct: dict[str, list[Requirement]] = {}
+        self._positions: dict[str, IntArray] = {}
+        for key in keys:
+            distinct: dict[Requirement, int] = {}
+            positions = np.empty(count, dtype=np.int64)
+            for row, instance_type in enumerate(self.types):
+                requirement = (
+                    instance_type.requirements.get(key)
+                    if instance_type.requirements.has(key)
+                    else Requirement.new(key, Operator.DOES_NOT_EXIST)
+                )
+                positions[row] = distinct.setdefault(requirement, len(distinct))
+            self._distinct[key] = list(distinct)
+            self._positions[key] = positions
+        self._key_masks: dict[Requirement, BoolArray] = {}
+
+        offerings = [(row, offering) for row, it in enumerate(self.types) for offering in it.offerings]
+        self.offering_type = np.array([row for row, _ in offerings], dtype=np.int64)
+        self.offering_price = np.array([offering.price_micros for _, offering in offerings], dtype=np.int64)
+        self.offering_available = np.array([offering.available for _, offering in offerings], dtype=np.bool_)
+        self.offerings = [offering for _, offering in offerings]
+        offering_keys = sorted({r.key for _, offering in offerings for r in offering.requirements})
+        self._offering_keys = offering_keys
+        self._offering_distinct: dict[str, list[Requirement]] = {}
+        self._offering_positions: dict[str, IntArray] = {}
+        for key in offering_keys:
+            distinct = {}
+            positions = np.empty(len(offerings), dtype=np.int64)
+            for column, (_, offering) in enumerate(offerings):
+                requirement = (
+                    offering.requirements.get(key)
+                    if offering.requirements.has(key)
+                    else Requirement.new(key, Operator.DOES_NOT_EXIST)
+                )
+                positions[column] = distinct.setdefault(requirement, len(distinct))
+            self._offering_distinct[key] = list(distinct)
+            self._offering_positions[key] = positions
+        self._offering_masks: dict[tuple[Requirement, ...], BoolArray] = {}
+        self._price_cache: dict[tuple[Requirement, ...], IntArray] = {}
+        self.all_types: BoolArray = np.ones(count, dtype=np.bool_)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def compatible(self, requirements: Requirements) -> BoolArray:
+        """Types whose labels intersect the requirements on every key the types define."""
+        mask = self.all_types
+        for requirement in requirements:
+            key_mask = self._key_mask(requirement)
+            if key_mask is not None:
+                mask = mask & key_mask
+        return mask
+
+    def _key_mask(self, requirement: Requirement) -> BoolArray | None:
+        cached = self._key_masks.get(requirement)
+        if cached is not None:
+            return cached
+        distinct = self._distinct.get(requirement.key)
+        if distinct is None:
+            return None
+        verdicts = np.array([_intersects(candidate, requirement) for candidate in distinct], dtype=np.bool_)
+        mask = verdicts[self._positions[requirement.key]]
+        self._key_masks[requirement] = mask
+        return mask
+
+    def _offering_signature(self, requirements: Requirements) -> tuple[Requirement, ...]:
+        return tuple(requirements.get(key) for key in self._offering_keys if requirements.has(key))
+
+    def offering_mask(self, requirements: Requirements) -> BoolArray:
+        """Offerings that are available and compatible with the requirements (zone, capacity type, ...)."""
+        signature = self._offering_signature(requirements)
+        cached = self._offering_masks.get(signature)
+        if cached is not None:
+            return cached
+        mask = self.offering_available.copy()
+        for requirement in signature:
+            distinct = self._offering_distinct[requirement.key]
+            verdicts = np.array([_intersects(candidate, requirement) for candidate in distinct], dtype=np.bool_)
+            mask &= verdicts[self._offering_positions[requirement.key]]
+        self._offering_masks[signature] = mask
+        return mask
+
+    def cheapest_prices(self, requirements: Requirements) -> IntArray:
+        """Per type, the price of its cheapest available compatible offering (`NO_PRICE` when it has none)."""
+        signature = self._offering_signature(requirements)
+        cached = self._price_cache.get(signature)
+        if cached is not None:
+            return cached
+        mask = self.offering_mask(requirements)
+        prices = np.full(len(self.types), NO_PRICE, dtype=np.int64)
+        np.minimum.at(prices, self.offering_type[mask], self.offering_price[mask])
+        self._price_cache[signature] = prices
+        return prices
+
+    def has_offering(self, requirements: Requirements) -> BoolArray:
+        """Types with at least one available offering compatible with the requirements."""
+        return self.cheapest_prices(requirements) != NO_PRICE
+
+    def defined_keys(self) -> list[str]:
+        """Label keys at least one of the types defines."""
+        return list(self._distinct)
+
+    def values_of(self, key: str, rows: IntArray) -> set[str]:
+        """The label values the given types have for a key (for minValues)."""
+        distinct = self._distinct.get(key)
+        if distinct is None:
+            return set()
+        values: set[str] = set()
+        for position in np.unique(self._positions[key][rows]).tolist():
+            values.update(distinct[position].values)
+        return values

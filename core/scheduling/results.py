@@ -1,0 +1,153 @@
+"""What a provisioning simulation decided: pods on existing nodes, new NodeClaims with their launch choice
+and instance-type options, and unschedulable pods with a reason per NodePool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from core import labels
+from core.api.meta import Taint
+from core.instancetypes.types import Offering, dollars
+from core.resources import Resources, format_resources
+from core.scheduling.instancetypeset import InstanceTypeSet
+from core.scheduling.nodes import NodeClaimTemplate
+from core.scheduling.requirements import Requirements
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """The instance type and offering a NodeClaim would be launched with."""
+
+    instance_type: str
+    offering: Offering
+    labels: dict[str, str]
+
+
+def _offering_order(offering: Offering) -> tuple[int, bool, bool, str]:
+    # The AKS provider's allocation order: cheapest first, spot before on-demand at equal price,
+    # zonal before regional ("0"); then by zone name instead of the provider's random shuffle.
+    return (offering.price_micros, offering.capacity_type != labels.CAPACITY_TYPE_SPOT, offering.zone == "0", offering.zone)
+
+
+def choose_launch(types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements) -> Launch | None:
+    """The type and offering the provider would launch: the best offering over all remaining types."""
+    mask = types.offering_mask(requirements)
+    best: tuple[tuple[int, bool, bool, str], str, int, Offering] | None = None
+    allowed = set(ordered)
+    for column, offering in enumerate(types.offerings):
+        row = int(types.offering_type[column])
+        if not mask[column] or row not in allowed:
+            continue
+        candidate = (_offering_order(offering), types.names[row], row, offering)
+        if best is None or candidate[:2] < best[:2]:
+            best = candidate
+    if best is None:
+        return None
+    _, name, row, offering = best
+    type_labels = types.types[row].requirements.labels()
+    type_labels.update(offering.requirements.labels())
+    return Launch(name, offering, type_labels)
+
+
+@dataclass(frozen=True, slots=True)
+class NewNodeClaim:
+    nodepool: str
+    instance_type: str | None
+    zone: str | None
+    capacity_type: str | None
+    price_micros: int | None
+    instance_type_options: list[str]
+    pods: list[str]
+    labels: dict[str, str]
+    taints: list[Taint]
+    startup_taints: list[Taint]
+    requirements: list[dict[str, object]]
+    requests: Resources
+
+    @classmethod
+    def build(
+        cls,
+        template: NodeClaimTemplate,
+        requirements: Requirements,
+        options: list[str],
+        launch: Launch | None,
+        pods: list[str],
+        requests: Resources,
+    ) -> NewNodeClaim:
+        node_labels = dict(launch.labels) if launch else {}
+        node_labels.update(requirements.labels())
+        if launch:
+            node_labels[labels.INSTANCE_TYPE] = launch.instance_type
+            node_labels[labels.ZONE] = launch.offering.zone
+            node_labels[labels.CAPACITY_TYPE] = launch.offering.capacity_type
+        node_labels.update(template.labels)
+        return cls(
+            nodepool=template.nodepool,
+            instance_type=launch.instance_type if launch else None,
+            zone=launch.offering.zone if launch else None,
+            capacity_type=launch.offering.capacity_type if launch else None,
+            price_micros=launch.offering.price_micros if launch else None,
+            instance_type_options=options,
+            pods=pods,
+            labels=dict(sorted(node_labels.items())),
+            taints=list(template.taints),
+            startup_taints=list(template.startup_taints),
+            requirements=requirements.to_dicts(),
+            requests=requests,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "nodepool": self.nodepool,
+            "instance_type": self.instance_type,
+            "zone": self.zone,
+            "capacity_type": self.capacity_type,
+            "price_per_hour": dollars(self.price_micros) if self.price_micros is not None else None,
+            "instance_type_options": self.instance_type_options,
+            "pods": self.pods,
+            "labels": self.labels,
+            "taints": [taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.taints],
+            "startup_taints": [
+                taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.startup_taints
+            ],
+            "requirements": self.requirements,
+            "requests": format_resources(self.requests),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingPlacement:
+    node: str
+    pods: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {"node": self.node, "pods": self.pods}
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    pod: str
+    reasons: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {"pod": self.pod, "reasons": self.reasons}
+
+
+@dataclass(slots=True)
+class SchedulingResults:
+    nodeclaims: list[NewNodeClaim] = field(default_factory=list)
+    existing: list[ExistingPlacement] = field(default_factory=list)
+    unschedulable: list[Unschedulable] = field(default_factory=list)
+
+    @property
+    def total_price_micros(self) -> int:
+        return sum(claim.price_micros or 0 for claim in self.nodeclaims)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "nodeclaims": [claim.to_json() for claim in self.nodeclaims],
+            "existing": [placement.to_json() for placement in self.existing],
+            "unschedulable": [pod.to_json() for pod in self.unschedulable],
+            "total_price_per_hour": round(dollars(self.total_price_micros), 6),
+        }

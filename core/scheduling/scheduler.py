@@ -1,0 +1,589 @@
+"""Karpenter's provisioning simulation: place pending pods on existing nodes, then on NodeClaims made earlier
+in the simulation, then on new NodeClaims from NodePools in weight order, relaxing preferences when a pod
+cannot be placed.
+
+The loop is first-fit-decreasing over a queue sorted by CPU, memory, creation time and UID, and a pod that
+fails goes to the back until a whole pass makes no progress, as in Karpenter. What makes it fast in Python:
+instance types are filtered as arrays (`InstanceTypeSet`), NodeClaims that cannot take a pod's requests or
+that hold a pod its hostname constraints exclude are skipped with one vector comparison, and a refusal that
+can only get worse (requirements, taints, host ports) is remembered per pod shape.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core import labels
+from core.api.kube import Pod
+from core.api.meta import Taint
+from core.instancetypes.types import InstanceType
+from core.resources import NODES, PODS, Resources
+from core.scheduling.instancetypeset import NO_PRICE, BoolArray, InstanceTypeSet, IntArray, ResourceAxes
+from core.scheduling.nodes import (
+    MONOTONE_STAGES,
+    DaemonOverhead,
+    ExistingNode,
+    NodeClaimTemplate,
+    Rejection,
+    SimNodeClaim,
+    Stage,
+    describe_taint,
+    untolerated_taint,
+)
+from core.scheduling.pods import Constraints, InvalidPodConstraint, PodInfo, compile_pod
+from core.scheduling.requirements import Operator, Requirement, Requirements
+from core.scheduling.results import (
+    ExistingPlacement,
+    NewNodeClaim,
+    SchedulingResults,
+    Unschedulable,
+    choose_launch,
+)
+from core.scheduling.topology import BoundPod, DomainSource, Topology, TopologyGroup, TopologyType
+
+MAX_INSTANCE_TYPES = 600
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolSpec:
+    """What the scheduler needs of a NodePool, already validated."""
+
+    name: str
+    weight: int
+    requirements: Requirements
+    labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
+    startup_taints: tuple[Taint, ...] = ()
+    limits: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """A node of the cluster (or a NodeClaim still launching) with the pods bound to it."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Resources
+    capacity: Resources
+    pods: tuple[Pod, ...] = ()
+    initialized: bool = True
+
+    @property
+    def nodepool(self) -> str | None:
+        return self.labels.get(labels.NODEPOOL)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingOptions:
+    respect_preferences: bool = True
+    """Karpenter's PREFERENCE_POLICY=Respect; False ignores preferred affinities and ScheduleAnyway spread."""
+    min_values_best_effort: bool = False
+    """Karpenter's MIN_VALUES_POLICY=BestEffort."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """Why each NodePool refused a pod on its last attempt."""
+
+    reasons: list[str] = field(default_factory=list)
+
+
+def _queue_order(pod: PodInfo) -> tuple[int, int, float, str]:
+    return (-pod.cpu, -pod.memory, pod.creation.timestamp() if pod.creation.year > 1970 else 0.0, pod.uid)
+
+
+class Scheduler:
+    """One provisioning simulation over a fixed snapshot."""
+
+    def __init__(
+        self,
+        nodepools: Sequence[NodePoolSpec],
+        instance_types: Mapping[str, Sequence[InstanceType]],
+        nodes: Sequence[NodeSnapshot] = (),
+        daemonsets: Sequence[Pod] = (),
+        options: SchedulingOptions = SchedulingOptions(),
+    ) -> None:
+        self.options = options
+        self.nodepools = sorted(nodepools, key=lambda pool: pool.name, reverse=True)
+        self.nodepools.sort(key=lambda pool: pool.weight, reverse=True)
+        self._instance_types = instance_types
+        self._nodes = nodes
+        self._daemonsets: list[PodInfo] = []
+        for daemonset in daemonsets:
+            try:
+                self._daemonsets.append(compile_pod(daemonset, respect_preferences=False))
+            except InvalidPodConstraint:
+                continue
+
+    def solve(self, pods: Sequence[Pod]) -> SchedulingResults:
+        """Place the pods; every pod ends up on an existing node, on a new NodeClaim, or unschedulable with reasons."""
+        compiled: list[PodInfo] = []
+        invalid: list[Unschedulable] = []
+        for pod in pods:
+            try:
+                compiled.append(compile_pod(pod, self.options.respect_preferences))
+            except InvalidPodConstraint as error:
+                namespace = pod.metadata.namespace or "default"
+                invalid.append(Unschedulable(f"{namespace}/{pod.metadata.name}", [f"ignoring pod: {error}"]))
+        run = _Simulation(self, compiled)
+        results = run.solve()
+        results.unschedulable.extend(invalid)
+        return results
+
+
+class _Simulation:
+    """The mutable state of one `Scheduler.solve` call."""
+
+    def __init__(self, scheduler: Scheduler, pods: list[PodInfo]) -> None:
+        self.options = scheduler.options
+        self.pods = pods
+        names: list[str] = ["cpu", "memory", PODS]
+        for pod in [*pods, *scheduler._daemonsets]:
+            names.extend(pod.requests)
+        for pool in scheduler.nodepools:
+            for instance_type in scheduler._instance_types.get(pool.name, ()):
+                names.extend(instance_type.capacity)
+        for node in scheduler._nodes:
+            names.extend(node.allocatable)
+        self.axes = ResourceAxes(names)
+        self.daemonsets = scheduler._daemonsets
+        self.vectors = {pod.uid: self.axes.vector(pod.requests) for pod in pods}
+        self.templates = [self._template(pool, scheduler._instance_types.get(pool.name, ())) for pool in scheduler.nodepools]
+        self.pool_limits: dict[str, Resources | None] = {pool.name: pool.limits for pool in scheduler.nodepools}
+        self.remaining: dict[str, Resources] = {}
+        self.existing = [self._existing(node) for node in scheduler._nodes]
+        self.existing.sort(key=lambda node: (not node.initialized, node.name))
+        for pool in scheduler.nodepools:
+            if pool.limits is not None:
+                used: Resources = {}
+                for node in scheduler._nodes:
+                    if node.nodepool == pool.name:
+                        for name, amount in node.capacity.items():
+                            used[name] = used.get(name, 0) + amount
+                        used[NODES] = used.get(NODES, 0) + 1
+                self.remaining[pool.name] = {name: limit - used.get(name, 0) for name, limit in pool.limits.items()}
+        self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for tpl in self.templates for t in tpl.taints)
+        bound = [
+            BoundPod(compiled, node.labels, node.taints)
+            for node in scheduler._nodes
+            for compiled in self._compile_bound(node)
+        ]
+        self.topology = Topology(self._universe(scheduler._nodes), pods, bound)
+        self.claims: list[SimNodeClaim] = []
+        self._claim_capacity = 64
+        width = len(self.axes.names)
+        self.claim_free = np.zeros((self._claim_capacity, width), dtype=np.int64)
+        self.claim_pods = np.zeros(self._claim_capacity, dtype=np.int64)
+        self.existing_free = (
+            np.stack([node.available for node in self.existing])
+            if self.existing
+            else np.zeros((0, width), dtype=np.int64)
+        )
+        self._refused: dict[tuple[object, ...], BoolArray] = {}
+        self._hostname_counts: dict[int, IntArray] = {}
+        self.placements: dict[str, str] = {}
+
+    # ----------------------------------------------------------------------------------------------- setup
+
+    def _compile_bound(self, node: NodeSnapshot) -> list[PodInfo]:
+        compiled = []
+        for pod in node.pods:
+            if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            try:
+                compiled.append(compile_pod(pod, respect_preferences=False))
+            except InvalidPodConstraint:
+                continue
+        return compiled
+
+    def _template(self, pool: NodePoolSpec, instance_types: Sequence[InstanceType]) -> NodeClaimTemplate:
+        requirements = pool.requirements.copy()
+        requirements.add(Requirement.new(labels.NODEPOOL, Operator.IN, [pool.name]))
+        for key, value in pool.labels.items():
+            requirements.add(Requirement.new(key, Operator.IN, [value]))
+        types = InstanceTypeSet(instance_types, self.axes)
+        base = types.compatible(requirements) & types.has_offering(requirements)
+        overhead = np.zeros((len(types), len(self.axes.names)), dtype=np.int64)
+        ports = []
+        daemon_requirements = requirements.copy()
+        daemon_requirements.add(Requirement.new(labels.REGISTERED, Operator.IN, ["true"]))
+        daemon_requirements.add(Requirement.new(labels.INITIALIZED, Operator.IN, ["true"]))
+        for daemon in self.daemonsets:
+            lands = self._daemon_mask(daemon, pool.taints, daemon_requirements, types)
+            if lands.any():
+                overhead[lands] += self.axes.vector(daemon.requests)
+                if daemon.host_ports:
+                    ports.append((lands, daemon.host_ports))
+        return NodeClaimTemplate(
+            nodepool=pool.name,
+            weight=pool.weight,
+            requirements=requirements,
+            labels={**pool.labels, labels.NODEPOOL: pool.name},
+            taints=pool.taints,
+            startup_taints=pool.startup_taints,
+            instance_types=types,
+            daemons=DaemonOverhead(overhead, ports),
+            base_mask=base,
+            headroom=types.allocatable - overhead,
+        )
+
+    @staticmethod
+    def _daemon_mask(
+        daemon: PodInfo, taints: Sequence[Taint], requirements: Requirements, types: InstanceTypeSet
+    ) -> BoolArray:
+        lands = np.zeros(len(types), dtype=np.bool_)
+        constraints = daemon.constraints
+        # A DaemonSet pod lands wherever it tolerates the taints (PreferNoSchedule included) and one of its
+        # node affinity terms is compatible with the template and the type.
+        if untolerated_taint(taints, constraints) is not None:
+            return lands
+        for term in constraints.node_terms:
+            if requirements.compatible(term) is not None:
+                continue
+            merged = requirements.copy()
+            merged.add(*term)
+            lands |= types.compatible(merged)
+        return lands
+
+    def _existing(self, node: NodeSnapshot) -> ExistingNode:
+        available = self.axes.vector(node.allocatable)
+        host_ports: set[tuple[str, str, int]] = set()
+        present_owners: set[str] = set()
+        for pod in self._compile_bound(node):
+            available = available - self.axes.vector(pod.requests)
+            host_ports.update(pod.host_ports)
+            for owner in pod.pod.metadata.owner_references:
+                present_owners.add(owner.uid or owner.name)
+        node_labels = dict(node.labels)
+        node_labels.setdefault(labels.HOSTNAME, node.name)
+        requirements = Requirements.from_labels(node_labels)
+        for daemon in self.daemonsets:
+            owners = {owner.uid or owner.name for owner in daemon.pod.metadata.owner_references}
+            if owners & present_owners:
+                continue
+            if untolerated_taint(node.taints, daemon.constraints) is not None:
+                continue
+            if any(requirements.compatible(term) is None for term in daemon.constraints.node_terms):
+                available = available - self.axes.vector(daemon.requests)
+        return ExistingNode(
+            name=node.name,
+            node_labels=node_labels,
+            requirements=requirements,
+            taints=node.taints,
+            available=np.maximum(available, 0) if node.initialized else available,
+            nodepool=node.nodepool,
+            initialized=node.initialized,
+            host_ports=host_ports,
+        )
+
+    def _universe(self, nodes: Sequence[NodeSnapshot]) -> dict[str, list[DomainSource]]:
+        universe: dict[str, list[DomainSource]] = {}
+        for template in self.templates:
+            types = template.instance_types
+            for key in {labels.ZONE, labels.CAPACITY_TYPE, *types.defined_keys(), *template.requirements.keys()}:
+                if key == labels.HOSTNAME:
+                    continue
+                values: set[str] = set()
+                pool_requirement = template.requirements.get(key)
+                for row in np.flatnonzero(template.base_mask).tolist():
+                    type_requirements = types.types[row].requirements
+                    if type_requirements.has(key):
+                        values.update(v for v in type_requirements.get(key).values if pool_requirement.has(v))
+                if pool_requirement.operator() is Operator.IN:
+                    values.update(pool_requirement.values)
+                for value in sorted(values):
+                    universe.setdefault(key, []).append(DomainSource(value, template.requirements, template.taints))
+        for node in nodes:
+            node_requirements = Requirements.from_labels(node.labels)
+            for key, value in {**node.labels, labels.HOSTNAME: node.labels.get(labels.HOSTNAME, node.name)}.items():
+                universe.setdefault(key, []).append(DomainSource(value, node_requirements, node.taints))
+        return universe
+
+    # ------------------------------------------------------------------------------------------------ solve
+
+    def solve(self) -> SchedulingResults:
+        queue = deque(sorted(self.pods, key=_queue_order))
+        last_length: dict[str, int] = {}
+        failures: dict[str, list[str]] = {}
+        while queue:
+            pod = queue[0]
+            if last_length.get(pod.uid) == len(queue):
+                break
+            queue.popleft()
+            reasons = self._schedule(pod)
+            if reasons is None:
+                failures.pop(pod.uid, None)
+                continue
+            failures[pod.uid] = reasons
+            queue.append(pod)
+            last_length[pod.uid] = len(queue)
+        return self._results(failures)
+
+    def _schedule(self, pod: PodInfo) -> list[str] | None:
+        """Try the pod, relaxing one preference at a time; None when placed, else the last attempt's reasons."""
+        constraints = pod.constraints
+        while True:
+            reasons = self._add(pod, constraints)
+            if reasons is None:
+                return None
+            relaxed = constraints.relax(self.prefer_no_schedule)
+            if relaxed is None:
+                return reasons
+            constraints = relaxed[0]
+
+    def _add(self, pod: PodInfo, constraints: Constraints) -> list[str] | None:
+        pod_requirements = constraints.requirements(self.options.respect_preferences)
+        requests = self.vectors[pod.uid]
+        if self._add_existing(pod, constraints, pod_requirements, requests):
+            return None
+        if self._add_in_flight(pod, constraints, pod_requirements, requests):
+            return None
+        return self._add_new(pod, constraints, pod_requirements, requests)
+
+    def _add_existing(
+        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, requests: IntArray
+    ) -> bool:
+        if not self.existing:
+            return False
+        candidates = np.flatnonzero(np.all(self.existing_free >= requests, axis=1)).tolist()
+        for index in candidates:
+            node = self.existing[index]
+            try:
+                requirements = node.try_add(pod, constraints, pod_requirements, requests, self.topology)
+            except Rejection:
+                continue
+            node.commit(pod, requests, requirements)
+            self.existing_free[index] = node.available
+            self.topology.record(pod, node.taints, requirements)
+            self.placements[pod.uid] = node.name
+            return True
+        return False
+
+    def _shape(self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements) -> tuple[object, ...]:
+        return (
+            pod.namespace,
+            frozenset(pod.labels.items()),
+            pod_requirements.signature(),
+            tuple(id(t) for t in constraints.tolerations),
+            constraints.tolerate_prefer_no_schedule,
+            pod.host_ports,
+        )
+
+    def _hostname_blocked(self, pod: PodInfo, constraints: Constraints, count: int) -> BoolArray | None:
+        """NodeClaims this pod's hostname topology excludes outright, as a mask (None when it has none)."""
+        blocked: BoolArray | None = None
+        for group in self.topology.hostname_groups_for(pod, constraints):
+            counts = self._hostname_counts.get(id(group))
+            if counts is None:
+                continue
+            counts = counts[:count]
+            if group.type is TopologyType.SPREAD:
+                selects_self = 1 if group.selects(pod.namespace, pod.labels) else 0
+                mask = counts + selects_self > group.max_skew
+            elif group.type is TopologyType.ANTI_AFFINITY:
+                mask = counts > 0
+            else:
+                continue
+            blocked = mask if blocked is None else blocked | mask
+        return blocked
+
+    def _add_in_flight(
+        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, requests: IntArray
+    ) -> bool:
+        count = len(self.claims)
+        if count == 0:
+            return False
+        eligible = np.all(self.claim_free[:count] >= requests, axis=1)
+        shape = self._shape(pod, constraints, pod_requirements)
+        refused = self._refused.get(shape)
+        if refused is not None:
+            eligible &= ~refused[:count]
+        blocked = self._hostname_blocked(pod, constraints, count)
+        if blocked is not None:
+            eligible &= ~blocked
+        candidates = np.flatnonzero(eligible)
+        if candidates.size == 0:
+            return False
+        order = candidates[np.argsort(self.claim_pods[candidates], kind="stable")].tolist()
+        for index in order:
+            claim = self.claims[index]
+            try:
+                requirements, mask = claim.try_add(pod, constraints, pod_requirements, requests, self.topology)
+            except Rejection as rejection:
+                if rejection.stage in MONOTONE_STAGES:
+                    self._refuse(shape, index)
+                continue
+            self._commit_claim(claim, pod, requests, requirements, mask)
+            return True
+        return False
+
+    def _refuse(self, shape: tuple[object, ...], index: int) -> None:
+        refused = self._refused.get(shape)
+        if refused is None or refused.size < self._claim_capacity:
+            grown = np.zeros(self._claim_capacity, dtype=np.bool_)
+            if refused is not None:
+                grown[: refused.size] = refused
+            refused = self._refused[shape] = grown
+        refused[index] = True
+
+    def _commit_claim(
+        self, claim: SimNodeClaim, pod: PodInfo, requests: IntArray, requirements: Requirements, mask: BoolArray
+    ) -> None:
+        claim.commit(pod, requests, requirements, mask)
+        template = claim.template
+        self.claim_free[claim.index] = template.headroom[mask].max(axis=0) - claim.requests
+        self.claim_pods[claim.index] = len(claim.pods)
+        self.topology.record(pod, template.taints, requirements)
+        self._track_hostnames(claim)
+        self.placements[pod.uid] = claim.hostname
+
+    def _track_hostnames(self, claim: SimNodeClaim) -> None:
+        for group in self.topology.hostname_groups():
+            counts = self._hostname_counts.get(id(group))
+            if counts is None or counts.size < self._claim_capacity:
+                grown = np.zeros(self._claim_capacity, dtype=np.int64)
+                if counts is not None:
+                    grown[: counts.size] = counts
+                counts = self._hostname_counts[id(group)] = grown
+            counts[claim.index] = group.domains.get(claim.hostname, 0)
+
+    def _limit_mask(self, template: NodeClaimTemplate) -> tuple[BoolArray | None, str | None]:
+        remaining = self.remaining.get(template.nodepool)
+        if remaining is None:
+            return None, None
+        if remaining.get(NODES, 1) <= 0:
+            return None, f'nodepool "{template.nodepool}" has reached its nodes limit'
+        mask = np.ones(len(template.instance_types), dtype=np.bool_)
+        for name, left in remaining.items():
+            position = self.axes.index.get(name)
+            if position is not None:
+                mask &= template.instance_types.capacity[:, position] <= left
+        if not (mask & template.base_mask).any():
+            return None, f'all available instance types exceed limits for nodepool "{template.nodepool}"'
+        return mask, None
+
+    def _add_new(
+        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, requests: IntArray
+    ) -> list[str] | None:
+        if not self.templates:
+            return ["no nodepools found"]
+        reasons: list[str] = []
+        for template in self.templates:
+            limit_mask, limit_reason = self._limit_mask(template)
+            if limit_reason is not None:
+                reasons.append(limit_reason)
+                continue
+            if not template.base_mask.any():
+                reasons.append(f'nodepool "{template.nodepool}" has no compatible instance types')
+                continue
+            index = len(self.claims)
+            hostname = f"hostname-placeholder-{index:04d}"
+            requirements = template.requirements.copy()
+            requirements.add(Requirement.new(labels.HOSTNAME, Operator.IN, [hostname]))
+            claim = SimNodeClaim(
+                index=index,
+                template=template,
+                hostname=hostname,
+                requirements=requirements,
+                mask=template.base_mask,
+                requests=np.zeros(len(self.axes.names), dtype=np.int64),
+            )
+            self.topology.register_hostname(hostname)
+            try:
+                merged, mask = claim.try_add(pod, constraints, pod_requirements, requests, self.topology, limit_mask)
+            except Rejection as rejection:
+                reasons.append(self._explain(template, rejection))
+                continue
+            self._grow()
+            self.claims.append(claim)
+            self._commit_claim(claim, pod, requests, merged, mask)
+            self._charge_limits(template, mask)
+            return None
+        return reasons
+
+    @staticmethod
+    def _explain(template: NodeClaimTemplate, rejection: Rejection) -> str:
+        if rejection.stage is Stage.INSTANCE_TYPES:
+            return f'incompatible with nodepool "{template.nodepool}", {rejection.message}'
+        return f'incompatible with nodepool "{template.nodepool}": {rejection.message}'
+
+    def _charge_limits(self, template: NodeClaimTemplate, mask: BoolArray) -> None:
+        remaining = self.remaining.get(template.nodepool)
+        if remaining is None:
+            return
+        largest = template.instance_types.capacity[mask].max(axis=0)
+        for name in remaining:
+            position = self.axes.index.get(name)
+            if position is not None:
+                remaining[name] -= int(largest[position])
+        if NODES in remaining:
+            remaining[NODES] -= 1
+
+    def _grow(self) -> None:
+        if len(self.claims) < self._claim_capacity:
+            return
+        self._claim_capacity *= 2
+        free = np.zeros((self._claim_capacity, len(self.axes.names)), dtype=np.int64)
+        free[: self.claim_free.shape[0]] = self.claim_free
+        self.claim_free = free
+        pods = np.zeros(self._claim_capacity, dtype=np.int64)
+        pods[: self.claim_pods.size] = self.claim_pods
+        self.claim_pods = pods
+
+    # ---------------------------------------------------------------------------------------------- results
+
+    def _results(self, failures: dict[str, list[str]]) -> SchedulingResults:
+        nodeclaims = [self._finalize(claim) for claim in self.claims]
+        existing = [
+            ExistingPlacement(node.name, [pod.key for pod in node.pods]) for node in self.existing if node.pods
+        ]
+        by_uid = {pod.uid: pod for pod in self.pods}
+        unschedulable = [Unschedulable(by_uid[uid].key, reasons) for uid, reasons in failures.items()]
+        return SchedulingResults(
+            nodeclaims=nodeclaims,
+            existing=existing,
+            unschedulable=unschedulable,
+        )
+
+    def _finalize(self, claim: SimNodeClaim) -> NewNodeClaim:
+        template = claim.template
+        types = template.instance_types
+        requirements = Requirements(r for r in claim.requirements if r.key != labels.HOSTNAME)
+        rows = np.flatnonzero(claim.mask)
+        prices = types.cheapest_prices(requirements)[rows]
+        order = sorted(range(rows.size), key=lambda i: (int(prices[i]), types.names[int(rows[i])]))
+        ordered = [int(rows[i]) for i in order if prices[i] != NO_PRICE][:MAX_INSTANCE_TYPES]
+        daemon = template.daemons.requests[ordered].min(axis=0) if ordered else np.zeros(len(self.axes.names))
+        launch = choose_launch(types, ordered, requirements)
+        capacity_types = sorted(
+            {types.offerings[o].capacity_type for o in np.flatnonzero(types.offering_mask(requirements)).tolist()
+             if int(types.offering_type[o]) in set(ordered)}
+        )
+        requirements.add(Requirement.new(labels.INSTANCE_TYPE, Operator.IN, [types.names[row] for row in ordered]))
+        if capacity_types:
+            requirements.add(Requirement.new(labels.CAPACITY_TYPE, Operator.IN, capacity_types))
+        return NewNodeClaim.build(
+            template=template,
+            requirements=requirements,
+            options=[types.names[row] for row in ordered],
+            launch=launch,
+            pods=[pod.key for pod in claim.pods],
+            requests=self.axes.resources(claim.requests + daemon.astype(np.int64)),
+        )
+
+
+__all__ = [
+    "NodePoolSpec",
+    "NodeSnapshot",
+    "Scheduler",
+    "SchedulingOptions",
+    "SchedulingResults",
+    "TopologyGroup",
+]
