@@ -22,8 +22,6 @@ IntArray = npt.NDArray[np.int64]
 NO_PRICE = np.iinfo(np.int64).max
 """Sentinel price of a type that has no available compatible offering."""
 
-_NEGATIVE = (Operator.NOT_IN, Operator.DOES_NOT_EXIST)
-
 
 class ResourceAxes:
     """A fixed order of resource names, so that resource lists become integer vectors."""
@@ -47,9 +45,9 @@ class ResourceAxes:
 
 
 def _intersects(type_requirement: Requirement, requirement: Requirement) -> bool:
-    if type_requirement.operator() in _NEGATIVE and requirement.operator() in _NEGATIVE:
+    if type_requirement.is_negative() and requirement.is_negative():
         return True
-    return not type_requirement.intersection(requirement).is_empty()
+    return type_requirement.has_intersection(requirement)
 
 
 class InstanceTypeSet:

@@ -39,12 +39,19 @@ MONOTONE_STAGES = frozenset({Stage.TAINTS, Stage.HOST_PORTS, Stage.REQUIREMENTS}
 
 
 class Rejection(Exception):
-    """Why a pod cannot go somewhere."""
+    """Why a pod cannot go somewhere; the detail is formatted only when someone reads it."""
 
-    def __init__(self, stage: Stage, message: str) -> None:
+    def __init__(self, stage: Stage, detail: object) -> None:
         self.stage = stage
-        self.message = message
-        super().__init__(message)
+        self.detail = detail
+        super().__init__(stage)
+
+    @property
+    def message(self) -> str:
+        return str(self.detail)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def untolerated_taint(taints: Sequence[Taint], constraints: Constraints) -> Taint | None:
@@ -100,7 +107,7 @@ class ExistingNode:
         try:
             return topology.add_requirements(pod, constraints, pod_requirements, self.requirements)
         except TopologyError as error:
-            raise Rejection(Stage.TOPOLOGY, str(error)) from error
+            raise Rejection(Stage.TOPOLOGY, error) from error
 
     def commit(self, pod: PodInfo, requests: IntArray, requirements: Requirements) -> None:
         self.available = self.available - requests
@@ -174,7 +181,7 @@ class SimNodeClaim:
         try:
             merged = topology.add_requirements(pod, constraints, pod_requirements, merged)
         except TopologyError as error:
-            raise Rejection(Stage.TOPOLOGY, str(error)) from error
+            raise Rejection(Stage.TOPOLOGY, error) from error
         mask = filter_instance_types(template, self.mask, merged, self.requests + requests, pod, limit_mask)
         return merged, mask
 

@@ -93,6 +93,35 @@ class _Attempt:
     reasons: list[str] = field(default_factory=list)
 
 
+UNSEEN_DOMAIN = 1 << 62
+"""The bit that stands for every domain outside a key's known ones."""
+
+
+class DomainBits:
+    """The known domains of one topology key as bits, so that 'may this claim still take one of these
+    domains' is one AND over all claims."""
+
+    def __init__(self, domains: Sequence[str]) -> None:
+        known = sorted(set(domains))[:62]
+        self.bit = {domain: 1 << position for position, domain in enumerate(known)}
+
+    def bits(self, domains: set[str]) -> int:
+        total = 0
+        for domain in domains:
+            total |= self.bit.get(domain, UNSEEN_DOMAIN)
+        return total
+
+    def admitted(self, requirement: Requirement) -> int:
+        """The bits of the known domains the requirement admits, plus the unseen bit if it may admit others."""
+        total = 0
+        for domain, bit in self.bit.items():
+            if requirement.has(domain):
+                total |= bit
+        if requirement.complement or any(value not in self.bit for value in requirement.values):
+            total |= UNSEEN_DOMAIN
+        return total
+
+
 def _queue_order(pod: PodInfo) -> tuple[int, int, float, str]:
     return (-pod.cpu, -pod.memory, pod.creation.timestamp() if pod.creation.year > 1970 else 0.0, pod.uid)
 
@@ -186,6 +215,12 @@ class _Simulation:
         )
         self._refused: dict[tuple[object, ...], BoolArray] = {}
         self._hostname_counts: dict[int, IntArray] = {}
+        self._domains = {
+            key: DomainBits([source.domain for source in sources])
+            for key, sources in self.topology.universe().items()
+            if key != labels.HOSTNAME and key in self.topology.keys()
+        }
+        self._claim_bits: dict[str, IntArray] = {}
         self.placements: dict[str, str] = {}
 
     # ----------------------------------------------------------------------------------------------- setup
@@ -376,21 +411,34 @@ class _Simulation:
             pod.host_ports,
         )
 
-    def _hostname_blocked(self, pod: PodInfo, constraints: Constraints, count: int) -> BoolArray | None:
-        """NodeClaims this pod's hostname topology excludes outright, as a mask (None when it has none)."""
+    def _topology_blocked(
+        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, count: int
+    ) -> BoolArray | None:
+        """NodeClaims this pod's topology refuses for certain, as a mask (None when it has no topology).
+
+        Hostname groups are checked against each claim's own count; other keys (zone, capacity type)
+        against a bitmask of the domains each claim may still take."""
         blocked: BoolArray | None = None
-        for group in self.topology.hostname_groups_for(pod, constraints):
-            counts = self._hostname_counts.get(id(group))
-            if counts is None:
-                continue
-            counts = counts[:count]
-            if group.type is TopologyType.SPREAD:
-                selects_self = 1 if group.selects(pod.namespace, pod.labels) else 0
-                mask = counts + selects_self > group.max_skew
-            elif group.type is TopologyType.ANTI_AFFINITY:
-                mask = counts > 0
+        for group in self.topology.groups_for(pod, constraints):
+            selects_self = group.selects(pod.namespace, pod.labels)
+            if group.key == labels.HOSTNAME:
+                counts = self._hostname_counts.get(id(group))
+                if counts is None:
+                    continue
+                counts = counts[:count]
+                if group.type is TopologyType.SPREAD:
+                    mask = counts + (1 if selects_self else 0) > group.max_skew
+                elif group.type is TopologyType.ANTI_AFFINITY:
+                    mask = counts > 0
+                else:
+                    continue
             else:
-                continue
+                domains = self._domains.get(group.key)
+                if domains is None:
+                    continue
+                allowed, unseen_allowed = group.allowed(selects_self, pod_requirements.get(group.key))
+                bits = domains.bits(allowed) | (UNSEEN_DOMAIN if unseen_allowed else 0)
+                mask = (self._claim_bits[group.key][:count] & bits) == 0
             blocked = mask if blocked is None else blocked | mask
         return blocked
 
@@ -405,7 +453,7 @@ class _Simulation:
         refused = self._refused.get(shape)
         if refused is not None:
             eligible &= ~refused[:count]
-        blocked = self._hostname_blocked(pod, constraints, count)
+        blocked = self._topology_blocked(pod, constraints, pod_requirements, count)
         if blocked is not None:
             eligible &= ~blocked
         candidates = np.flatnonzero(eligible)
@@ -442,6 +490,7 @@ class _Simulation:
         self.claim_pods[claim.index] = len(claim.pods)
         self.topology.record(pod, template.taints, requirements)
         self._track_hostnames(claim)
+        self._track_domains(claim)
         self.placements[pod.uid] = claim.hostname
 
     def _track_hostnames(self, claim: SimNodeClaim) -> None:
@@ -453,6 +502,16 @@ class _Simulation:
                     grown[: counts.size] = counts
                 counts = self._hostname_counts[id(group)] = grown
             counts[claim.index] = group.domains.get(claim.hostname, 0)
+
+    def _track_domains(self, claim: SimNodeClaim) -> None:
+        for key, domains in self._domains.items():
+            bits = self._claim_bits.get(key)
+            if bits is None or bits.size < self._claim_capacity:
+                grown = np.zeros(self._claim_capacity, dtype=np.int64)
+                if bits is not None:
+                    grown[: bits.size] = bits
+                bits = self._claim_bits[key] = grown
+            bits[claim.index] = domains.admitted(claim.requirements.get(key))
 
     def _limit_mask(self, template: NodeClaimTemplate) -> tuple[BoolArray | None, str | None]:
         remaining = self.remaining.get(template.nodepool)
@@ -562,10 +621,8 @@ class _Simulation:
         ordered = [int(rows[i]) for i in order if prices[i] != NO_PRICE][:MAX_INSTANCE_TYPES]
         daemon = template.daemons.requests[ordered].min(axis=0) if ordered else np.zeros(len(self.axes.names))
         launch = choose_launch(types, ordered, requirements)
-        capacity_types = sorted(
-            {types.offerings[o].capacity_type for o in np.flatnonzero(types.offering_mask(requirements)).tolist()
-             if int(types.offering_type[o]) in set(ordered)}
-        )
+        offered = types.offering_mask(requirements) & np.isin(types.offering_type, ordered)
+        capacity_types = sorted({types.offerings[column].capacity_type for column in np.flatnonzero(offered).tolist()})
         requirements.add(Requirement.new(labels.INSTANCE_TYPE, Operator.IN, [types.names[row] for row in ordered]))
         if capacity_types:
             requirements.add(Requirement.new(labels.CAPACITY_TYPE, Operator.IN, capacity_types))

@@ -165,6 +165,26 @@ class TopologyGroup:
             return Requirement.new(self.key, Operator.DOES_NOT_EXIST)
         return Requirement.new(self.key, Operator.IN, empty)
 
+    def allowed(self, selects_self: bool, pod_domains: Requirement) -> tuple[set[str], bool]:
+        """The domains this group would let the pod use on any node, and whether a domain it has never seen
+        would do; a node whose requirement admits none of them is certain to be refused."""
+        if self.type is TopologyType.SPREAD:
+            global_min = self._global_min(pod_domains)
+            extra = 1 if selects_self else 0
+            valid = {
+                domain
+                for domain, count in self.domains.items()
+                if count + extra - global_min <= self.max_skew and pod_domains.has(domain)
+            }
+            return valid, False
+        if self.type is TopologyType.AFFINITY:
+            occupied = {domain for domain, count in self.domains.items() if count > 0 and pod_domains.has(domain)}
+            if occupied or not selects_self:
+                return occupied, False
+            return {domain for domain in self.domains if pod_domains.has(domain)}, False
+        empty = {domain for domain, count in self.domains.items() if count == 0 and pod_domains.has(domain)}
+        return empty, True
+
     def describe_counts(self, limit: int = 8) -> str:
         items = sorted(self.domains.items())
         shown = ", ".join(f"{domain}={count}" for domain, count in items[:limit])
@@ -176,9 +196,17 @@ class TopologyError(Exception):
 
     def __init__(self, group: TopologyGroup, pod_domains: Requirement, node_domains: Requirement) -> None:
         self.group = group
-        super().__init__(
+        self.pod_domains = pod_domains
+        self.node_domains = node_domains
+        super().__init__(group.key)
+
+    def __str__(self) -> str:
+        # Formatted lazily: the simulation raises this far more often than anyone reads it.
+        group = self.group
+        return (
             f"unsatisfiable {group.type} constraint, key={group.key} "
-            f"(counts = {{{group.describe_counts()}}}, podDomains = {pod_domains}, nodeDomains = {node_domains})"
+            f"(counts = {{{group.describe_counts()}}}, podDomains = {self.pod_domains}, "
+            f"nodeDomains = {self.node_domains})"
         )
 
 
@@ -314,13 +342,21 @@ class Topology:
         for group in self._hostname_groups:
             group.register(hostname)
 
+    def universe(self) -> dict[str, list[DomainSource]]:
+        """Every domain each key can take, and where it comes from."""
+        return self._universe
+
+    def keys(self) -> set[str]:
+        """The topology keys some group uses."""
+        return {group.key for group in [*self._groups.values(), *self._inverse.values()]}
+
     def hostname_groups(self) -> list[TopologyGroup]:
         """Groups keyed on the hostname, whose counts the scheduler mirrors per NodeClaim."""
         return self._hostname_groups
 
-    def hostname_groups_for(self, pod: PodInfo, constraints: Constraints) -> list[TopologyGroup]:
-        """The hostname-keyed groups that constrain this pod."""
-        return [group for group in self._matching_groups(pod, constraints) if group.key == labels.HOSTNAME]
+    def groups_for(self, pod: PodInfo, constraints: Constraints) -> list[TopologyGroup]:
+        """The groups that constrain this pod: those it owns and the inverse anti-affinities that select it."""
+        return self._matching_groups(pod, constraints)
 
     def _matching_groups(self, pod: PodInfo, constraints: Constraints) -> list[TopologyGroup]:
         owned = self._owned.get(pod.uid, {})
