@@ -33,7 +33,10 @@ def fake_instance_types(count: int = 400) -> list[InstanceType]:
                 price,
                 True,
                 Requirements(
-                    [Requirement.new(labels.ZONE, "In", [zone]), Requirement.new(labels.CAPACITY_TYPE, "In", [capacity_type])]
+                    [
+                        Requirement.new(labels.ZONE, "In", [zone]),
+                        Requirement.new(labels.CAPACITY_TYPE, "In", [capacity_type]),
+                    ]
                 ),
             )
             for capacity_type, zones in (("spot", ZONES[:2]), ("on-demand", ZONES))
@@ -80,16 +83,25 @@ def _pod(index: int, rng: random.Random, pod_labels: dict[str, str], extra: dict
         "containers": [
             {
                 "name": "app",
-                "resources": {"requests": {"cpu": rng.choice(CPU_CHOICES), "memory": rng.choice(MEMORY_CHOICES)}},
+                "resources": {
+                    "requests": {"cpu": rng.choice(CPU_CHOICES), "memory": rng.choice(MEMORY_CHOICES)}
+                },
             }
         ],
         **extra,
     }
     return Pod.model_validate(
         {
-            "metadata": {"name": f"pod-{index}", "namespace": "default", "uid": f"uid-{index:06d}", "labels": pod_labels},
+            "metadata": {
+                "name": f"pod-{index}",
+                "namespace": "default",
+                "uid": f"uid-{index:06d}",
+                "labels": pod_labels,
+            },
             "spec": spec,
-            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            "status": {
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+            },
         }
     )
 
@@ -126,10 +138,16 @@ def diverse_pods(count: int, seed: int = 42) -> list[Pod]:
     for _ in range(per_kind):
         value = rng.choice(LABEL_VALUES)
         term = {"labelSelector": {"matchLabels": {"my-affininity": value}}, "topologyKey": labels.ZONE}
-        add({"my-affininity": value}, {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        add(
+            {"my-affininity": value},
+            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}},
+        )
     for _ in range(per_kind):
         term = {"labelSelector": {"matchLabels": {"app": "nginx"}}, "topologyKey": labels.HOSTNAME}
-        add({"app": "nginx"}, {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        add(
+            {"app": "nginx"},
+            {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}},
+        )
     while len(pods) < count:
         add({"my-label": rng.choice(LABEL_VALUES)}, {})
     return pods

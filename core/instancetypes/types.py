@@ -62,7 +62,9 @@ class InstanceType:
 
     def allocatable(self) -> Resources:
         """Capacity minus overhead, never below zero."""
-        return {name: max(0, amount) for name, amount in subtract(self.capacity, self.overhead.total()).items()}
+        return {
+            name: max(0, amount) for name, amount in subtract(self.capacity, self.overhead.total()).items()
+        }
 
     def available_offerings(self) -> tuple[Offering, ...]:
         """The offerings that can be launched now."""

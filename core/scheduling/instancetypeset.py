@@ -142,7 +142,9 @@ class InstanceTypeSet:
         mask = self.offering_available.copy()
         for requirement in signature:
             distinct = self._offering_distinct[requirement.key]
-            verdicts = np.array([_intersects(candidate, requirement) for candidate in distinct], dtype=np.bool_)
+            verdicts = np.array(
+                [_intersects(candidate, requirement) for candidate in distinct], dtype=np.bool_
+            )
             mask &= verdicts[self._offering_positions[requirement.key]]
         self._offering_masks[signature] = mask
         return mask

@@ -92,7 +92,12 @@ class ExistingNode:
     pods: list[PodInfo] = field(default_factory=list)
 
     def try_add(
-        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, requests: IntArray, topology: Topology
+        self,
+        pod: PodInfo,
+        constraints: Constraints,
+        pod_requirements: Requirements,
+        requests: IntArray,
+        topology: Topology,
     ) -> Requirements:
         """The node's requirements after adding the pod (raises `Rejection`); nothing changes until `commit`."""
         taint = untolerated_taint(self.taints, constraints)
@@ -224,7 +229,10 @@ def filter_instance_types(
                         f"({len(values)} of {requirement.min_values} values available)",
                     )
         return remaining
-    raise Rejection(Stage.INSTANCE_TYPES, _explain_no_type(template, current, compatible, fits, offered, requirements, requests))
+    raise Rejection(
+        Stage.INSTANCE_TYPES,
+        _explain_no_type(template, current, compatible, fits, offered, requirements, requests),
+    )
 
 
 def _explain_no_type(
@@ -242,7 +250,11 @@ def _explain_no_type(
         return "no instance type satisfied requirements " + ", ".join(str(r) for r in relevant)
     if not (compatible & fits).any():
         largest = template.headroom[compatible].max(axis=0)
-        short = [name for name, need, have in zip(axes.names, requests.tolist(), largest.tolist(), strict=True) if need > have]
+        short = [
+            name
+            for name, need, have in zip(axes.names, requests.tolist(), largest.tolist(), strict=True)
+            if need > have
+        ]
         wanted = format_resources({name: int(requests[axes.index[name]]) for name in short})
         biggest = format_resources({name: int(largest[axes.index[name]]) for name in short})
         return (

@@ -12,7 +12,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from core import labels
-from core.api.kube import Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint, pod_host_ports, pod_requests
+from core.api.kube import (
+    Pod,
+    PodAffinityTerm,
+    Toleration,
+    TopologySpreadConstraint,
+    pod_host_ports,
+    pod_requests,
+)
 from core.api.meta import NodeSelectorRequirement
 from core.resources import PODS, Resources
 from core.scheduling.requirements import Requirement, Requirements
@@ -48,7 +55,9 @@ def _node_selector_requirements(pod: Pod) -> Requirements:
     return requirements
 
 
-def _term_requirements(base: Requirements, expressions: list[NodeSelectorRequirement], where: str) -> Requirements:
+def _term_requirements(
+    base: Requirements, expressions: list[NodeSelectorRequirement], where: str
+) -> Requirements:
     requirements = base.copy()
     for index, expression in enumerate(expressions):
         requirements.add(_requirement(expression, f"{where}.matchExpressions[{index}]"))
@@ -96,7 +105,9 @@ class Constraints:
         if len(self.node_terms) > 1:
             return replace(self, node_terms=self.node_terms[1:]), "removed required node affinity term"
         if self.preferred_affinity:
-            return replace(self, preferred_affinity=self.preferred_affinity[1:]), "removed preferred pod affinity"
+            return replace(
+                self, preferred_affinity=self.preferred_affinity[1:]
+            ), "removed preferred pod affinity"
         if self.preferred_anti_affinity:
             return (
                 replace(self, preferred_anti_affinity=self.preferred_anti_affinity[1:]),

@@ -27,10 +27,17 @@ class Launch:
 def _offering_order(offering: Offering) -> tuple[int, bool, bool, str]:
     # The AKS provider's allocation order: cheapest first, spot before on-demand at equal price,
     # zonal before regional ("0"); then by zone name instead of the provider's random shuffle.
-    return (offering.price_micros, offering.capacity_type != labels.CAPACITY_TYPE_SPOT, offering.zone == "0", offering.zone)
+    return (
+        offering.price_micros,
+        offering.capacity_type != labels.CAPACITY_TYPE_SPOT,
+        offering.zone == "0",
+        offering.zone,
+    )
 
 
-def choose_launch(types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements) -> Launch | None:
+def choose_launch(
+    types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements
+) -> Launch | None:
     """The type and offering the provider would launch: the best offering over all remaining types."""
     mask = types.offering_mask(requirements)
     best: tuple[tuple[int, bool, bool, str], str, int, Offering] | None = None
@@ -107,9 +114,12 @@ class NewNodeClaim:
             "instance_type_options": self.instance_type_options,
             "pods": self.pods,
             "labels": self.labels,
-            "taints": [taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.taints],
+            "taints": [
+                taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.taints
+            ],
             "startup_taints": [
-                taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.startup_taints
+                taint.model_dump(mode="json", by_alias=True, exclude_none=True)
+                for taint in self.startup_taints
             ],
             "requirements": self.requirements,
             "requests": format_resources(self.requests),

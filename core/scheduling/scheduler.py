@@ -31,7 +31,6 @@ from core.scheduling.nodes import (
     Rejection,
     SimNodeClaim,
     Stage,
-    describe_taint,
     untolerated_taint,
 )
 from core.scheduling.pods import Constraints, InvalidPodConstraint, PodInfo, compile_pod
@@ -182,8 +181,12 @@ class _Simulation:
         self.axes = ResourceAxes(names)
         self.daemonsets = scheduler._daemonsets
         self.vectors = {pod.uid: self.axes.vector(pod.requests) for pod in pods}
-        self.templates = [self._template(pool, scheduler._instance_types.get(pool.name, ())) for pool in scheduler.nodepools]
-        self.pool_limits: dict[str, Resources | None] = {pool.name: pool.limits for pool in scheduler.nodepools}
+        self.templates = [
+            self._template(pool, scheduler._instance_types.get(pool.name, ())) for pool in scheduler.nodepools
+        ]
+        self.pool_limits: dict[str, Resources | None] = {
+            pool.name: pool.limits for pool in scheduler.nodepools
+        }
         self.remaining: dict[str, Resources] = {}
         self.existing = [self._existing(node) for node in scheduler._nodes]
         self.existing.sort(key=lambda node: (not node.initialized, node.name))
@@ -195,8 +198,12 @@ class _Simulation:
                         for name, amount in node.capacity.items():
                             used[name] = used.get(name, 0) + amount
                         used[NODES] = used.get(NODES, 0) + 1
-                self.remaining[pool.name] = {name: limit - used.get(name, 0) for name, limit in pool.limits.items()}
-        self.prefer_no_schedule = any(t.effect == "PreferNoSchedule" for tpl in self.templates for t in tpl.taints)
+                self.remaining[pool.name] = {
+                    name: limit - used.get(name, 0) for name, limit in pool.limits.items()
+                }
+        self.prefer_no_schedule = any(
+            t.effect == "PreferNoSchedule" for tpl in self.templates for t in tpl.taints
+        )
         bound = [
             BoundPod(compiled, node.labels, node.taints)
             for node in scheduler._nodes
@@ -218,7 +225,7 @@ class _Simulation:
         self._domains = {
             key: DomainBits([source.domain for source in sources])
             for key, sources in self.topology.universe().items()
-            if key != labels.HOSTNAME and key in self.topology.keys()
+            if key != labels.HOSTNAME and key in self.topology.topology_keys()
         }
         self._claim_bits: dict[str, IntArray] = {}
         self.placements: dict[str, str] = {}
@@ -322,7 +329,12 @@ class _Simulation:
         universe: dict[str, list[DomainSource]] = {}
         for template in self.templates:
             types = template.instance_types
-            for key in {labels.ZONE, labels.CAPACITY_TYPE, *types.defined_keys(), *template.requirements.keys()}:
+            for key in {
+                labels.ZONE,
+                labels.CAPACITY_TYPE,
+                *types.defined_keys(),
+                *template.requirements.keys(),
+            }:
                 if key == labels.HOSTNAME:
                     continue
                 values: set[str] = set()
@@ -334,10 +346,15 @@ class _Simulation:
                 if pool_requirement.operator() is Operator.IN:
                     values.update(pool_requirement.values)
                 for value in sorted(values):
-                    universe.setdefault(key, []).append(DomainSource(value, template.requirements, template.taints))
+                    universe.setdefault(key, []).append(
+                        DomainSource(value, template.requirements, template.taints)
+                    )
         for node in nodes:
             node_requirements = Requirements.from_labels(node.labels)
-            for key, value in {**node.labels, labels.HOSTNAME: node.labels.get(labels.HOSTNAME, node.name)}.items():
+            for key, value in {
+                **node.labels,
+                labels.HOSTNAME: node.labels.get(labels.HOSTNAME, node.name),
+            }.items():
                 universe.setdefault(key, []).append(DomainSource(value, node_requirements, node.taints))
         return universe
 
@@ -401,7 +418,9 @@ class _Simulation:
             return True
         return False
 
-    def _shape(self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements) -> tuple[object, ...]:
+    def _shape(
+        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements
+    ) -> tuple[object, ...]:
         return (
             pod.namespace,
             frozenset(pod.labels.items()),
@@ -463,7 +482,9 @@ class _Simulation:
         for index in order:
             claim = self.claims[index]
             try:
-                requirements, mask = claim.try_add(pod, constraints, pod_requirements, requests, self.topology)
+                requirements, mask = claim.try_add(
+                    pod, constraints, pod_requirements, requests, self.topology
+                )
             except Rejection as rejection:
                 if rejection.stage in MONOTONE_STAGES:
                     self._refuse(shape, index)
@@ -482,7 +503,12 @@ class _Simulation:
         refused[index] = True
 
     def _commit_claim(
-        self, claim: SimNodeClaim, pod: PodInfo, requests: IntArray, requirements: Requirements, mask: BoolArray
+        self,
+        claim: SimNodeClaim,
+        pod: PodInfo,
+        requests: IntArray,
+        requirements: Requirements,
+        mask: BoolArray,
     ) -> None:
         claim.commit(pod, requests, requirements, mask)
         template = claim.template
@@ -556,7 +582,9 @@ class _Simulation:
             )
             self.topology.register_hostname(hostname)
             try:
-                merged, mask = claim.try_add(pod, constraints, pod_requirements, requests, self.topology, limit_mask)
+                merged, mask = claim.try_add(
+                    pod, constraints, pod_requirements, requests, self.topology, limit_mask
+                )
             except Rejection as rejection:
                 reasons.append(self._explain(template, rejection))
                 continue
@@ -601,7 +629,9 @@ class _Simulation:
     def _results(self, failures: dict[str, list[str]]) -> SchedulingResults:
         nodeclaims = [self._finalize(claim) for claim in self.claims]
         existing = [
-            ExistingPlacement(node.name, [pod.key for pod in node.pods]) for node in self.existing if node.pods
+            ExistingPlacement(node.name, [pod.key for pod in node.pods])
+            for node in self.existing
+            if node.pods
         ]
         by_uid = {pod.uid: pod for pod in self.pods}
         unschedulable = [Unschedulable(by_uid[uid].key, reasons) for uid, reasons in failures.items()]
@@ -622,8 +652,12 @@ class _Simulation:
         daemon = template.daemons.requests[ordered].min(axis=0) if ordered else np.zeros(len(self.axes.names))
         launch = choose_launch(types, ordered, requirements)
         offered = types.offering_mask(requirements) & np.isin(types.offering_type, ordered)
-        capacity_types = sorted({types.offerings[column].capacity_type for column in np.flatnonzero(offered).tolist()})
-        requirements.add(Requirement.new(labels.INSTANCE_TYPE, Operator.IN, [types.names[row] for row in ordered]))
+        capacity_types = sorted(
+            {types.offerings[column].capacity_type for column in np.flatnonzero(offered).tolist()}
+        )
+        requirements.add(
+            Requirement.new(labels.INSTANCE_TYPE, Operator.IN, [types.names[row] for row in ordered])
+        )
         if capacity_types:
             requirements.add(Requirement.new(labels.CAPACITY_TYPE, Operator.IN, capacity_types))
         return NewNodeClaim.build(

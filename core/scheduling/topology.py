@@ -80,7 +80,9 @@ class TopologyGroup:
             self.match_labels,
             self.max_skew,
             self.min_domains,
-            None if node_filter is None or node_filter.requirements is None else node_filter.requirements.signature(),
+            None
+            if node_filter is None or node_filter.requirements is None
+            else node_filter.requirements.signature(),
             None
             if node_filter is None or node_filter.tolerations is None
             else tuple(t.model_dump_json() for t in node_filter.tolerations),
@@ -107,7 +109,9 @@ class TopologyGroup:
     def register(self, domain: str) -> None:
         self.domains.setdefault(domain, 0)
 
-    def next_domains(self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement) -> Requirement:
+    def next_domains(
+        self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement
+    ) -> Requirement:
         """The domains a pod may use under this group, as a requirement on the group's key."""
         if self.type is TopologyType.SPREAD:
             return self._next_spread(selects_self, pod_domains, node_domains)
@@ -129,7 +133,9 @@ class TopologyGroup:
             return 0
         return min(eligible)
 
-    def _next_spread(self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement) -> Requirement:
+    def _next_spread(
+        self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement
+    ) -> Requirement:
         global_min = self._global_min(pod_domains)
         best: str | None = None
         best_count = 0
@@ -141,7 +147,9 @@ class TopologyGroup:
             return Requirement.new(self.key, Operator.DOES_NOT_EXIST)
         return Requirement.new(self.key, Operator.IN, [best])
 
-    def _next_affinity(self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement) -> Requirement:
+    def _next_affinity(
+        self, selects_self: bool, pod_domains: Requirement, node_domains: Requirement
+    ) -> Requirement:
         occupied = [domain for domain, count in self.domains.items() if count > 0 and pod_domains.has(domain)]
         if occupied:
             return Requirement.new(self.key, Operator.IN, occupied)
@@ -160,7 +168,9 @@ class TopologyGroup:
             candidates: Iterable[str] = node_domains.values
         else:
             candidates = [domain for domain in self.domains if node_domains.has(domain)]
-        empty = [domain for domain in candidates if self.domains.get(domain, 0) == 0 and pod_domains.has(domain)]
+        empty = [
+            domain for domain in candidates if self.domains.get(domain, 0) == 0 and pod_domains.has(domain)
+        ]
         if not empty:
             return Requirement.new(self.key, Operator.DOES_NOT_EXIST)
         return Requirement.new(self.key, Operator.IN, empty)
@@ -178,7 +188,9 @@ class TopologyGroup:
             }
             return valid, False
         if self.type is TopologyType.AFFINITY:
-            occupied = {domain for domain, count in self.domains.items() if count > 0 and pod_domains.has(domain)}
+            occupied = {
+                domain for domain, count in self.domains.items() if count > 0 and pod_domains.has(domain)
+            }
             if occupied or not selects_self:
                 return occupied, False
             return {domain for domain in self.domains if pod_domains.has(domain)}, False
@@ -250,15 +262,19 @@ class Topology:
 
     @staticmethod
     def _namespaces(owner: PodInfo, term: PodAffinityTerm) -> frozenset[str] | None:
-        if term.namespace_selector is not None and not term.namespace_selector.match_labels and not (
-            term.namespace_selector.match_expressions
+        if (
+            term.namespace_selector is not None
+            and not term.namespace_selector.match_labels
+            and not (term.namespace_selector.match_expressions)
         ):
             return None  # an empty namespace selector selects every namespace
         return frozenset(term.namespaces or [owner.namespace])
 
     def _new_group(self, kind: TopologyType, owner: PodInfo, term: object) -> TopologyGroup:
         if isinstance(term, TopologySpreadConstraint):
-            match_keys = tuple(sorted((k, owner.labels[k]) for k in term.match_label_keys or () if k in owner.labels))
+            match_keys = tuple(
+                sorted((k, owner.labels[k]) for k in term.match_label_keys or () if k in owner.labels)
+            )
             affinity_honored = term.node_affinity_policy in (None, "Honor")
             taints_honored = term.node_taints_policy == "Honor"
             node_filter = NodeFilter(
@@ -281,7 +297,9 @@ class Topology:
             key=labels.normalize_key(term.topology_key),
             namespaces=self._namespaces(owner, term),
             selector=term.label_selector,
-            match_labels=tuple(sorted((k, owner.labels[k]) for k in term.match_label_keys or () if k in owner.labels)),
+            match_labels=tuple(
+                sorted((k, owner.labels[k]) for k in term.match_label_keys or () if k in owner.labels)
+            ),
         )
 
     def _get_or_create(
@@ -346,7 +364,7 @@ class Topology:
         """Every domain each key can take, and where it comes from."""
         return self._universe
 
-    def keys(self) -> set[str]:
+    def topology_keys(self) -> set[str]:
         """The topology keys some group uses."""
         return {group.key for group in [*self._groups.values(), *self._inverse.values()]}
 
@@ -369,7 +387,11 @@ class Topology:
         return groups
 
     def add_requirements(
-        self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements, node_requirements: Requirements
+        self,
+        pod: PodInfo,
+        constraints: Constraints,
+        pod_requirements: Requirements,
+        node_requirements: Requirements,
     ) -> Requirements:
         """The node's requirements narrowed by the pod's topology groups (raises `TopologyError`)."""
         narrowed: Requirements | None = None

@@ -1,0 +1,161 @@
+"""The Azure VM size catalog: the facts about each size that instance types are built from.
+
+A catalog holds one region: its logical availability zones and, per VM size, the Resource SKU capabilities
+Karpenter reads (vCPUs, memory, architecture, GPUs, disks, Hyper-V generations, zones, spot eligibility)
+plus its Linux prices. Snapshots for a few regions ship as package data (see `data/README.md` for where
+every value comes from); a live adapter can build the same `AzureCatalog` from the Resource SKUs and
+Retail Prices APIs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from core.instancetypes.types import MICROS_PER_DOLLAR
+
+_DATA_PACKAGE = "core.instancetypes"
+_DATA_DIR = "data"
+_FILE_PREFIX = "azure-"
+
+
+def usd_to_micros(usd: float | Decimal | str) -> int:
+    """A USD amount as integer micro-dollars, rounded half up (0.0000005 -> 1)."""
+    amount = Decimal(str(usd)) * MICROS_PER_DOLLAR
+    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+@dataclass(frozen=True, slots=True)
+class AzureSku:
+    """One VM size in one region, as the Resource SKUs API and the price tables describe it.
+
+    `None` means the source does not say; the instance-type builder documents how it reads each unknown.
+    """
+
+    name: str
+    """ARM VM size, e.g. `Standard_D4s_v5`."""
+    vcpus: int
+    memory_gib: float
+    """The `MemoryGB` capability, which is really GiB."""
+    architecture: str = "amd64"
+    """Kubernetes architecture name (`amd64`, `arm64`)."""
+    quota_family: str | None = None
+    """Quota family (Resource SKU `family`, e.g. `standardDSv3Family`)."""
+    docs_series: str | None = None
+    """The Microsoft Learn size series the size is listed under (e.g. `Dpsv6`), for display."""
+    gpu_count: int = 0
+    gpu_manufacturer: str | None = None
+    """`nvidia` or `amd` when the provider's GPU registry lists the size; `None` when it does not."""
+    gpu_os: frozenset[str] = frozenset()
+    """OSes the GPU registry lists for the size: `ubuntu`, `azurelinux`, `azurelinux3`, `windows`."""
+    accelerated_networking: bool = False
+    premium_io: bool = False
+    ephemeral_os_disk_supported: bool | None = None
+    temp_disk_gib: float | None = None
+    """Total local temp storage: the SCSI resource disk, or the sum of the local NVMe disks."""
+    temp_disk_nvme: bool | None = None
+    """Whether the temp storage is local NVMe (which can then hold the ephemeral OS disk)."""
+    cached_disk_gib: float | None = None
+    hyperv_generations: tuple[str, ...] = ()
+    """`V1` and/or `V2`."""
+    zones: tuple[str, ...] | None = None
+    """Logical zones the size is offered in; `None` means the region's zones, `()` regional only."""
+    low_priority_capable: bool | None = None
+    on_demand_price_micros: int | None = None
+    """Linux pay-as-you-go price in micro-dollars per hour."""
+    spot_price_micros: int | None = None
+    """Linux spot price in micro-dollars per hour; `None` when no source gives one."""
+    karpenter_known_sku: bool = True
+    """Whether the provider's embedded known-SKU list has the size (unknown sizes get the penalty price)."""
+    encryption_at_host_supported: bool | None = None
+    trusted_launch_disabled: bool | None = None
+    ultra_ssd_available: bool | None = None
+    """Regional `UltraSSDAvailable` capability."""
+
+
+@dataclass(frozen=True, slots=True)
+class AzureCatalog:
+    """The VM sizes of one region."""
+
+    region: str
+    zones: tuple[str, ...]
+    """Logical availability zones of the region (`("1", "2", "3")`); empty for a region without zones."""
+    skus: tuple[AzureSku, ...]
+
+    def sku(self, name: str) -> AzureSku:
+        """The size with this name (raises `KeyError` when the catalog does not have it)."""
+        for sku in self.skus:
+            if sku.name == name:
+                return sku
+        raise KeyError(f"VM size {name!r} is not in the {self.region} catalog")
+
+
+class UnknownRegionError(ValueError):
+    """No catalog ships for the requested region."""
+
+
+_PRICE_COLUMNS = {
+    "on_demand_usd_per_hour": "on_demand_price_micros",
+    "spot_usd_per_hour": "spot_price_micros",
+}
+"""Shipped files give prices in USD per hour, as their sources do; other columns are `AzureSku` fields."""
+_FIELDS = frozenset(field.name for field in fields(AzureSku))
+
+
+def shipped_regions() -> tuple[str, ...]:
+    """The regions a catalog ships for, sorted."""
+    folder = files(_DATA_PACKAGE).joinpath(_DATA_DIR)
+    return tuple(
+        sorted(
+            entry.name.removeprefix(_FILE_PREFIX).removesuffix(".json")
+            for entry in folder.iterdir()
+            if entry.name.startswith(_FILE_PREFIX) and entry.name.endswith(".json")
+        )
+    )
+
+
+def load_shipped_catalog(region: str) -> AzureCatalog:
+    """The shipped catalog of a region (`eastus`, `southcentralus`), read once from package data."""
+    regions = shipped_regions()
+    key = region.strip().lower()
+    if key not in regions:
+        raise UnknownRegionError(
+            f"no shipped Azure catalog for region {region!r}; shipped regions: {', '.join(regions)}"
+        )
+    return _load(key)
+
+
+@cache
+def _load(region: str) -> AzureCatalog:
+    text = (
+        files(_DATA_PACKAGE).joinpath(_DATA_DIR, f"{_FILE_PREFIX}{region}.json").read_text(encoding="utf-8")
+    )
+    return _catalog_from_json(json.loads(text))
+
+
+def _catalog_from_json(raw: dict[str, Any]) -> AzureCatalog:
+    columns = [_PRICE_COLUMNS.get(column, column) for column in raw["columns"]]
+    if set(columns) != _FIELDS:
+        raise ValueError(
+            f"catalog {raw.get('region')!r} columns {sorted(columns)} do not match {sorted(_FIELDS)}"
+        )
+    return AzureCatalog(
+        region=raw["region"],
+        zones=tuple(raw["zones"]),
+        skus=tuple(_sku_from_row(dict(zip(columns, row, strict=True))) for row in raw["skus"]),
+    )
+
+
+def _sku_from_row(row: dict[str, Any]) -> AzureSku:
+    for price in _PRICE_COLUMNS.values():
+        if row[price] is not None:
+            row[price] = usd_to_micros(row[price])
+    row["gpu_os"] = frozenset(row["gpu_os"] or ())
+    row["hyperv_generations"] = tuple(row["hyperv_generations"] or ())
+    if row["zones"] is not None:
+        row["zones"] = tuple(row["zones"])
+    return AzureSku(**row)
