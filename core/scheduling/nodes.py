@@ -17,10 +17,10 @@ import numpy as np
 from core import labels
 from core.api.kube import tolerates
 from core.api.meta import Taint
-from core.resources import Resources, format_resources
+from core.resources import format_resources
 from core.scheduling.instancetypeset import BoolArray, InstanceTypeSet, IntArray
 from core.scheduling.pods import Constraints, PodInfo
-from core.scheduling.requirements import Requirement, Requirements
+from core.scheduling.requirements import Requirements
 from core.scheduling.topology import Topology, TopologyError
 
 
@@ -145,6 +145,8 @@ class NodeClaimTemplate:
     base_mask: BoolArray
     headroom: IntArray
     """Allocatable minus DaemonSet overhead, per type."""
+    min_values_best_effort: bool = False
+    """Karpenter's MIN_VALUES_POLICY=BestEffort: launch with fewer values than minValues asks rather than fail."""
 
     def allowed_undefined(self) -> frozenset[str]:
         return labels.WELL_KNOWN_LABELS | frozenset(self.instance_types.defined_keys())
@@ -219,20 +221,28 @@ def filter_instance_types(
     offered = types.has_offering(requirements)
     remaining = compatible & fits & offered
     if remaining.any():
-        for requirement in requirements:
-            if requirement.min_values is not None:
-                values = types.values_of(requirement.key, np.flatnonzero(remaining))
-                if len(values) < requirement.min_values:
-                    raise Rejection(
-                        Stage.INSTANCE_TYPES,
-                        f"minValues requirement is not met for label {requirement.key} "
-                        f"({len(values)} of {requirement.min_values} values available)",
-                    )
+        unmet = unmet_min_values(types, remaining, requirements)
+        if unmet and not template.min_values_best_effort:
+            raise Rejection(Stage.INSTANCE_TYPES, unmet[0])
         return remaining
     raise Rejection(
         Stage.INSTANCE_TYPES,
         _explain_no_type(template, current, compatible, fits, offered, requirements, requests),
     )
+
+
+def unmet_min_values(types: InstanceTypeSet, mask: BoolArray, requirements: Requirements) -> list[str]:
+    """Each minValues requirement the types in the mask cannot cover, as a sentence."""
+    unmet = []
+    for requirement in requirements:
+        if requirement.min_values is not None:
+            values = types.values_of(requirement.key, np.flatnonzero(mask))
+            if len(values) < requirement.min_values:
+                unmet.append(
+                    f"minValues requirement is not met for label {requirement.key} "
+                    f"({len(values)} of {requirement.min_values} values available)"
+                )
+    return unmet
 
 
 def _explain_no_type(
@@ -268,11 +278,3 @@ def _explain_no_type(
 
 def _inline(resources: dict[str, str]) -> str:
     return "{" + ", ".join(f"{name}: {amount}" for name, amount in resources.items()) + "}"
-
-
-def label_requirement(key: str, value: str) -> Requirement:
-    return Requirement.new(key, "In", [value])
-
-
-def resources_of(template: NodeClaimTemplate, vector: IntArray) -> Resources:
-    return template.instance_types.axes.resources(vector)

@@ -71,6 +71,7 @@ class NewNodeClaim:
     startup_taints: list[Taint]
     requirements: list[dict[str, object]]
     requests: Resources
+    annotations: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -81,6 +82,7 @@ class NewNodeClaim:
         launch: Launch | None,
         pods: list[str],
         requests: Resources,
+        annotations: dict[str, str] | None = None,
     ) -> NewNodeClaim:
         node_labels = dict(launch.labels) if launch else {}
         node_labels.update(requirements.labels())
@@ -102,6 +104,7 @@ class NewNodeClaim:
             startup_taints=list(template.startup_taints),
             requirements=requirements.to_dicts(),
             requests=requests,
+            annotations=dict(annotations or {}),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -122,6 +125,7 @@ class NewNodeClaim:
                 for taint in self.startup_taints
             ],
             "requirements": self.requirements,
+            "annotations": self.annotations,
             "requests": format_resources(self.requests),
         }
 

@@ -31,6 +31,7 @@ from core.scheduling.nodes import (
     Rejection,
     SimNodeClaim,
     Stage,
+    unmet_min_values,
     untolerated_taint,
 )
 from core.scheduling.pods import Constraints, InvalidPodConstraint, PodInfo, compile_pod
@@ -274,6 +275,7 @@ class _Simulation:
             daemons=DaemonOverhead(overhead, ports),
             base_mask=base,
             headroom=types.allocatable - overhead,
+            min_values_best_effort=self.options.min_values_best_effort,
         )
 
     @staticmethod
@@ -650,6 +652,10 @@ class _Simulation:
         order = sorted(range(rows.size), key=lambda i: (int(prices[i]), types.names[int(rows[i])]))
         ordered = [int(rows[i]) for i in order if prices[i] != NO_PRICE][:MAX_INSTANCE_TYPES]
         daemon = template.daemons.requests[ordered].min(axis=0) if ordered else np.zeros(len(self.axes.names))
+        annotations = {}
+        if any(requirement.min_values is not None for requirement in requirements):
+            relaxed = bool(unmet_min_values(types, claim.mask, requirements))
+            annotations[labels.MIN_VALUES_RELAXED] = "true" if relaxed else "false"
         launch = choose_launch(types, ordered, requirements)
         offered = types.offering_mask(requirements) & np.isin(types.offering_type, ordered)
         capacity_types = sorted(
@@ -666,6 +672,7 @@ class _Simulation:
             options=[types.names[row] for row in ordered],
             launch=launch,
             pods=[pod.key for pod in claim.pods],
+            annotations=annotations,
             requests=self.axes.resources(claim.requests + daemon.astype(np.int64)),
         )
 

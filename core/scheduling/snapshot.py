@@ -1,0 +1,224 @@
+"""From the objects of a cluster (as manifests) to what one provisioning simulation needs.
+
+NodePools become templates with their instance types (built per AKSNodeClass), Nodes and launching
+NodeClaims become existing capacity with the pods bound to them, DaemonSets become per-node overhead, and
+every pod without a node is pending. Whatever cannot be used is said in `notes`, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+from core import labels
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_terminal
+from core.api.manifests import Manifests
+from core.api.meta import ObjectMeta, OwnerReference
+from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import NodePool
+from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
+from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.types import InstanceType
+from core.resources import parse_resources
+from core.scheduling.requirements import Operator
+from core.scheduling.scheduler import NodePoolSpec, NodeSnapshot
+
+InstanceTypeProvider = Callable[[AKSNodeClass | None], list[InstanceType]]
+"""Instance types for a NodePool, given its AKSNodeClass (None when the manifests do not include it)."""
+
+
+def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
+    """The AKSNodeClass fields that shape instance types (disk size, max pods, image family, filters)."""
+    if nodeclass is None:
+        return NodeClassSettings()
+    spec = nodeclass.spec
+    return NodeClassSettings(
+        os_disk_size_gb=spec.os_disk_size_gb,
+        max_pods=nodeclass.resolved_max_pods(),
+        image_family=ImageFamily(spec.image_family),
+        encryption_at_host=spec.encryption_at_host,
+        trusted_launch=spec.trusted_launch_enabled,
+        gpu_mode=GpuMode(spec.gpu_mode),
+        artifact_streaming=spec.artifact_streaming_enabled,
+    )
+
+
+def azure_provider(
+    catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = ()
+) -> InstanceTypeProvider:
+    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass."""
+    cache: dict[NodeClassSettings, list[InstanceType]] = {}
+
+    def provide(nodeclass: AKSNodeClass | None) -> list[InstanceType]:
+        settings = nodeclass_settings(nodeclass)
+        if settings not in cache:
+            cache[settings] = azure_instance_types(catalog, settings, frozenset(unavailable))
+        return cache[settings]
+
+    return provide
+
+
+def fixed_provider(instance_types: list[InstanceType]) -> InstanceTypeProvider:
+    """The same instance types for every NodePool (a user's own catalog)."""
+    return lambda _nodeclass: instance_types
+
+
+@dataclass(slots=True)
+class SchedulingSnapshot:
+    nodepools: list[NodePoolSpec] = field(default_factory=list)
+    instance_types: dict[str, list[InstanceType]] = field(default_factory=dict)
+    nodes: list[NodeSnapshot] = field(default_factory=list)
+    daemonsets: list[Pod] = field(default_factory=list)
+    pending: list[Pod] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def merge(parts: Sequence[Manifests]) -> Manifests:
+    """Several sources read as one."""
+    merged = Manifests()
+    for part in parts:
+        for name in (
+            "nodepools",
+            "nodeclaims",
+            "nodeclasses",
+            "pods",
+            "nodes",
+            "daemonsets",
+            "pdbs",
+            "problems",
+            "ignored",
+        ):
+            getattr(merged, name).extend(getattr(part, name))
+    return merged
+
+
+def daemonset_pod(daemonset: DaemonSet) -> Pod:
+    """The pod a DaemonSet would run on a node, owned by the DaemonSet."""
+    template = daemonset.spec.template
+    namespace = daemonset.metadata.namespace or "default"
+    metadata = ObjectMeta(
+        name=f"{daemonset.metadata.name}-daemon",
+        namespace=namespace,
+        uid=f"daemonset/{namespace}/{daemonset.metadata.name}",
+        labels=dict(template.metadata.labels),
+        owner_references=[
+            OwnerReference(
+                api_version="apps/v1",
+                kind="DaemonSet",
+                name=daemonset.metadata.name,
+                uid=daemonset.metadata.uid or daemonset.metadata.name,
+                controller=True,
+            )
+        ],
+    )
+    return Pod(metadata=metadata, spec=template.spec)
+
+
+def _nodepool(pool: NodePool) -> NodePoolSpec:
+    return NodePoolSpec(
+        name=pool.name,
+        weight=pool.weight_or_zero,
+        requirements=pool.requirements(),
+        labels=dict(pool.spec.template.metadata.labels),
+        taints=tuple(pool.taints),
+        startup_taints=tuple(pool.startup_taints),
+        limits=pool.resource_limits or None,
+    )
+
+
+def _node(node: Node, pods: list[Pod]) -> NodeSnapshot:
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    node_labels = dict(node.metadata.labels)
+    node_labels.setdefault(labels.HOSTNAME, node.metadata.name)
+    return NodeSnapshot(
+        name=node.metadata.name,
+        labels=node_labels,
+        taints=tuple(node.spec.taints),
+        allocatable=parse_resources(node.status.allocatable),
+        capacity=parse_resources(node.status.capacity or node.status.allocatable),
+        pods=tuple(pods),
+        initialized=ready and node_labels.get(labels.INITIALIZED, "true") == "true",
+    )
+
+
+def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot | None:
+    """A NodeClaim without a Node yet, as capacity that will exist: its allocatable from its status, or from
+    its instance type when it names exactly one."""
+    claim_labels = dict(claim.labels)
+    requirements = claim.spec.requirement_set()
+    for requirement in requirements:
+        if requirement.operator() is Operator.IN and len(requirement.values) == 1:
+            claim_labels.setdefault(requirement.key, next(iter(requirement.values)))
+    if claim.nodepool_name:
+        claim_labels.setdefault(labels.NODEPOOL, claim.nodepool_name)
+    claim_labels.setdefault(labels.HOSTNAME, claim.name)
+    allocatable = parse_resources(claim.status.allocatable)
+    capacity = parse_resources(claim.status.capacity)
+    instance_type = types.get(claim_labels.get(labels.INSTANCE_TYPE, ""))
+    if not allocatable and instance_type is not None:
+        allocatable, capacity = instance_type.allocatable(), dict(instance_type.capacity)
+    if not allocatable:
+        return None
+    return NodeSnapshot(
+        name=claim.name,
+        labels=claim_labels,
+        taints=tuple(claim.taints),
+        allocatable=allocatable,
+        capacity=capacity or allocatable,
+        initialized=False,
+    )
+
+
+def build_snapshot(manifests: Manifests, provider: InstanceTypeProvider) -> SchedulingSnapshot:
+    """What the scheduler needs from the cluster's objects."""
+    snapshot = SchedulingSnapshot()
+    nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
+    for pool in manifests.nodepools:
+        if pool.metadata.deletion_timestamp is not None:
+            snapshot.notes.append(f"NodePool {pool.name}: being deleted, not used for new nodes")
+            continue
+        if pool.is_static:
+            snapshot.notes.append(
+                f"NodePool {pool.name}: static (replicas is set), not used for pending pods"
+            )
+            continue
+        reference = pool.spec.template.spec.node_class_ref
+        nodeclass = nodeclasses.get(reference.name)
+        if nodeclass is None and manifests.nodeclasses:
+            snapshot.notes.append(
+                f"NodePool {pool.name}: AKSNodeClass {reference.name} is not among the inputs; using its defaults"
+            )
+        snapshot.nodepools.append(_nodepool(pool))
+        snapshot.instance_types[pool.name] = provider(nodeclass)
+
+    known_nodes = {node.metadata.name for node in manifests.nodes}
+    bound: dict[str, list[Pod]] = {name: [] for name in known_nodes}
+    for pod in manifests.pods:
+        if is_terminal(pod):
+            continue
+        node_name = pod.spec.node_name
+        if node_name:
+            if node_name in bound:
+                bound[node_name].append(pod)
+            else:
+                snapshot.notes.append(
+                    f"Pod {pod.metadata.namespace}/{pod.metadata.name}: bound to unknown node {node_name}"
+                )
+        elif not is_daemonset_pod(pod):
+            snapshot.pending.append(pod)
+    snapshot.nodes = [_node(node, bound[node.metadata.name]) for node in manifests.nodes]
+
+    all_types = {it.name: it for types in snapshot.instance_types.values() for it in types}
+    for claim in manifests.nodeclaims:
+        if claim.status.node_name and claim.status.node_name in known_nodes:
+            continue
+        launching = _launching(claim, all_types)
+        if launching is None:
+            snapshot.notes.append(
+                f"NodeClaim {claim.name}: no allocatable known yet, not counted as capacity"
+            )
+        else:
+            snapshot.nodes.append(launching)
+    snapshot.daemonsets = [daemonset_pod(daemonset) for daemonset in manifests.daemonsets]
+    return snapshot
