@@ -12,7 +12,7 @@ from core.instancetypes.types import Offering, dollars
 from core.resources import Resources, format_resources
 from core.scheduling.instancetypeset import InstanceTypeSet
 from core.scheduling.nodes import NodeClaimTemplate
-from core.scheduling.requirements import Requirements
+from core.scheduling.requirements import Operator, Requirements
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +52,18 @@ def choose_launch(
     if best is None:
         return None
     _, name, row, offering = best
-    type_labels = types.types[row].requirements.labels()
-    type_labels.update(offering.requirements.labels())
-    return Launch(name, offering, type_labels)
+    node_labels = _single_values(types.types[row].requirements)
+    node_labels.update(_single_values(offering.requirements))
+    return Launch(name, offering, node_labels)
+
+
+def _single_values(requirements: Requirements) -> dict[str, str]:
+    """The labels a launched node carries for every key its type or offering pins to one value."""
+    return {
+        requirement.key: next(iter(requirement.values))
+        for requirement in requirements
+        if requirement.operator() is Operator.IN and len(requirement.values) == 1
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,184 @@
+"""`nodewright schedule` from the outside: its JSON shape (a public interface), its table, and its errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.cli import main
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ROOT / "deploy" / "examples"
+NODEPOOL = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+"""
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def pod(name: str, cpu: str, memory: str, extra: str = "") -> str:
+    return f"""
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers:
+    - name: c
+      resources: {{requests: {{cpu: "{cpu}", memory: {memory}}}}}
+{extra}"""
+
+
+def schedule_json(*args: str) -> dict[str, Any]:
+    code, out, err = run("schedule", "-o", "json", *args)
+    assert code == 0, err
+    document: dict[str, Any] = json.loads(out)
+    return document
+
+
+def test_json_has_the_public_shape(tmp_path: Path) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("a", "1", "1Gi") + pod("b", "1", "1Gi"))
+    document = schedule_json("-f", manifests)
+    assert set(document) >= {"nodeclaims", "existing", "unschedulable", "total_price_per_hour"}
+    claim = document["nodeclaims"][0]
+    assert set(claim) >= {
+        "nodepool",
+        "instance_type",
+        "zone",
+        "capacity_type",
+        "price_per_hour",
+        "instance_type_options",
+        "pods",
+        "labels",
+        "taints",
+    }
+    assert claim["nodepool"] == "default"
+    assert claim["capacity_type"] == "on-demand"
+    assert claim["instance_type"] == claim["instance_type_options"][0]
+    assert sorted(claim["pods"]) == ["default/a", "default/b"]
+    assert claim["labels"]["node.kubernetes.io/instance-type"] == claim["instance_type"]
+    assert claim["labels"]["karpenter.sh/nodepool"] == "default"
+    assert document["total_price_per_hour"] == pytest.approx(sum(c["price_per_hour"] for c in document["nodeclaims"]))
+
+
+def test_existing_nodes_are_used_first(tmp_path: Path) -> None:
+    node = """
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: aks-existing-1
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux, topology.kubernetes.io/zone: eastus-1}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+"""
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + node + pod("small", "1", "1Gi") + pod("big", "3500m", "8Gi"))
+    document = schedule_json("-f", manifests)
+    placed = {p for placement in document["existing"] for p in placement["pods"]}
+    assert document["existing"][0]["node"] == "aks-existing-1"
+    assert "default/big" in placed
+    new = {p for claim in document["nodeclaims"] for p in claim["pods"]}
+    assert placed | new == {"default/small", "default/big"}
+
+
+def test_unschedulable_pods_come_with_a_reason_per_nodepool(tmp_path: Path) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("huge", "900", "16Gi"))
+    document = schedule_json("-f", manifests)
+    assert document["nodeclaims"] == []
+    [entry] = document["unschedulable"]
+    assert entry["pod"] == "default/huge"
+    assert any('nodepool "default"' in reason and "cpu" in reason for reason in entry["reasons"])
+
+
+def test_unavailable_offerings_move_the_launch(tmp_path: Path) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("a", "1", "1Gi"))
+    first = schedule_json("-f", manifests)["nodeclaims"][0]
+    blocked = f"{first['instance_type']}:{first['zone']}:{first['capacity_type']}"
+    second = schedule_json("-f", manifests, "--unavailable", blocked)["nodeclaims"][0]
+    assert (second["instance_type"], second["zone"]) != (first["instance_type"], first["zone"])
+
+
+def test_a_custom_catalog_replaces_the_azure_one(tmp_path: Path) -> None:
+    catalog = write(
+        tmp_path,
+        "catalog.yaml",
+        """
+instanceTypes:
+  - name: small
+    capacity: {cpu: "2", memory: 4Gi, pods: "20"}
+    offerings: [{zone: z1, capacityType: on-demand, price: 0.05}]
+  - name: large
+    capacity: {cpu: "8", memory: 32Gi, pods: "50"}
+    offerings: [{zone: z1, capacityType: on-demand, price: 0.50}]
+""",
+    )
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("a", "1", "1Gi") + pod("b", "6", "8Gi"))
+    document = schedule_json("-f", manifests, "--catalog", catalog)
+    types = sorted(claim["instance_type"] for claim in document["nodeclaims"])
+    assert types == ["large"]
+    assert document["total_price_per_hour"] == pytest.approx(0.50)
+
+
+def test_the_shipped_examples_answer(tmp_path: Path) -> None:
+    document = schedule_json("-f", str(EXAMPLES))
+    assert document["nodeclaims"], "the examples should need new nodes"
+    scheduled = {p for claim in document["nodeclaims"] for p in claim["pods"]}
+    assert any(p.startswith("default/inflate-") for p in scheduled)
+    for claim in document["nodeclaims"]:
+        if any(p.startswith("default/inflate-") for p in claim["pods"]):
+            assert claim["labels"]["kubernetes.io/arch"] == "arm64"
+            assert claim["capacity_type"] == "on-demand"
+            assert claim["zone"] == "eastus-2"
+    assert [entry["pod"] for entry in document["unschedulable"]] == ["default/too-big"]
+
+
+def test_bad_input_names_object_and_field_and_keeps_the_rest(tmp_path: Path) -> None:
+    bad = pod("broken", "1x", "1Gi")
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + bad + pod("fine", "1", "1Gi"))
+    code, out, err = run("schedule", "-o", "json", "-f", manifests)
+    assert code == 1
+    assert "broken" in err and "cpu" in err
+    document = json.loads(out)
+    assert [p for claim in document["nodeclaims"] for p in claim["pods"]] == ["default/fine"]
+    assert document["errors"]
+
+
+def test_usage_errors_are_sentences_not_tracebacks(tmp_path: Path) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL)
+    code, _, err = run("schedule", "-f", manifests, "--region", "mars")
+    assert code == 2 and "eastus" in err
+    code, _, err = run("schedule", "-f", manifests, "--unavailable", "nonsense")
+    assert code == 2 and "<sku>:<zone>:<capacity-type>" in err
+    code, _, err = run("schedule", "-f", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "no such file" in err
+
+
+def test_table_output_lists_claims_and_total(tmp_path: Path) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("a", "1", "1Gi"))
+    code, out, _ = run("schedule", "-f", manifests)
+    assert code == 0
+    assert "New NodeClaims (1):" in out and "INSTANCE-TYPE" in out and "Total for new NodeClaims: $" in out
