@@ -114,7 +114,13 @@ def problems_of(error: ValidationError) -> list[str]:
     for detail in error.errors(include_url=False):
         message = detail["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         path = field_path(detail["loc"])
-        problems.append(f"{path}: {message}" if path else message)
+        if not path:
+            problems.append(message)
+        elif message.startswith("("):
+            # A rule that quotes the offending value reads as one phrase: "minValues (3) exceeds ...".
+            problems.append(f"{path} {message}")
+        else:
+            problems.append(f"{path}: {message}")
     return problems
 
 
