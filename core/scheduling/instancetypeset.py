@@ -163,7 +163,8 @@ class InstanceTypeSet:
 
     def has_offering(self, requirements: Requirements) -> BoolArray:
         """Types with at least one available offering compatible with the requirements."""
-        return self.cheapest_prices(requirements) != NO_PRICE
+        offered: BoolArray = self.cheapest_prices(requirements) != NO_PRICE
+        return offered
 
     def defined_keys(self) -> list[str]:
         """Label keys at least one of the types defines."""

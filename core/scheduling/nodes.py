@@ -106,11 +106,14 @@ class ExistingNode:
         check_host_ports(self.host_ports, pod.host_ports)
         if np.any(requests > self.available):
             raise Rejection(Stage.RESOURCES, "not enough resources left")
-        reason = self.requirements.compatible(pod_requirements)
+        # A node that exists has every label it will ever have: no undefined key is taken on trust.
+        reason = self.requirements.compatible(pod_requirements, frozenset())
         if reason is not None:
             raise Rejection(Stage.REQUIREMENTS, reason)
         try:
-            return topology.add_requirements(pod, constraints, pod_requirements, self.requirements)
+            return topology.add_requirements(
+                pod, constraints, constraints.strict_requirements(), self.requirements
+            )
         except TopologyError as error:
             raise Rejection(Stage.TOPOLOGY, error) from error
 
@@ -186,7 +189,7 @@ class SimNodeClaim:
         merged = self.requirements.copy()
         merged.add(*pod_requirements)
         try:
-            merged = topology.add_requirements(pod, constraints, pod_requirements, merged)
+            merged = topology.add_requirements(pod, constraints, constraints.strict_requirements(), merged)
         except TopologyError as error:
             raise Rejection(Stage.TOPOLOGY, error) from error
         mask = filter_instance_types(template, self.mask, merged, self.requests + requests, pod, limit_mask)
@@ -211,23 +214,26 @@ def filter_instance_types(
     """Types that still match the requirements, fit the requests plus DaemonSet overhead, and have an
     available offering; raises a `Rejection` that says which of the three eliminated the last one."""
     types = template.instance_types
-    compatible = current & types.compatible(requirements)
-    if limit_mask is not None:
-        compatible &= limit_mask
+    unlimited = current & types.compatible(requirements)
+    compatible = unlimited & limit_mask if limit_mask is not None else unlimited
     fits = np.all(template.headroom >= requests, axis=1)
     for ports_mask, ports in template.daemons.host_ports:
         if any(port in ports for port in pod.host_ports):
             fits &= ~ports_mask
     offered = types.has_offering(requirements)
-    remaining = compatible & fits & offered
+    remaining: BoolArray = compatible & fits & offered
     if remaining.any():
         unmet = unmet_min_values(types, remaining, requirements)
         if unmet and not template.min_values_best_effort:
             raise Rejection(Stage.INSTANCE_TYPES, unmet[0])
         return remaining
+    if (unlimited & fits & offered).any():
+        raise Rejection(
+            Stage.LIMITS,
+            f'all instance types with enough resources exceed the limits of nodepool "{template.nodepool}"',
+        )
     raise Rejection(
-        Stage.INSTANCE_TYPES,
-        _explain_no_type(template, current, compatible, fits, offered, requirements, requests),
+        Stage.INSTANCE_TYPES, _explain_no_type(template, compatible, fits, requirements, requests)
     )
 
 
@@ -247,10 +253,8 @@ def unmet_min_values(types: InstanceTypeSet, mask: BoolArray, requirements: Requ
 
 def _explain_no_type(
     template: NodeClaimTemplate,
-    current: BoolArray,
     compatible: BoolArray,
     fits: BoolArray,
-    offered: BoolArray,
     requirements: Requirements,
     requests: IntArray,
 ) -> str:

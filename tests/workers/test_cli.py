@@ -80,7 +80,9 @@ def test_json_has_the_public_shape(tmp_path: Path) -> None:
     assert sorted(claim["pods"]) == ["default/a", "default/b"]
     assert claim["labels"]["node.kubernetes.io/instance-type"] == claim["instance_type"]
     assert claim["labels"]["karpenter.sh/nodepool"] == "default"
-    assert document["total_price_per_hour"] == pytest.approx(sum(c["price_per_hour"] for c in document["nodeclaims"]))
+    assert document["total_price_per_hour"] == pytest.approx(
+        sum(c["price_per_hour"] for c in document["nodeclaims"])
+    )
 
 
 def test_existing_nodes_are_used_first(tmp_path: Path) -> None:
@@ -96,7 +98,9 @@ status:
   capacity: {cpu: "4", memory: 16Gi, pods: "110"}
   conditions: [{type: Ready, status: "True"}]
 """
-    manifests = write(tmp_path, "in.yaml", NODEPOOL + node + pod("small", "1", "1Gi") + pod("big", "3500m", "8Gi"))
+    manifests = write(
+        tmp_path, "in.yaml", NODEPOOL + node + pod("small", "1", "1Gi") + pod("big", "3500m", "8Gi")
+    )
     document = schedule_json("-f", manifests)
     placed = {p for placement in document["existing"] for p in placement["pods"]}
     assert document["existing"][0]["node"] == "aks-existing-1"
