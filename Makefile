@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/nodewright schedule -f deploy/examples/nodepool.yaml -f deploy/examples/workloads.yaml
+	$(BIN)/nodewright schedule -f deploy/examples/
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -67,6 +67,12 @@ def run_one(catalog: str, count: int) -> dict[str, object]:
             totals[name] = totals.get(name, 0) + amount
     cost = results.total_price_micros
     bound = lower_bound_micros(types, totals)
+    by_name = {it.name: it for it in types}
+    allocatable: dict[str, int] = {}
+    for claim in results.nodeclaims:
+        if claim.instance_type is not None:
+            for name, amount in by_name[claim.instance_type].allocatable().items():
+                allocatable[name] = allocatable.get(name, 0) + amount
     return {
         "catalog": catalog,
         "instance_types": len(types),
@@ -77,6 +83,10 @@ def run_one(catalog: str, count: int) -> dict[str, object]:
         "unschedulable": len(results.unschedulable),
         "dollars_per_hour": round(cost / 1e6, 2),
         "cost_ratio_to_lower_bound": round(cost / bound, 3) if bound else None,
+        "cpu_utilization": round(totals.get(CPU, 0) / allocatable[CPU], 3) if allocatable.get(CPU) else None,
+        "memory_utilization": round(totals.get(MEMORY, 0) / allocatable[MEMORY], 3)
+        if allocatable.get(MEMORY)
+        else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -95,7 +105,7 @@ def main() -> None:
     header = (
         f"{'catalog':<10} {'types':>5} {'pods':>6} {'seconds':>8} {'pods/s':>7} {'nodes':>6} {'unsched':>7} "
     )
-    header += f"{'$/hour':>9} {'cost/LB':>7} {'peak MB':>7}"
+    header += f"{'$/hour':>9} {'cost/LB':>7} {'cpu use':>7} {'mem use':>7} {'peak MB':>7}"
     print(header)
     for catalog, count in RUNS:
         output = subprocess.run(
@@ -108,7 +118,8 @@ def main() -> None:
         print(
             f"{row['catalog']:<10} {row['instance_types']:>5} {row['pods']:>6} {row['seconds']:>8} "
             f"{row['pods_per_second']:>7} {row['nodes']:>6} {row['unschedulable']:>7} "
-            f"{row['dollars_per_hour']:>9} {row['cost_ratio_to_lower_bound']:>7} {row['peak_rss_mb']:>7}"
+            f"{row['dollars_per_hour']:>9} {row['cost_ratio_to_lower_bound']:>7} {row['cpu_utilization']:>7} "
+            f"{row['memory_utilization']:>7} {row['peak_rss_mb']:>7}"
         )
 
 
