@@ -563,26 +563,11 @@ class _Simulation:
             return ["no nodepools found"]
         reasons: list[str] = []
         for template in self.templates:
-            limit_mask, limit_reason = self._limit_mask(template)
-            if limit_reason is not None:
-                reasons.append(limit_reason)
-                continue
             if not template.base_mask.any():
                 reasons.append(f'nodepool "{template.nodepool}" has no compatible instance types')
                 continue
-            index = len(self.claims)
-            hostname = f"hostname-placeholder-{index:04d}"
-            requirements = template.requirements.copy()
-            requirements.add(Requirement.new(labels.HOSTNAME, Operator.IN, [hostname]))
-            claim = SimNodeClaim(
-                index=index,
-                template=template,
-                hostname=hostname,
-                requirements=requirements,
-                mask=template.base_mask,
-                requests=np.zeros(len(self.axes.names), dtype=np.int64),
-            )
-            self.topology.register_hostname(hostname)
+            limit_mask, limit_reason = self._limit_mask(template)
+            claim = self._new_claim(template)
             try:
                 merged, mask = claim.try_add(
                     pod, constraints, pod_requirements, requests, self.topology, limit_mask
@@ -590,12 +575,31 @@ class _Simulation:
             except Rejection as rejection:
                 reasons.append(self._explain(template, rejection))
                 continue
+            if limit_reason is not None:
+                # The pod would fit a new node, but the pool's limits leave no room for one.
+                reasons.append(limit_reason)
+                continue
             self._grow()
             self.claims.append(claim)
             self._commit_claim(claim, pod, requests, merged, mask)
             self._charge_limits(template, mask)
             return None
         return reasons
+
+    def _new_claim(self, template: NodeClaimTemplate) -> SimNodeClaim:
+        index = len(self.claims)
+        hostname = f"hostname-placeholder-{index:04d}"
+        requirements = template.requirements.copy()
+        requirements.add(Requirement.new(labels.HOSTNAME, Operator.IN, [hostname]))
+        self.topology.register_hostname(hostname)
+        return SimNodeClaim(
+            index=index,
+            template=template,
+            hostname=hostname,
+            requirements=requirements,
+            mask=template.base_mask,
+            requests=np.zeros(len(self.axes.names), dtype=np.int64),
+        )
 
     @staticmethod
     def _explain(template: NodeClaimTemplate, rejection: Rejection) -> str:
