@@ -1,0 +1,90 @@
+"""The narrow interface to the Kubernetes API that activities and the controller use.
+
+A real cluster (through the Kubernetes client) and the simulated AKS both implement it; objects are the
+models of `core.api`. Deleting an object with finalizers marks it for deletion, as the API server does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from core.api.kube import Node, Pod
+from core.api.manifests import Manifests
+from core.api.meta import Taint
+from core.api.nodeclaim import NodeClaim
+
+
+class EventType(StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+class WatchEvent(BaseModel):
+    """One change, as a watch reports it: the object's kind, name, and its manifest after the change."""
+
+    type: EventType
+    kind: str
+    name: str
+    namespace: str | None = None
+    resource_version: int
+    object: dict[str, Any]
+
+
+class ClusterAPI(Protocol):
+    async def snapshot(self) -> Manifests:
+        """Every object the scheduler reads, at one resource version."""
+        ...
+
+    async def get_node(self, name: str) -> Node | None: ...
+
+    async def find_node_by_provider_id(self, provider_id: str) -> Node | None: ...
+
+    async def get_nodeclaim(self, name: str) -> NodeClaim | None: ...
+
+    async def list_pods_on_node(self, node_name: str) -> list[Pod]: ...
+
+    async def create_nodeclaim(self, nodeclaim: NodeClaim) -> NodeClaim:
+        """Create it, or return the existing one with the same name."""
+        ...
+
+    async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
+        """Replace the status (conditions, providerID, nodeName, capacity, allocatable)."""
+        ...
+
+    async def patch_nodeclaim_metadata(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        remove_finalizers: list[str] | None = None,
+    ) -> NodeClaim | None: ...
+
+    async def patch_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        add_taints: list[Taint] | None = None,
+        remove_taint_keys: list[str] | None = None,
+        add_finalizers: list[str] | None = None,
+        remove_finalizers: list[str] | None = None,
+        unschedulable: bool | None = None,
+    ) -> Node | None: ...
+
+    async def evict_pod(self, namespace: str, name: str) -> None:
+        """Evict through the eviction API; `PDBViolationError` when a budget forbids it now."""
+        ...
+
+    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None: ...
+
+    async def delete_node(self, name: str) -> None: ...
+
+    async def delete_nodeclaim(self, name: str) -> None: ...
+
+    def watch(self, since: int = 0) -> AsyncIterator[WatchEvent]:
+        """Changes after resource version `since`, forever."""
+        ...
