@@ -7,6 +7,24 @@ they rule out, so the caller can mark it unavailable and move on to the next one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    """Error kinds as they cross process boundaries (Temporal failure types, HTTP error bodies)."""
+
+    NOT_FOUND = "NotFound"
+    CONFLICT = "Conflict"
+    TRANSIENT = "Transient"
+    INVALID = "Invalid"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    THROTTLED = "Throttled"
+    PDB_VIOLATION = "PDBViolation"
+
+
+OFFERING_ERROR_KINDS = (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED)
+"""After these, the lifecycle marks the offering unavailable and tries the next one."""
 
 
 class CloudError(Exception):

@@ -66,6 +66,16 @@ class InstanceType:
             name: max(0, amount) for name, amount in subtract(self.capacity, self.overhead.total()).items()
         }
 
+    def node_labels(self, offering: Offering) -> dict[str, str]:
+        """The labels a node of this type gets when launched with this offering: every key the type or the
+        offering pins to a single value."""
+        result: dict[str, str] = {}
+        for requirements in (self.requirements, offering.requirements):
+            for requirement in requirements:
+                if not requirement.complement and len(requirement.values) == 1:
+                    result[requirement.key] = next(iter(requirement.values))
+        return result
+
     def available_offerings(self) -> tuple[Offering, ...]:
         """The offerings that can be launched now."""
         return tuple(offering for offering in self.offerings if offering.available)

@@ -12,7 +12,7 @@ from core.instancetypes.types import Offering, dollars
 from core.resources import Resources, format_resources
 from core.scheduling.instancetypeset import InstanceTypeSet
 from core.scheduling.nodes import NodeClaimTemplate
-from core.scheduling.requirements import Operator, Requirements
+from core.scheduling.requirements import Requirements
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,35 +35,22 @@ def _offering_order(offering: Offering) -> tuple[int, bool, bool, str]:
     )
 
 
-def choose_launch(
-    types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements
-) -> Launch | None:
-    """The type and offering the provider would launch: the best offering over all remaining types."""
+def launch_order(
+    types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements, limit: int = 20
+) -> list[Launch]:
+    """The offerings the provider would try, best first, over all remaining types (at most `limit`)."""
     mask = types.offering_mask(requirements)
-    best: tuple[tuple[int, bool, bool, str], str, int, Offering] | None = None
     allowed = set(ordered)
+    candidates = []
     for column, offering in enumerate(types.offerings):
         row = int(types.offering_type[column])
-        if not mask[column] or row not in allowed:
-            continue
-        candidate = (_offering_order(offering), types.names[row], row, offering)
-        if best is None or candidate[:2] < best[:2]:
-            best = candidate
-    if best is None:
-        return None
-    _, name, row, offering = best
-    node_labels = _single_values(types.types[row].requirements)
-    node_labels.update(_single_values(offering.requirements))
-    return Launch(name, offering, node_labels)
-
-
-def _single_values(requirements: Requirements) -> dict[str, str]:
-    """The labels a launched node carries for every key its type or offering pins to one value."""
-    return {
-        requirement.key: next(iter(requirement.values))
-        for requirement in requirements
-        if requirement.operator() is Operator.IN and len(requirement.values) == 1
-    }
+        if mask[column] and row in allowed:
+            candidates.append((_offering_order(offering), types.names[row], row, offering))
+    candidates.sort(key=lambda candidate: candidate[:2])
+    launches = []
+    for _, name, row, offering in candidates[:limit]:
+        launches.append(Launch(name, offering, types.types[row].node_labels(offering)))
+    return launches
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +68,8 @@ class NewNodeClaim:
     requirements: list[dict[str, object]]
     requests: Resources
     annotations: dict[str, str] = field(default_factory=dict)
+    launch_candidates: list[Launch] = field(default_factory=list)
+    """Offerings in the order the provider would try them; the first is the launch."""
 
     @classmethod
     def build(
@@ -88,11 +77,12 @@ class NewNodeClaim:
         template: NodeClaimTemplate,
         requirements: Requirements,
         options: list[str],
-        launch: Launch | None,
+        launches: list[Launch],
         pods: list[str],
         requests: Resources,
         annotations: dict[str, str] | None = None,
     ) -> NewNodeClaim:
+        launch = launches[0] if launches else None
         node_labels = dict(launch.labels) if launch else {}
         node_labels.update(requirements.labels())
         if launch:
@@ -114,6 +104,7 @@ class NewNodeClaim:
             requirements=requirements.to_dicts(),
             requests=requests,
             annotations=dict(annotations or {}),
+            launch_candidates=launches,
         )
 
     def to_json(self) -> dict[str, object]:

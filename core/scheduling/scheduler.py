@@ -41,7 +41,7 @@ from core.scheduling.results import (
     NewNodeClaim,
     SchedulingResults,
     Unschedulable,
-    choose_launch,
+    launch_order,
 )
 from core.scheduling.topology import BoundPod, DomainSource, Topology, TopologyGroup, TopologyType
 
@@ -660,7 +660,7 @@ class _Simulation:
         if any(requirement.min_values is not None for requirement in requirements):
             relaxed = bool(unmet_min_values(types, claim.mask, requirements))
             annotations[labels.MIN_VALUES_RELAXED] = "true" if relaxed else "false"
-        launch = choose_launch(types, ordered, requirements)
+        launches = launch_order(types, ordered, requirements)
         offered = types.offering_mask(requirements) & np.isin(types.offering_type, ordered)
         capacity_types = sorted(
             {types.offerings[column].capacity_type for column in np.flatnonzero(offered).tolist()}
@@ -674,7 +674,7 @@ class _Simulation:
             template=template,
             requirements=requirements,
             options=[types.names[row] for row in ordered],
-            launch=launch,
+            launches=launches,
             pods=[pod.key for pod in claim.pods],
             annotations=annotations,
             requests=self.axes.resources(claim.requests + daemon.astype(np.int64)),

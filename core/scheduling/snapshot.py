@@ -20,7 +20,7 @@ from core.api.nodepool import NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
-from core.resources import parse_resources
+from core.resources import Resources, parse_resources
 from core.scheduling.requirements import Operator
 from core.scheduling.scheduler import NodePoolSpec, NodeSnapshot
 
@@ -142,9 +142,15 @@ def _node(node: Node, pods: list[Pod]) -> NodeSnapshot:
     )
 
 
+def min_each(lists: Sequence[Resources]) -> Resources:
+    """The smallest amount of each resource across lists (a resource missing from one counts as zero)."""
+    names = set().union(*lists) if lists else set()
+    return {name: min(resources.get(name, 0) for resources in lists) for name in names}
+
+
 def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot | None:
-    """A NodeClaim without a Node yet, as capacity that will exist: its allocatable from its status, or from
-    its instance type when it names exactly one."""
+    """A NodeClaim without a Node yet, as capacity that will exist: its allocatable from its status once
+    launched, before that the least any of its instance-type options offers."""
     claim_labels = dict(claim.labels)
     requirements = claim.spec.requirement_set()
     for requirement in requirements:
@@ -155,11 +161,13 @@ def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot
     claim_labels.setdefault(labels.HOSTNAME, claim.name)
     allocatable = parse_resources(claim.status.allocatable)
     capacity = parse_resources(claim.status.capacity)
-    instance_type = types.get(claim_labels.get(labels.INSTANCE_TYPE, ""))
-    if not allocatable and instance_type is not None:
-        allocatable, capacity = instance_type.allocatable(), dict(instance_type.capacity)
     if not allocatable:
-        return None
+        # Not launched yet: it will be one of its options, so count on what the smallest of them offers.
+        options = [types[name] for name in requirements.get(labels.INSTANCE_TYPE).values if name in types]
+        if not options:
+            return None
+        allocatable = min_each([option.allocatable() for option in options])
+        capacity = min_each([option.capacity for option in options])
     return NodeSnapshot(
         name=claim.name,
         labels=claim_labels,

@@ -1,0 +1,59 @@
+"""How classified failures cross into Temporal: as `ApplicationError`s whose type is the error kind.
+
+Capacity, quota and invalid-request errors are non-retryable (retrying the same offering cannot help; the
+workflow moves to the next one); throttling retries after the cloud's Retry-After; everything else is left to
+the activity's retry policy.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.exceptions import ApplicationError
+
+from core.errors import (
+    CloudError,
+    ErrorKind,
+    InsufficientCapacityError,
+    InvalidError,
+    NotFoundError,
+    QuotaExceededError,
+    ThrottledError,
+)
+from core.messages import LaunchFailure, OfferingChoice
+
+INSUFFICIENT_CAPACITY = ErrorKind.INSUFFICIENT_CAPACITY.value
+QUOTA_EXCEEDED = ErrorKind.QUOTA_EXCEEDED.value
+INVALID = ErrorKind.INVALID.value
+NOT_FOUND = ErrorKind.NOT_FOUND.value
+THROTTLED = ErrorKind.THROTTLED.value
+
+
+def launch_failure(error: CloudError, offering: OfferingChoice) -> ApplicationError:
+    """A launch error as Temporal should see it; capacity and quota failures carry the offering they rule out."""
+    if isinstance(error, InsufficientCapacityError | QuotaExceededError):
+        kind = INSUFFICIENT_CAPACITY if isinstance(error, InsufficientCapacityError) else QUOTA_EXCEEDED
+        failure = LaunchFailure(
+            instance_type=offering.instance_type,
+            zone=offering.zone,
+            capacity_type=offering.capacity_type,
+            kind=kind,
+            message=str(error),
+        )
+        return ApplicationError(str(error), failure, type=kind, non_retryable=True)
+    return as_application_error(error)
+
+
+def as_application_error(error: CloudError) -> ApplicationError:
+    """Any classified error as an `ApplicationError` with the retry behaviour its kind calls for."""
+    if isinstance(error, ThrottledError):
+        return ApplicationError(
+            str(error),
+            type=THROTTLED,
+            next_retry_delay=timedelta(seconds=max(1.0, error.retry_after_seconds)),
+        )
+    if isinstance(error, InvalidError):
+        return ApplicationError(str(error), type=INVALID, non_retryable=True)
+    if isinstance(error, NotFoundError):
+        return ApplicationError(str(error), type=NOT_FOUND, non_retryable=True)
+    return ApplicationError(str(error), type=type(error).__name__)

@@ -1,0 +1,216 @@
+"""Kubernetes activities: NodeClaim objects and their conditions, Node registration, tainting and draining.
+
+Each one is a few API calls and idempotent, so a retry after a lost response or a worker crash does no harm.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from activities.errors import as_application_error
+from core import labels
+from core.api.kube import Pod, is_daemonset_pod, is_terminal
+from core.api.meta import Taint, TaintEffect
+from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import StatusCondition
+from core.cluster import ClusterAPI
+from core.errors import CloudError, NotFoundError, PDBViolationError
+from core.messages import (
+    ActivityName,
+    ConditionUpdate,
+    DrainInput,
+    DrainResult,
+    NodeState,
+    NodeStateInput,
+    PlannedNodeClaim,
+    RegisterInput,
+)
+from core.resources import parse_resources
+
+DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
+EXCLUDE_FROM_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
+CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+
+
+def nodeclaim_object(claim: PlannedNodeClaim) -> NodeClaim:
+    """The NodeClaim object for a planned NodeClaim, owned by its NodePool and held by the termination finalizer."""
+    return NodeClaim.parse(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": claim.name,
+                "labels": claim.labels,
+                "annotations": claim.annotations,
+                "finalizers": [labels.TERMINATION_FINALIZER],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "karpenter.sh/v1",
+                        "kind": "NodePool",
+                        "name": claim.nodepool,
+                        "uid": claim.nodepool,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {
+                "requirements": claim.requirements,
+                "resources": {"requests": claim.requests},
+                "taints": [t.model_dump(mode="json", exclude_none=True) for t in claim.taints],
+                "startupTaints": [t.model_dump(mode="json", exclude_none=True) for t in claim.startup_taints],
+                "nodeClassRef": {
+                    "group": "karpenter.azure.com",
+                    "kind": "AKSNodeClass",
+                    "name": claim.nodeclass,
+                },
+            },
+        }
+    )
+
+
+def drain_group(pod: Pod) -> int:
+    """Karpenter's eviction order: non-critical pods, then non-critical DaemonSet pods, then critical pods,
+    then critical DaemonSet pods; each group only once the previous one is gone."""
+    critical = pod.spec.priority_class_name in CRITICAL_PRIORITY_CLASSES
+    return (2 if critical else 0) + (1 if is_daemonset_pod(pod) else 0)
+
+
+def _key(pod: Pod) -> str:
+    return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+
+
+class KubeActivities:
+    def __init__(self, cluster: ClusterAPI) -> None:
+        self.cluster = cluster
+
+    @activity.defn(name=ActivityName.CREATE_NODECLAIMS)
+    async def create_nodeclaims(self, claims: list[PlannedNodeClaim]) -> list[str]:
+        created = []
+        for claim in claims:
+            try:
+                await self.cluster.create_nodeclaim(nodeclaim_object(claim))
+            except CloudError as error:
+                raise as_application_error(error) from error
+            created.append(claim.name)
+        return created
+
+    @activity.defn(name=ActivityName.UPDATE_NODECLAIM)
+    async def update_nodeclaim(self, update: ConditionUpdate) -> bool:
+        """Set one condition (and any status fields given); False when the NodeClaim is gone."""
+        claim = await self.cluster.get_nodeclaim(update.name)
+        if claim is None:
+            return False
+        status = claim.status
+        now = datetime.now(UTC)
+        previous = status.condition(update.type)
+        changed = previous is None or previous.status != update.status
+        condition = StatusCondition(
+            type=update.type,
+            status=update.status,
+            reason=update.reason or update.type,
+            message=update.message,
+            last_transition_time=now if changed or previous is None else previous.last_transition_time,
+        )
+        status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
+        if update.provider_id is not None:
+            status.provider_id = update.provider_id
+        if update.node_name is not None:
+            status.node_name = update.node_name
+        if update.capacity is not None:
+            status.capacity = dict(update.capacity)
+        if update.allocatable is not None:
+            status.allocatable = dict(update.allocatable)
+        await self.cluster.update_nodeclaim_status(claim)
+        if update.labels:
+            await self.cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
+        return True
+
+    @activity.defn(name=ActivityName.FIND_NODE)
+    async def find_node(self, provider_id: str) -> str | None:
+        node = await self.cluster.find_node_by_provider_id(provider_id)
+        return node.metadata.name if node is not None else None
+
+    @activity.defn(name=ActivityName.NODE_STATE)
+    async def node_state(self, request: NodeStateInput) -> NodeState:
+        node = await self.cluster.get_node(request.node)
+        if node is None:
+            return NodeState(name=request.node, exists=False)
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        taint_keys = {taint.key for taint in node.spec.taints}
+        allocatable = parse_resources(node.status.allocatable)
+        return NodeState(
+            name=request.node,
+            ready=ready,
+            startup_taints_remaining=[key for key in request.startup_taints if key in taint_keys],
+            missing_resources=[name for name in request.requested_resources if allocatable.get(name, 0) <= 0],
+            deleting=node.metadata.deletion_timestamp is not None,
+        )
+
+    @activity.defn(name=ActivityName.REGISTER_NODE)
+    async def register_node(self, request: RegisterInput) -> None:
+        """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer and the
+        registered label, and loses the unregistered taint."""
+        node = await self.cluster.patch_node(
+            request.node,
+            labels={**request.labels, labels.REGISTERED: "true"},
+            remove_taint_keys=[labels.UNREGISTERED_TAINT],
+            add_finalizers=[labels.TERMINATION_FINALIZER],
+        )
+        if node is None:
+            raise as_application_error(NotFoundError(f"node {request.node} disappeared during registration"))
+
+    @activity.defn(name=ActivityName.MARK_INITIALIZED)
+    async def mark_initialized(self, node: str) -> None:
+        await self.cluster.patch_node(node, labels={labels.INITIALIZED: "true"})
+
+    @activity.defn(name=ActivityName.TAINT_FOR_TERMINATION)
+    async def taint_for_termination(self, node: str) -> bool:
+        """Keep new pods off the node; False when the node is already gone."""
+        patched = await self.cluster.patch_node(
+            node, labels={EXCLUDE_FROM_LOAD_BALANCERS: "karpenter"}, add_taints=[DISRUPTED]
+        )
+        return patched is not None
+
+    @activity.defn(name=ActivityName.DRAIN_NODE)
+    async def drain_node(self, request: DrainInput) -> DrainResult:
+        """One pass of the drain: evict the first group still present, or delete everything when forced."""
+        pods = [pod for pod in await self.cluster.list_pods_on_node(request.node) if not is_terminal(pod)]
+        pods = [pod for pod in pods if pod.metadata.deletion_timestamp is None or request.force]
+        if not pods:
+            return DrainResult(remaining=0)
+        if request.force:
+            for pod in pods:
+                await self.cluster.delete_pod(pod.metadata.namespace or "default", pod.metadata.name, 0)
+            return DrainResult(remaining=len(pods), evicted=[_key(pod) for pod in pods])
+        first = min(drain_group(pod) for pod in pods)
+        result = DrainResult(remaining=len(pods))
+        for pod in pods:
+            if drain_group(pod) != first:
+                continue
+            try:
+                await self.cluster.evict_pod(pod.metadata.namespace or "default", pod.metadata.name)
+                result.evicted.append(_key(pod))
+            except PDBViolationError as error:
+                result.blocked[_key(pod)] = str(error)
+            except NotFoundError:
+                result.evicted.append(_key(pod))
+        return result
+
+    @activity.defn(name=ActivityName.DELETE_NODE)
+    async def delete_node(self, node: str) -> None:
+        await self.cluster.patch_node(node, remove_finalizers=[labels.TERMINATION_FINALIZER])
+        try:
+            await self.cluster.delete_node(node)
+        except NotFoundError:
+            return
+
+    @activity.defn(name=ActivityName.DELETE_NODECLAIM)
+    async def delete_nodeclaim(self, name: str) -> None:
+        """Delete the NodeClaim and release its finalizer: the object goes away."""
+        try:
+            await self.cluster.delete_nodeclaim(name)
+        except NotFoundError:
+            return
+        await self.cluster.patch_nodeclaim_metadata(name, remove_finalizers=[labels.TERMINATION_FINALIZER])

@@ -1,0 +1,241 @@
+"""Inputs and outputs of the provisioning and lifecycle workflows and their activities.
+
+They live in `core` because workflows and activities may not import each other, and they are small on
+purpose: histories hold decisions (which NodeClaims, which offerings), never cluster snapshots.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from core.api.meta import Taint
+
+
+class OfferingChoice(BaseModel):
+    """One offering a NodeClaim may be launched with, in the order the provider would try them."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price_micros: int
+
+
+class UnavailableOffering(BaseModel):
+    """An offering a capacity or quota error ruled out, until `until`."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    until: datetime
+    reason: str = ""
+
+
+class PlanInput(BaseModel):
+    cluster: str
+    unavailable: list[UnavailableOffering] = Field(default_factory=list)
+    max_launch_candidates: int = 20
+
+
+class PlannedNodeClaim(BaseModel):
+    """A NodeClaim the scheduler decided to create, with everything its lifecycle needs."""
+
+    name: str
+    nodepool: str
+    nodeclass: str
+    instance_type_options: list[str]
+    launch_candidates: list[OfferingChoice]
+    requirements: list[dict[str, object]]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    startup_taints: list[Taint] = Field(default_factory=list)
+    requests: dict[str, str] = Field(default_factory=dict)
+    pods: list[str] = Field(default_factory=list)
+    expire_after_seconds: float | None = None
+    termination_grace_period_seconds: float | None = None
+
+
+class PlanResult(BaseModel):
+    pods: int
+    """Pending pods the plan considered."""
+    nodeclaims: list[PlannedNodeClaim] = Field(default_factory=list)
+    scheduled_on_existing: int = 0
+    unschedulable: dict[str, list[str]] = Field(default_factory=dict)
+    """Pod key to reasons, for at most a few pods (the count is `unschedulable_count`)."""
+    unschedulable_count: int = 0
+
+
+class ProvisionerInput(BaseModel):
+    cluster: str
+    batch_idle_seconds: float = 1.0
+    batch_max_seconds: float = 10.0
+    unavailable_ttl_seconds: float = 180.0
+    batches_before_continue_as_new: int = 200
+    lifecycle: LifecycleSettings | None = None
+    unavailable: list[UnavailableOffering] = Field(default_factory=list)
+    """Carried over continue-as-new."""
+    pending: list[str] = Field(default_factory=list)
+    """Pods signalled but not yet planned, carried over continue-as-new."""
+
+
+class PodsPending(BaseModel):
+    """From the controller: pods kube-scheduler could not place."""
+
+    pods: list[str]
+
+
+class LifecycleSettings(BaseModel):
+    """Every wait of a NodeClaim lifecycle, so tests and demos can shrink them."""
+
+    registration_ttl_seconds: float = 900.0
+    poll_seconds: float = 5.0
+    """How often to look again when no event arrives (events from the controller wake the workflow sooner)."""
+    drain_retry_seconds: float = 1.0
+    launch_timeout_seconds: float = 300.0
+
+
+class Phase(StrEnum):
+    LAUNCHING = "Launching"
+    REGISTERING = "Registering"
+    INITIALIZING = "Initializing"
+    RUNNING = "Running"
+    TERMINATING = "Terminating"
+    TERMINATED = "Terminated"
+    FAILED = "Failed"
+
+
+class LifecycleInput(BaseModel):
+    cluster: str
+    nodeclaim: PlannedNodeClaim
+    settings: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    provisioner_workflow_id: str | None = None
+
+
+class LaunchResult(BaseModel):
+    name: str
+    provider_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    capacity: dict[str, str]
+    allocatable: dict[str, str]
+
+
+class LaunchFailure(BaseModel):
+    """Why an offering could not be launched; `offering_unavailable` when it should be avoided for a while."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    kind: str
+    message: str
+
+
+class NodeEvent(BaseModel):
+    """From the controller: the Node of a NodeClaim appeared or changed."""
+
+    node: str
+    ready: bool = False
+    deleting: bool = False
+
+
+class DeletionRequested(BaseModel):
+    """From the controller: someone deleted the NodeClaim or its Node."""
+
+    by: str
+
+
+class NodeState(BaseModel):
+    """What the lifecycle needs to know of a Node to move on."""
+
+    name: str
+    exists: bool = True
+    ready: bool = False
+    startup_taints_remaining: list[str] = Field(default_factory=list)
+    missing_resources: list[str] = Field(default_factory=list)
+    deleting: bool = False
+
+
+class DrainResult(BaseModel):
+    remaining: int
+    evicted: list[str] = Field(default_factory=list)
+    blocked: dict[str, str] = Field(default_factory=dict)
+    """Pod key to why its eviction was refused (a PodDisruptionBudget)."""
+
+
+class ConditionUpdate(BaseModel):
+    name: str
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    provider_id: str | None = None
+    node_name: str | None = None
+    capacity: dict[str, str] | None = None
+    allocatable: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class LifecycleStatus(BaseModel):
+    """The answer to the lifecycle's status query, and its result."""
+
+    name: str
+    phase: Phase
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    node: str | None = None
+    provider_id: str | None = None
+    launch_failures: list[LaunchFailure] = Field(default_factory=list)
+    reason: str = ""
+
+
+ProvisionerInput.model_rebuild()
+
+
+class ActivityName(StrEnum):
+    """Activity names, shared by the workflows that call them and the activities that implement them."""
+
+    PLAN_PROVISIONING = "plan_provisioning"
+    CREATE_NODECLAIMS = "create_nodeclaims"
+    UPDATE_NODECLAIM = "update_nodeclaim"
+    FIND_NODE = "find_node"
+    NODE_STATE = "node_state"
+    REGISTER_NODE = "register_node"
+    MARK_INITIALIZED = "mark_initialized"
+    TAINT_FOR_TERMINATION = "taint_for_termination"
+    DRAIN_NODE = "drain_node"
+    DELETE_NODE = "delete_node"
+    DELETE_NODECLAIM = "delete_nodeclaim"
+    LAUNCH_INSTANCE = "launch_instance"
+    DELETE_INSTANCE = "delete_instance"
+
+
+class LaunchInput(BaseModel):
+    nodeclaim: str
+    nodepool: str
+    offering: OfferingChoice
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    startup_taints: list[Taint] = Field(default_factory=list)
+
+
+class RegisterInput(BaseModel):
+    nodeclaim: str
+    node: str
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class NodeStateInput(BaseModel):
+    node: str
+    startup_taints: list[str] = Field(default_factory=list)
+    requested_resources: list[str] = Field(default_factory=list)
+
+
+class DrainInput(BaseModel):
+    node: str
+    force: bool = False
+    """The NodeClaim's terminationGracePeriod has elapsed: delete what is left, PDBs or not."""

@@ -1,0 +1,146 @@
+"""The controller: watches the cluster and turns what it sees into Temporal signals. It decides nothing.
+
+- A pod kube-scheduler marked Unschedulable is signalled to the provisioner (signal-with-start, so the
+  provisioner exists as soon as it is needed), debounced, and signalled again every `requeue_seconds` while it
+  stays pending, as Karpenter requeues provisionable pods.
+- A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
+  deleted asks the workflow to terminate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from core.api.kube import Node, Pod, is_daemonset_pod, is_terminal, pod_key
+from core.api.nodeclaim import NodeClaim
+from core.cluster import ClusterAPI, EventType, WatchEvent
+from core.messages import DeletionRequested, NodeEvent, PodsPending, ProvisionerInput
+from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
+
+logger = logging.getLogger("nodewright.controller")
+
+
+def is_provisionable(pod: Pod) -> bool:
+    """Karpenter's test: kube-scheduler failed it, it is not bound or nominated, and no DaemonSet owns it."""
+    if pod.spec.node_name or is_terminal(pod) or is_daemonset_pod(pod) or pod.metadata.deletion_timestamp:
+        return False
+    if pod.status is not None and pod.status.nominated_node_name:
+        return False
+    conditions = pod.status.conditions if pod.status is not None else []
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable" for c in conditions
+    )
+
+
+def is_ready(node: Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
+class Controller:
+    def __init__(
+        self,
+        client: Client,
+        cluster: ClusterAPI,
+        provisioner: ProvisionerInput,
+        task_queue: str,
+        debounce_seconds: float = 0.2,
+        requeue_seconds: float = 10.0,
+    ) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.provisioner = provisioner
+        self.task_queue = task_queue
+        self.debounce_seconds = debounce_seconds
+        self.requeue_seconds = requeue_seconds
+        self.provisionable: set[str] = set()
+        self._unsent: set[str] = set()
+        self._wake = asyncio.Event()
+        self._claims_by_provider_id: dict[str, str] = {}
+
+    async def run(self) -> None:
+        """Watch and signal until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._watch())
+            group.create_task(self._flush_loop())
+            group.create_task(self._requeue_loop())
+
+    async def _watch(self) -> None:
+        async for event in self.cluster.watch(0):
+            try:
+                await self.handle(event)
+            except (ValueError, RPCError) as error:
+                logger.warning("ignoring %s %s: %s", event.kind, event.name, error)
+
+    async def handle(self, event: WatchEvent) -> None:
+        if event.kind == "Pod":
+            self._pod(event)
+        elif event.kind == "NodeClaim" and event.type is not EventType.DELETED:
+            await self._nodeclaim(NodeClaim.parse(event.object))
+        elif event.kind == "Node" and event.type is not EventType.DELETED:
+            await self._node(Node.model_validate(event.object))
+
+    def _pod(self, event: WatchEvent) -> None:
+        pod = Pod.model_validate(event.object)
+        key = pod_key(pod)
+        if event.type is not EventType.DELETED and is_provisionable(pod):
+            if key not in self.provisionable:
+                self.provisionable.add(key)
+                self._unsent.add(key)
+                self._wake.set()
+        else:
+            self.provisionable.discard(key)
+            self._unsent.discard(key)
+
+    async def _nodeclaim(self, claim: NodeClaim) -> None:
+        if claim.status.provider_id:
+            self._claims_by_provider_id[claim.status.provider_id] = claim.name
+        if claim.metadata.deletion_timestamp is not None:
+            await self._signal(nodeclaim_id(claim.name), "delete", DeletionRequested(by="nodeclaim deleted"))
+
+    async def _node(self, node: Node) -> None:
+        claim = self._claims_by_provider_id.get(node.spec.provider_id or "")
+        if claim is None:
+            return
+        event = NodeEvent(
+            node=node.metadata.name,
+            ready=is_ready(node),
+            deleting=node.metadata.deletion_timestamp is not None,
+        )
+        await self._signal(nodeclaim_id(claim), "node_event", event)
+
+    async def _signal(self, workflow_id: str, signal: str, argument: object) -> None:
+        # A workflow that has finished has nothing left to learn.
+        with suppress(RPCError):
+            await self.client.get_workflow_handle(workflow_id).signal(signal, argument)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.debounce_seconds)
+            self._wake.clear()
+            pods, self._unsent = sorted(self._unsent), set()
+            if pods:
+                await self._signal_provisioner(pods)
+
+    async def _requeue_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.requeue_seconds)
+            if self.provisionable:
+                await self._signal_provisioner(sorted(self.provisionable))
+
+    async def _signal_provisioner(self, pods: list[str]) -> None:
+        await self.client.start_workflow(
+            ProvisionerWorkflow.run,
+            self.provisioner,
+            id=provisioner_id(self.provisioner.cluster),
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            start_signal="pods_pending",
+            start_signal_args=[PodsPending(pods=pods)],
+        )

@@ -1,0 +1,377 @@
+"""The life of one NodeClaim, as a durable workflow: launch, register, initialize, run, terminate.
+
+One workflow per NodeClaim (id `nodeclaim/<name>`). It follows Karpenter's lifecycle controllers: a launch
+falls through the offerings in the provider's order when capacity or quota runs out; a node that does not
+register within the TTL is cleaned up; termination taints, drains in Karpenter's order (honouring
+PodDisruptionBudgets until the terminationGracePeriod runs out), deletes the instance, the Node and finally
+the NodeClaim. The controller's signals wake it; a slow poll covers events it missed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from core.errors import OFFERING_ERROR_KINDS
+    from core.messages import (
+        ActivityName,
+        ConditionUpdate,
+        DeletionRequested,
+        DrainInput,
+        DrainResult,
+        LaunchFailure,
+        LaunchInput,
+        LaunchResult,
+        LifecycleInput,
+        LifecycleStatus,
+        NodeEvent,
+        NodeState,
+        NodeStateInput,
+        OfferingChoice,
+        Phase,
+        RegisterInput,
+        UnavailableOffering,
+    )
+    from workflows import search_attributes as attributes
+
+SHORT = timedelta(seconds=30)
+RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
+EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
+
+
+def log(message: str, **fields: Any) -> None:
+    """A Karpenter-style log line: the message Karpenter writes, with its fields (silent during replay)."""
+    workflow.logger.info(message, extra={"karpenter": fields})
+
+
+@workflow.defn(name="NodeClaim")
+class NodeClaimWorkflow:
+    @workflow.init
+    def __init__(self, request: LifecycleInput) -> None:
+        self._claim = request.nodeclaim
+        self._settings = request.settings
+        self._provisioner = request.provisioner_workflow_id
+        self._status = LifecycleStatus(name=request.nodeclaim.name, phase=Phase.LAUNCHING)
+        self._node: str | None = None
+        self._deletion: str | None = None
+        self._events = 0
+
+    @workflow.signal
+    def node_event(self, event: NodeEvent) -> None:
+        self._node = self._node or event.node
+        if event.deleting and self._deletion is None:
+            self._deletion = f"node {event.node} deleted"
+        self._events += 1
+
+    @workflow.signal
+    def delete(self, request: DeletionRequested) -> None:
+        if self._deletion is None:
+            self._deletion = request.by
+        self._events += 1
+
+    @workflow.query
+    def status(self) -> LifecycleStatus:
+        return self._status
+
+    @workflow.run
+    async def run(self, request: LifecycleInput) -> LifecycleStatus:
+        self._publish(Phase.LAUNCHING)
+        if await self._launch() and await self._register() and await self._initialize():
+            await self._run()
+        if self._status.phase is not Phase.FAILED:
+            await self._terminate()
+        return self._status
+
+    # -------------------------------------------------------------------------------------------- phases
+
+    async def _launch(self) -> bool:
+        claim = self._claim
+        for offering in claim.launch_candidates:
+            if self._deletion is not None:
+                return False
+            workflow.set_current_details(
+                f"launching {offering.instance_type} in {offering.zone} ({offering.capacity_type})"
+            )
+            try:
+                launched = await workflow.execute_activity(
+                    ActivityName.LAUNCH_INSTANCE,
+                    LaunchInput(
+                        nodeclaim=claim.name,
+                        nodepool=claim.nodepool,
+                        offering=offering,
+                        labels=claim.labels,
+                        taints=claim.taints,
+                        startup_taints=claim.startup_taints,
+                    ),
+                    result_type=LaunchResult,
+                    start_to_close_timeout=timedelta(seconds=self._settings.launch_timeout_seconds),
+                    retry_policy=RETRY,
+                )
+            except ActivityError as error:
+                failure = self._offering_failure(error, offering)
+                if failure is None:
+                    raise
+                self._status.launch_failures.append(failure)
+                log(
+                    "failed launching nodeclaim, trying the next offering",
+                    NodeClaim=claim.name,
+                    **{"instance-type": offering.instance_type, "zone": offering.zone},
+                    **{"capacity-type": offering.capacity_type, "error": failure.message},
+                )
+                await self._report_unavailable(failure)
+                continue
+            await self._launched(launched)
+            return True
+        return await self._fail_launch()
+
+    async def _launched(self, launched: LaunchResult) -> None:
+        status = self._status
+        status.instance_type, status.zone, status.capacity_type = (
+            launched.instance_type,
+            launched.zone,
+            launched.capacity_type,
+        )
+        status.provider_id = launched.provider_id
+        await self._condition(
+            "Launched",
+            "True",
+            provider_id=launched.provider_id,
+            capacity=launched.capacity,
+            allocatable=launched.allocatable,
+            labels={
+                "node.kubernetes.io/instance-type": launched.instance_type,
+                "topology.kubernetes.io/zone": launched.zone,
+                "karpenter.sh/capacity-type": launched.capacity_type,
+            },
+        )
+        log(
+            "launched nodeclaim",
+            NodeClaim=self._claim.name,
+            **{"provider-id": launched.provider_id, "instance-type": launched.instance_type},
+            **{
+                "zone": launched.zone,
+                "capacity-type": launched.capacity_type,
+                "allocatable": launched.allocatable,
+            },
+        )
+        self._publish(Phase.REGISTERING)
+
+    async def _fail_launch(self) -> bool:
+        tried = ", ".join(
+            f"{f.instance_type}/{f.zone}/{f.capacity_type}: {f.kind}" for f in self._status.launch_failures
+        )
+        message = f"no offering could be launched ({tried or 'no launch candidates'})"
+        self._status.reason = message
+        await self._condition("Launched", "False", reason="LaunchFailed", message=message)
+        log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)
+        await self._delete_nodeclaim()
+        self._publish(Phase.FAILED)
+        return False
+
+    async def _register(self) -> bool:
+        ttl = timedelta(seconds=self._settings.registration_ttl_seconds)
+        deadline = workflow.now() + ttl
+        workflow.set_current_details(
+            f"waiting up to {ttl} for a Node with providerID {self._status.provider_id}"
+        )
+        while self._node is None and self._deletion is None and workflow.now() < deadline:
+            if not await self._wait(min(self._poll(), deadline - workflow.now())):
+                self._node = await workflow.execute_activity(
+                    ActivityName.FIND_NODE,
+                    self._status.provider_id,
+                    result_type=str,
+                    start_to_close_timeout=SHORT,
+                    retry_policy=RETRY,
+                )
+        if self._deletion is not None:
+            return False
+        if self._node is None:
+            message = f"no Node registered with providerID {self._status.provider_id} within {ttl}"
+            self._status.reason = message
+            await self._condition("Registered", "False", reason="RegistrationTimeout", message=message)
+            log("nodeclaim registration timed out, deleting", NodeClaim=self._claim.name, ttl=str(ttl))
+            await self._delete_instance()
+            await self._delete_nodeclaim()
+            self._publish(Phase.FAILED)
+            return False
+        await workflow.execute_activity(
+            ActivityName.REGISTER_NODE,
+            RegisterInput(nodeclaim=self._claim.name, node=self._node, labels=self._claim.labels),
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+        )
+        self._status.node = self._node
+        await self._condition("Registered", "True", node_name=self._node)
+        log("registered nodeclaim", NodeClaim=self._claim.name, Node=self._node)
+        self._publish(Phase.INITIALIZING)
+        return True
+
+    async def _initialize(self) -> bool:
+        assert self._node is not None
+        startup = [taint.key for taint in self._claim.startup_taints]
+        extended = [name for name in self._claim.requests if name.startswith(EXTENDED_RESOURCE_PREFIXES)]
+        while self._deletion is None:
+            state = await workflow.execute_activity(
+                ActivityName.NODE_STATE,
+                NodeStateInput(node=self._node, startup_taints=startup, requested_resources=extended),
+                result_type=NodeState,
+                start_to_close_timeout=SHORT,
+                retry_policy=RETRY,
+            )
+            if not state.exists or state.deleting:
+                self._deletion = self._deletion or f"node {self._node} deleted"
+                break
+            if state.ready and not state.startup_taints_remaining and not state.missing_resources:
+                await workflow.execute_activity(
+                    ActivityName.MARK_INITIALIZED,
+                    self._node,
+                    start_to_close_timeout=SHORT,
+                    retry_policy=RETRY,
+                )
+                await self._condition("Initialized", "True")
+                log("initialized nodeclaim", NodeClaim=self._claim.name, Node=self._node)
+                self._publish(Phase.RUNNING)
+                return True
+            waiting = "Ready" if not state.ready else f"startup taints {state.startup_taints_remaining}"
+            workflow.set_current_details(f"waiting for node {self._node}: {waiting}")
+            await self._wait(self._poll())
+        return False
+
+    async def _run(self) -> None:
+        workflow.set_current_details(f"running as node {self._node}")
+        expire = self._claim.expire_after_seconds
+        timeout = (
+            timedelta(seconds=expire) - (workflow.now() - workflow.info().start_time) if expire else None
+        )
+        try:
+            await workflow.wait_condition(lambda: self._deletion is not None, timeout=timeout)
+        except TimeoutError:
+            self._deletion = "expiration"
+            log("deleting expired nodeclaim", NodeClaim=self._claim.name, expireAfter=f"{expire}s")
+
+    async def _terminate(self) -> None:
+        self._publish(Phase.TERMINATING)
+        workflow.set_current_details(f"terminating: {self._deletion}")
+        node = self._node
+        if node is not None and await self._activity(ActivityName.TAINT_FOR_TERMINATION, node, bool):
+            log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
+            await self._drain(node)
+        await self._delete_instance()
+        if node is not None:
+            await self._activity(ActivityName.DELETE_NODE, node)
+            log("deleted node", Node=node)
+        await self._delete_nodeclaim()
+        self._publish(Phase.TERMINATED)
+
+    async def _drain(self, node: str) -> None:
+        grace = self._claim.termination_grace_period_seconds
+        deadline = workflow.now() + timedelta(seconds=grace) if grace is not None else None
+        while True:
+            force = deadline is not None and workflow.now() >= deadline
+            result = await self._activity(
+                ActivityName.DRAIN_NODE, DrainInput(node=node, force=force), DrainResult
+            )
+            if result.remaining == 0:
+                return
+            if result.blocked:
+                pod, reason = next(iter(result.blocked.items()))
+                workflow.set_current_details(
+                    f"draining {node}: {len(result.blocked)} eviction(s) blocked, e.g. {pod}: {reason}"
+                )
+            else:
+                workflow.set_current_details(f"draining {node}: {result.remaining} pod(s) left")
+            await workflow.sleep(timedelta(seconds=self._settings.drain_retry_seconds))
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _poll(self) -> timedelta:
+        return timedelta(seconds=self._settings.poll_seconds)
+
+    async def _wait(self, timeout: timedelta) -> bool:
+        """Wait for a signal (True) or the timeout (False)."""
+        seen = self._events
+        try:
+            await workflow.wait_condition(
+                lambda: self._events != seen or self._deletion is not None,
+                timeout=max(timeout, timedelta(seconds=1)),
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def _activity(self, name: ActivityName, argument: Any, result_type: type | None = None) -> Any:
+        return await workflow.execute_activity(
+            name, argument, result_type=result_type, start_to_close_timeout=SHORT, retry_policy=RETRY
+        )
+
+    async def _condition(
+        self, condition: str, value: str, reason: str = "", message: str = "", **fields: Any
+    ) -> None:
+        update = ConditionUpdate(
+            name=self._claim.name,
+            type=condition,
+            status=value,
+            reason=reason or condition,
+            message=message,
+            **fields,
+        )
+        await self._activity(ActivityName.UPDATE_NODECLAIM, update, bool)
+
+    async def _delete_instance(self) -> None:
+        await self._activity(ActivityName.DELETE_INSTANCE, self._claim.name)
+
+    async def _delete_nodeclaim(self) -> None:
+        await self._activity(ActivityName.DELETE_NODECLAIM, self._claim.name)
+        log("deleted nodeclaim", NodeClaim=self._claim.name)
+
+    @staticmethod
+    def _offering_failure(error: ActivityError, offering: OfferingChoice) -> LaunchFailure | None:
+        cause = error.cause
+        if isinstance(cause, ApplicationError) and cause.type in OFFERING_ERROR_KINDS:
+            return LaunchFailure(
+                instance_type=offering.instance_type,
+                zone=offering.zone,
+                capacity_type=offering.capacity_type,
+                kind=cause.type or "",
+                message=cause.message,
+            )
+        return None
+
+    async def _report_unavailable(self, failure: LaunchFailure) -> None:
+        if self._provisioner is None:
+            return
+        offering = UnavailableOffering(
+            instance_type=failure.instance_type,
+            zone=failure.zone,
+            capacity_type=failure.capacity_type,
+            until=workflow.now() + timedelta(minutes=3),
+            reason=failure.kind,
+        )
+        handle = workflow.get_external_workflow_handle(self._provisioner)
+        try:
+            await handle.signal("offering_unavailable", offering)
+        except Exception:  # the provisioner may be between runs; its next plan learns from the cloud anyway
+            workflow.logger.warning(
+                "could not tell the provisioner that %s is unavailable", failure.instance_type
+            )
+
+    def _publish(self, phase: Phase) -> None:
+        self._status.phase = phase
+        status = self._status
+        updates = [
+            attributes.NODECLAIM.value_set(self._claim.name),
+            attributes.NODEPOOL.value_set(self._claim.nodepool),
+            attributes.PHASE.value_set(phase.value),
+        ]
+        if status.instance_type:
+            updates.append(attributes.INSTANCE_TYPE.value_set(status.instance_type))
+        if status.zone:
+            updates.append(attributes.ZONE.value_set(status.zone))
+        if status.capacity_type:
+            updates.append(attributes.CAPACITY_TYPE.value_set(status.capacity_type))
+        workflow.upsert_search_attributes(updates)

@@ -1,0 +1,170 @@
+"""The provisioner: one workflow per cluster (id `provisioner/<cluster>`) that turns pending pods into NodeClaims.
+
+The controller signals pods kube-scheduler could not place. Signals are batched as Karpenter batches them
+(the window closes after `batch_idle_seconds` without a new one, or `batch_max_seconds` at most); then the
+planning activity runs the scheduler on a fresh snapshot, the NodeClaims it decided are created, and a
+lifecycle workflow starts for each. Offerings that failed with capacity or quota errors are remembered for a
+while and excluded from planning. The workflow continues as new every so many batches to keep its history short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from core.messages import (
+        ActivityName,
+        LifecycleInput,
+        LifecycleSettings,
+        PlanInput,
+        PlannedNodeClaim,
+        PlanResult,
+        PodsPending,
+        ProvisionerInput,
+        UnavailableOffering,
+    )
+    from workflows.nodeclaim import NodeClaimWorkflow
+
+RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
+PLAN_TIMEOUT = timedelta(minutes=2)
+SHOWN_INSTANCE_TYPES = 5
+
+
+def log(message: str, **fields: Any) -> None:
+    workflow.logger.info(message, extra={"karpenter": fields})
+
+
+def _instance_types(claim: PlannedNodeClaim) -> str:
+    shown = ", ".join(claim.instance_type_options[:SHOWN_INSTANCE_TYPES])
+    others = len(claim.instance_type_options) - SHOWN_INSTANCE_TYPES
+    return f"{shown} and {others} other(s)" if others > 0 else shown
+
+
+def provisioner_id(cluster: str) -> str:
+    return f"provisioner/{cluster}"
+
+
+def nodeclaim_id(name: str) -> str:
+    return f"nodeclaim/{name}"
+
+
+@workflow.defn(name="Provisioner")
+class ProvisionerWorkflow:
+    @workflow.init
+    def __init__(self, request: ProvisionerInput) -> None:
+        self._pending: set[str] = set(request.pending)
+        self._signals = 0
+        self._unavailable = {(u.instance_type, u.zone, u.capacity_type): u for u in request.unavailable}
+
+    @workflow.signal
+    def pods_pending(self, signal: PodsPending) -> None:
+        self._pending.update(signal.pods)
+        self._signals += 1
+
+    @workflow.signal
+    def offering_unavailable(self, offering: UnavailableOffering) -> None:
+        self._unavailable[(offering.instance_type, offering.zone, offering.capacity_type)] = offering
+
+    @workflow.query
+    def unavailable_offerings(self) -> list[UnavailableOffering]:
+        return self._live_unavailable()
+
+    @workflow.run
+    async def run(self, request: ProvisionerInput) -> None:
+        for _ in range(request.batches_before_continue_as_new):
+            workflow.set_current_details("waiting for pending pods")
+            await workflow.wait_condition(lambda: bool(self._pending))
+            await self._batch(request)
+            pods = sorted(self._pending)
+            self._pending.clear()
+            await self._provision(request, pods)
+            if workflow.info().is_continue_as_new_suggested():
+                break
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            request.model_copy(
+                update={"unavailable": self._live_unavailable(), "pending": sorted(self._pending)}
+            )
+        )
+
+    async def _batch(self, request: ProvisionerInput) -> None:
+        """Wait while pods keep arriving within the idle window, up to the maximum window."""
+        opened = workflow.now()
+        maximum = timedelta(seconds=request.batch_max_seconds)
+        idle = timedelta(seconds=request.batch_idle_seconds)
+        while (elapsed := workflow.now() - opened) < maximum:
+            workflow.set_current_details(f"batching {len(self._pending)} pending pod(s)")
+            if not await self._next_signal(min(idle, maximum - elapsed)):
+                return
+
+    async def _next_signal(self, timeout: timedelta) -> bool:
+        """Whether another pods-pending signal arrives within the timeout."""
+        seen = self._signals
+        try:
+            await workflow.wait_condition(lambda: self._signals != seen, timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _provision(self, request: ProvisionerInput, pods: list[str]) -> None:
+        workflow.set_current_details(f"planning for {len(pods)} pod(s)")
+        plan = await workflow.execute_activity(
+            ActivityName.PLAN_PROVISIONING,
+            PlanInput(cluster=request.cluster, unavailable=self._live_unavailable()),
+            result_type=PlanResult,
+            start_to_close_timeout=PLAN_TIMEOUT,
+            retry_policy=RETRY,
+        )
+        if plan.pods:
+            log(
+                "found provisionable pod(s)",
+                Pods=", ".join(pods[:5]) + (" ..." if len(pods) > 5 else ""),
+                count=plan.pods,
+            )
+        for pod, reasons in plan.unschedulable.items():
+            log("could not schedule pod", Pod=pod, error="; ".join(reasons))
+        if not plan.nodeclaims:
+            return
+        log(
+            "computed new nodeclaim(s) to fit pod(s)",
+            nodeclaims=len(plan.nodeclaims),
+            pods=sum(len(claim.pods) for claim in plan.nodeclaims),
+        )
+        await workflow.execute_activity(
+            ActivityName.CREATE_NODECLAIMS,
+            plan.nodeclaims,
+            start_to_close_timeout=PLAN_TIMEOUT,
+            retry_policy=RETRY,
+        )
+        for claim in plan.nodeclaims:
+            log(
+                "created nodeclaim",
+                NodePool=claim.nodepool,
+                NodeClaim=claim.name,
+                requests=claim.requests,
+                **{"instance-types": _instance_types(claim)},
+            )
+        await asyncio.gather(*(self._start_lifecycle(request, claim) for claim in plan.nodeclaims))
+
+    async def _start_lifecycle(self, request: ProvisionerInput, claim: PlannedNodeClaim) -> None:
+        await workflow.start_child_workflow(
+            NodeClaimWorkflow.run,
+            LifecycleInput(
+                cluster=request.cluster,
+                nodeclaim=claim,
+                settings=request.lifecycle or LifecycleSettings(),
+                provisioner_workflow_id=workflow.info().workflow_id,
+            ),
+            id=nodeclaim_id(claim.name),
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+
+    def _live_unavailable(self) -> list[UnavailableOffering]:
+        now = workflow.now()
+        return [offering for offering in self._unavailable.values() if offering.until > now]
