@@ -31,6 +31,8 @@ from core.resources import parse_resources
 
 DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
 EXCLUDE_FROM_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
+ROOT_CONDITION_PARTS = ("Launched", "Registered", "Initialized")
+"""Karpenter's NodeClaim is Ready when all three are."""
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
@@ -114,6 +116,16 @@ class KubeActivities:
             last_transition_time=now if changed or previous is None else previous.last_transition_time,
         )
         status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
+        ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
+        if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
+            status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
+                StatusCondition(
+                    type="Ready",
+                    status="True" if ready else "Unknown",
+                    reason="Ready" if ready else "NotReady",
+                    last_transition_time=now,
+                )
+            ]
         if update.provider_id is not None:
             status.provider_id = update.provider_id
         if update.node_name is not None:

@@ -12,6 +12,9 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+import temporalio.activity
+import temporalio.workflow
+
 
 def _value(value: Any) -> str:
     if isinstance(value, dict):
@@ -45,6 +48,9 @@ def setup_logging(
     handler.setFormatter(KarpenterFormatter())
     if karpenter_only:
         handler.addFilter(KarpenterOnly())
+    # The Karpenter fields already say which NodeClaim a line is about; the SDK's dict suffix would only clutter.
+    temporalio.workflow.logger.workflow_info_on_message = False
+    temporalio.activity.logger.activity_info_on_message = False
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
