@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/nodewright schedule -f deploy/examples/
+	$(BIN)/nodewright demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

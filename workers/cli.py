@@ -7,16 +7,17 @@ the same simulation the provisioner runs, on the shipped Azure catalog or the us
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import yaml
 
 from core.api.manifests import Manifests, load_yaml, parse_manifests
-from core.api.meta import InvalidObjectError
+from core.api.meta import InvalidObjectError, Taint
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
 from core.instancetypes.types import dollars
@@ -93,27 +94,31 @@ def instance_type_provider(
         raise UsageError(f"--region {region}: {error}") from error
 
 
-def _taint_text(taint: dict[str, Any]) -> str:
-    value = f"={taint['value']}" if taint.get("value") else ""
-    return f"{taint['key']}{value}:{taint['effect']}"
+def _taint_text(taint: Taint) -> str:
+    value = f"={taint.value}" if taint.value else ""
+    return f"{taint.key}{value}:{taint.effect}"
+
+
+def _summary(items: list[str], shown: int = 5) -> str:
+    return ", ".join(items[:shown]) + (f", ... ({len(items) - shown} more)" if len(items) > shown else "")
 
 
 def render_table(results: SchedulingResults, out: TextIO) -> None:
     """A person's view of the plan: new NodeClaims, pods on existing nodes, unschedulable pods, total."""
-    claims = [claim.to_json() for claim in results.nodeclaims]
+    claims = results.nodeclaims
     if claims:
         rows = [("NODEPOOL", "INSTANCE-TYPE", "ZONE", "CAPACITY", "$/HOUR", "PODS", "OPTIONS")]
         for claim in claims:
-            price = claim["price_per_hour"]
+            price = f"{dollars(claim.price_micros):.4f}" if claim.price_micros is not None else "-"
             rows.append(
                 (
-                    str(claim["nodepool"]),
-                    str(claim["instance_type"]),
-                    str(claim["zone"]),
-                    str(claim["capacity_type"]),
-                    f"{price:.4f}" if isinstance(price, float) else "-",
-                    str(len(claim["pods"])),  # type: ignore[arg-type]
-                    str(len(claim["instance_type_options"])),  # type: ignore[arg-type]
+                    claim.nodepool,
+                    claim.instance_type or "-",
+                    claim.zone or "-",
+                    claim.capacity_type or "-",
+                    price,
+                    str(len(claim.pods)),
+                    str(len(claim.instance_type_options)),
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -124,16 +129,12 @@ def render_table(results: SchedulingResults, out: TextIO) -> None:
                 file=out,
             )
         for index, claim in enumerate(claims, start=1):
-            options: list[str] = claim["instance_type_options"]  # type: ignore[assignment]
-            shown = ", ".join(options[:5]) + (f", ... ({len(options) - 5} more)" if len(options) > 5 else "")
             print(
-                f"  [{index}] {claim['nodepool']}/{claim['instance_type']}: pods {', '.join(claim['pods'])}",
-                file=out,
-            )  # type: ignore[arg-type]
-            print(f"      options (cheapest first): {shown}", file=out)
-            taints: list[dict[str, Any]] = claim["taints"]  # type: ignore[assignment]
-            if taints:
-                print(f"      taints: {', '.join(_taint_text(t) for t in taints)}", file=out)
+                f"  [{index}] {claim.nodepool}/{claim.instance_type}: pods {', '.join(claim.pods)}", file=out
+            )
+            print(f"      options (cheapest first): {_summary(claim.instance_type_options)}", file=out)
+            if claim.taints:
+                print(f"      taints: {', '.join(_taint_text(t) for t in claim.taints)}", file=out)
     else:
         print("New NodeClaims: none", file=out)
     if results.existing:
@@ -176,6 +177,76 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if manifests.problems else 0
 
 
+def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.demo import DemoOptions, run_demo
+
+    return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running), out))
+
+
+def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.settings import load_settings
+    from workers.temporal_server import run_dev_server
+
+    asyncio.run(run_dev_server(load_settings(), ui_port=args.ui_port, db_filename=args.db_filename))
+    return 0
+
+
+async def _serve_worker() -> None:
+    from simulator.client import SimulatorClient
+    from workers.settings import load_settings
+    from workers.temporal_server import ensure_search_attributes
+    from workers.worker import build_worker, connect
+
+    settings = load_settings()
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    await ensure_search_attributes(client)
+    simulator = SimulatorClient(settings.simulator_url)
+    worker = build_worker(
+        client, settings.task_queue, simulator, simulator, load_shipped_catalog(settings.region)
+    )
+    await worker.run()
+
+
+async def _serve_controller() -> None:
+    from core.messages import ProvisionerInput
+    from simulator.client import SimulatorClient
+    from workers.controller import Controller
+    from workers.settings import load_settings
+    from workers.worker import connect
+
+    settings = load_settings()
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    provisioner = ProvisionerInput(
+        cluster=settings.cluster_name,
+        batch_idle_seconds=settings.batch_idle_seconds,
+        batch_max_seconds=settings.batch_max_seconds,
+    )
+    await Controller(client, SimulatorClient(settings.simulator_url), provisioner, settings.task_queue).run()
+
+
+def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.logs import setup_logging
+
+    setup_logging(out)
+    asyncio.run(_serve_worker())
+    return 0
+
+
+def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.logs import setup_logging
+
+    setup_logging(out)
+    asyncio.run(_serve_controller())
+    return 0
+
+
+def simulator(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from simulator.server import SimulatorSettings, run
+
+    asyncio.run(run(SimulatorSettings(seed=args.seed), args.host, args.port))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nodewright", description="Karpenter for AKS, on durable workflows."
@@ -206,6 +277,37 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
     plan.add_argument("--min-values-policy", choices=("Strict", "BestEffort"), default="Strict")
     plan.set_defaults(handler=schedule)
+
+    walk = commands.add_parser(
+        "demo",
+        help="run the whole system on a simulated AKS and walk through provisioning and termination",
+        description="Starts the Temporal dev server (with UI), the simulated AKS, a worker and the controller, "
+        "applies deploy/examples/ and walks through scale-ups, a scale-down and a node deletion.",
+    )
+    walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
+    walk.set_defaults(handler=demo)
+
+    server = commands.add_parser(
+        "dev-server", help="run a Temporal dev server with the UI and our search attributes"
+    )
+    server.add_argument("--ui-port", type=int, default=None)
+    server.add_argument(
+        "--db-filename", default=None, help="keep data in this SQLite file (default: in memory)"
+    )
+    server.set_defaults(handler=dev_server)
+
+    commands.add_parser(
+        "worker", help="host workflows and activities (settings from NODEWRIGHT_* variables)"
+    ).set_defaults(handler=worker)
+    commands.add_parser("controller", help="watch the cluster and signal workflows").set_defaults(
+        handler=controller
+    )
+
+    sim = commands.add_parser("simulator", help="serve the simulated AKS over HTTP")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8765)
+    sim.add_argument("--seed", type=int, default=7)
+    sim.set_defaults(handler=simulator)
     return parser
 
 
@@ -216,6 +318,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
     except (UsageError, InvalidObjectError) as error:
         print(f"error: {error}", file=err)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        # Settings, dev-server and timeout errors explain themselves; a traceback would not help a user.
+        if type(error).__name__ in {
+            "SettingsError",
+            "DevServerError",
+            "SearchAttributeError",
+            "TimeoutError",
+        }:
+            print(f"error: {error}", file=err)
+            return 1
+        raise
     return code
 
 

@@ -1,0 +1,194 @@
+"""`nodewright demo`: the whole system on a laptop, walking through what Karpenter users do.
+
+It starts the Temporal dev server (with its UI), the simulated AKS, a worker and the controller, applies
+`deploy/examples/`, then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one
+zone) from 0 to a few replicas; scales the unconstrained `inflate-wide` up; scales both to zero and deletes
+one node, which the NodeClaim's workflow drains and terminates. Karpenter-style log lines and a
+`kubectl get nodeclaims`-style table show progress; the Temporal UI keeps every NodeClaim's history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from simulator.client import SimulatorClient
+
+from core.api.kube import Pod
+from core.api.nodeclaim import NodeClaim
+from core.instancetypes.catalog import load_shipped_catalog
+from core.messages import LifecycleSettings, ProvisionerInput
+from simulator.server import SimulatorSettings, serve
+from workers.controller import Controller
+from workers.logs import setup_logging
+from workers.temporal_server import DevServer
+from workers.worker import build_worker, connect
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"
+TASK_QUEUE = "nodewright-demo"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    cluster: str = "nodewright-demo"
+    region: str = "eastus"
+    examples: Path = EXAMPLES
+    keep_running: bool = False
+    inflate_replicas: int = 4
+    wide_replicas: int = 24
+    step_timeout_seconds: float = 90.0
+    seed: int = 7
+
+
+def _age(created: datetime | None, now: datetime) -> str:
+    if created is None:
+        return "-"
+    seconds = int((now - created).total_seconds())
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
+def nodeclaim_table(claims: list[NodeClaim], now: datetime | None = None) -> str:
+    """`kubectl get nodeclaims` as Karpenter prints it: NAME TYPE CAPACITY ZONE NODE READY AGE."""
+    now = now or datetime.now(UTC)
+    rows = [("NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE")]
+    for claim in sorted(claims, key=lambda c: c.name):
+        labels = claim.labels
+        ready = claim.status.condition("Ready")
+        rows.append(
+            (
+                claim.name,
+                labels.get("node.kubernetes.io/instance-type", ""),
+                labels.get("karpenter.sh/capacity-type", ""),
+                labels.get("topology.kubernetes.io/zone", ""),
+                claim.status.node_name or "",
+                ready.status if ready is not None else "Unknown",
+                _age(claim.metadata.creation_timestamp, now),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+class Walkthrough:
+    """The demo's steps against a running system."""
+
+    def __init__(self, simulator: SimulatorClient, options: DemoOptions, out: TextIO) -> None:
+        self.sim = simulator
+        self.options = options
+        self.out = out
+        self._last_table = ""
+
+    def say(self, text: str) -> None:
+        print(f"\n=== {text}", file=self.out, flush=True)
+
+    async def show_table(self, force: bool = False) -> None:
+        table = nodeclaim_table(await self.sim.list_nodeclaims())
+        if force or table != self._last_table:
+            self._last_table = table
+            print(f"\n$ kubectl get nodeclaims\n{table}\n", file=self.out, flush=True)
+
+    async def until(self, what: str, done: Callable[[], Awaitable[bool]]) -> None:
+        """Wait for a condition, showing the table as it changes; fail after the step timeout."""
+        deadline = time.monotonic() + self.options.step_timeout_seconds
+        while not await done():
+            if time.monotonic() > deadline:
+                await self.show_table(force=True)
+                raise TimeoutError(f"the demo step did not finish in time: {what}")
+            await self.show_table()
+            await asyncio.sleep(0.5)
+        await self.show_table()
+
+    async def pods(self, app: str) -> list[Pod]:
+        return [pod for pod in await self.sim.list_pods() if pod.metadata.labels.get("app") == app]
+
+    async def running(self, app: str, count: int) -> bool:
+        pods = await self.pods(app)
+        bound = [pod for pod in pods if pod.spec.node_name and pod.status and pod.status.phase == "Running"]
+        return len(pods) == count and len(bound) == count
+
+    async def run(self) -> None:
+        options = self.options
+        self.say(
+            f"Applying {options.examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0"
+        )
+        for path in sorted(options.examples.glob("*.yaml")):
+            await self.sim.apply(path.read_text())
+
+        self.say(
+            f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, eastus-2)"
+        )
+        await self.sim.scale("Deployment", "default", "inflate", options.inflate_replicas)
+        await self.until("inflate running", lambda: self.running("inflate", options.inflate_replicas))
+
+        self.say(f"2. Scale deployment inflate-wide to {options.wide_replicas} (no constraints)")
+        await self.sim.scale("Deployment", "default", "inflate-wide", options.wide_replicas)
+        await self.until("inflate-wide running", lambda: self.running("inflate-wide", options.wide_replicas))
+
+        self.say("3. Scale both to 0, then delete one node (kubectl delete node)")
+        await self.sim.scale("Deployment", "default", "inflate", 0)
+        await self.sim.scale("Deployment", "default", "inflate-wide", 0)
+        claims = [claim for claim in await self.sim.list_nodeclaims() if claim.status.node_name]
+        victim = sorted(claims, key=lambda c: c.name)[0]
+        node = victim.status.node_name or ""
+        print(f"$ kubectl delete node {node}", file=self.out, flush=True)
+        await self.sim.delete_node(node)
+
+        async def gone() -> bool:
+            return all(claim.name != victim.name for claim in await self.sim.list_nodeclaims())
+
+        await self.until(f"nodeclaim {victim.name} terminated", gone)
+        self.victim = victim.name
+
+
+@contextlib.asynccontextmanager
+async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatorClient]]:
+    """Dev server, simulated AKS, worker and controller, all running until the block ends."""
+    async with DevServer(ui=True) as temporal, serve(SimulatorSettings(seed=options.seed)) as url:
+        client = await connect(temporal.target)
+        simulator = SimulatorClient(url)
+        worker = build_worker(client, TASK_QUEUE, simulator, simulator, load_shipped_catalog(options.region))
+        provisioner = ProvisionerInput(
+            cluster=options.cluster,
+            batch_idle_seconds=1,
+            batch_max_seconds=10,
+            lifecycle=LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1),
+        )
+        controller = Controller(client, simulator, provisioner, TASK_QUEUE, requeue_seconds=10)
+        async with worker:
+            task = asyncio.create_task(controller.run())
+            try:
+                yield temporal, simulator
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                await simulator.close()
+
+
+async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
+    setup_logging(out, karpenter_only=True)
+    started = time.monotonic()
+    async with system(options, out) as (temporal, simulator):
+        print(f"Temporal UI: {temporal.ui_url}", file=out, flush=True)
+        walkthrough = Walkthrough(simulator, options, out)
+        await walkthrough.run()
+        elapsed = time.monotonic() - started
+        print(f"\nWalkthrough finished in {elapsed:.0f} s.", file=out)
+        print(f"Every NodeClaim's history is in the Temporal UI: {temporal.ui_url}", file=out)
+        print(
+            f'  search: NodeClaim="{walkthrough.victim}"   or   NodePool="default" AND Phase="Running"',
+            file=out,
+        )
+        if options.keep_running:
+            print("Everything keeps running (--keep-running); press Ctrl-C to stop.", file=out, flush=True)
+            await asyncio.Event().wait()
+    return 0
