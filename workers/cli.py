@@ -180,7 +180,8 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.demo import DemoOptions, run_demo
 
-    return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running), out))
+    record = Path(args.record_histories) if args.record_histories else None
+    return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running, record_histories=record), out))
 
 
 def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -285,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
         "applies deploy/examples/ and walks through scale-ups, a scale-down and a node deletion.",
     )
     walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
+    walk.add_argument("--record-histories", metavar="DIR", help="write every workflow history to DIR as JSON")
     walk.set_defaults(handler=demo)
 
     server = commands.add_parser(

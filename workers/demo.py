@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,12 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from simulator.client import SimulatorClient
+from temporalio.client import Client
 
 from core.api.kube import Pod
 from core.api.nodeclaim import NodeClaim
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import LifecycleSettings, ProvisionerInput
+from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
 from workers.controller import Controller
 from workers.logs import setup_logging
@@ -45,6 +47,8 @@ class DemoOptions:
     wide_replicas: int = 24
     step_timeout_seconds: float = 90.0
     seed: int = 7
+    record_histories: Path | None = None
+    """Write every workflow's history here as JSON after the walkthrough (for replay tests)."""
 
 
 def _age(created: datetime | None, now: datetime) -> str:
@@ -174,6 +178,21 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 await simulator.close()
 
 
+async def record_histories(client: Client, directory: Path) -> list[Path]:
+    """Every workflow's history as `<workflow type>-<id>.json`, as the replay tests read them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    async for execution in client.list_workflows():
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        name = re.sub(
+            r"[^A-Za-z0-9_.-]+", "-", f"{execution.workflow_type}-{execution.id}-{execution.run_id[:8]}"
+        )
+        path = directory / f"{name}.json"
+        path.write_text(history.to_json())
+        written.append(path)
+    return sorted(written)
+
+
 async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     setup_logging(out, karpenter_only=True)
     started = time.monotonic()
@@ -188,6 +207,10 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
             f'  search: NodeClaim="{walkthrough.victim}"   or   NodePool="default" AND Phase="Running"',
             file=out,
         )
+        if options.record_histories is not None:
+            await asyncio.sleep(2)  # let the last activity results land in the histories
+            written = await record_histories(await connect(temporal.target), options.record_histories)
+            print(f"Recorded {len(written)} workflow histories in {options.record_histories}", file=out)
         if options.keep_running:
             print("Everything keeps running (--keep-running); press Ctrl-C to stop.", file=out, flush=True)
             await asyncio.Event().wait()
