@@ -111,11 +111,16 @@ class ExistingNode:
         if reason is not None:
             raise Rejection(Stage.REQUIREMENTS, reason)
         try:
-            return topology.add_requirements(
+            narrowed = topology.add_requirements(
                 pod, constraints, constraints.strict_requirements(), self.requirements
             )
         except TopologyError as error:
             raise Rejection(Stage.TOPOLOGY, error) from error
+        # A node cannot move to another domain: its labels must satisfy what topology asked for.
+        reason = self.requirements.compatible(narrowed, frozenset())
+        if reason is not None:
+            raise Rejection(Stage.TOPOLOGY, reason)
+        return narrowed
 
     def commit(self, pod: PodInfo, requests: IntArray, requirements: Requirements) -> None:
         self.available = self.available - requests
