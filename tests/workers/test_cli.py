@@ -148,7 +148,7 @@ instanceTypes:
 
 
 def test_the_shipped_examples_answer(tmp_path: Path) -> None:
-    document = schedule_json("-f", str(EXAMPLES))
+    document = schedule_json("-f", str(EXAMPLES), "-f", str(ROOT / "deploy" / "what-if"))
     assert document["nodeclaims"], "the examples should need new nodes"
     scheduled = {p for claim in document["nodeclaims"] for p in claim["pods"]}
     assert any(p.startswith("default/inflate-") for p in scheduled)
