@@ -5,14 +5,15 @@ Each one is a few API calls and idempotent, so a retry after a lost response or 
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 from temporalio import activity
 
 from activities.errors import as_application_error
 from core import labels
-from core.api.kube import Pod, is_daemonset_pod, is_terminal
-from core.api.meta import Taint, TaintEffect
+from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_terminal
+from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import StatusCondition
 from core.cluster import ClusterAPI
@@ -72,6 +73,27 @@ def nodeclaim_object(claim: PlannedNodeClaim) -> NodeClaim:
     )
 
 
+def kube_event(
+    kind: str, name: str, reason: str, message: str, namespace: str | None = None, warning: bool = False
+) -> Event:
+    """A core/v1 Event on an object, from Karpenter."""
+    now = datetime.now(UTC)
+    return Event(
+        metadata=ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=namespace or "default"),
+        involved_object=ObjectReference(kind=kind, name=name, namespace=namespace),
+        reason=reason,
+        message=message,
+        type="Warning" if warning else "Normal",
+        first_timestamp=now,
+        last_timestamp=now,
+    )
+
+
+def pod_event(pod: str, reason: str, message: str, warning: bool = False) -> Event:
+    namespace, _, name = pod.partition("/")
+    return kube_event("Pod", name, reason, message, namespace, warning)
+
+
 def drain_group(pod: Pod) -> int:
     """Karpenter's eviction order: non-critical pods, then non-critical DaemonSet pods, then critical pods,
     then critical DaemonSet pods; each group only once the previous one is gone."""
@@ -96,6 +118,10 @@ class KubeActivities:
             except CloudError as error:
                 raise as_application_error(error) from error
             created.append(claim.name)
+            for pod in claim.pods:
+                await self.cluster.record_event(
+                    pod_event(pod, "Nominated", f"Pod should schedule on: nodeclaim/{claim.name}")
+                )
         return created
 
     @activity.defn(name=ActivityName.UPDATE_NODECLAIM)
@@ -137,6 +163,10 @@ class KubeActivities:
         await self.cluster.update_nodeclaim_status(claim)
         if update.labels:
             await self.cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
+        if update.event_reason:
+            warning = update.event_type == "Warning"
+            event = kube_event("NodeClaim", update.name, update.event_reason, update.message, warning=warning)
+            await self.cluster.record_event(event)
         return True
 
     @activity.defn(name=ActivityName.FIND_NODE)
@@ -208,6 +238,11 @@ class KubeActivities:
                 result.blocked[_key(pod)] = str(error)
             except NotFoundError:
                 result.evicted.append(_key(pod))
+        if result.blocked:
+            message = f"Failed to drain node, {len(result.blocked)} pods are waiting to be evicted"
+            await self.cluster.record_event(
+                kube_event("Node", request.node, "FailedDraining", message, warning=True)
+            )
         return result
 
     @activity.defn(name=ActivityName.DELETE_NODE)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.kube import pod_event
 from core import labels
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -94,6 +95,9 @@ class PlanningActivities:
         }
         snapshot = build_snapshot(manifests, azure_provider(self.catalog, frozenset(unavailable)))
         results = await asyncio.to_thread(self._solve, snapshot)
+        for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
+            message = "Failed to schedule pod, " + "; ".join(entry.reasons)
+            await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
         pools = {pool.name: pool for pool in manifests.nodepools}
         claims = [
             planned(

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from core.api.kube import Node, Pod
+from core.api.kube import Event, Node, Pod
 from core.api.manifests import Manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
@@ -86,6 +86,10 @@ class ClusterAPI(Protocol):
     async def delete_node(self, name: str) -> None: ...
 
     async def delete_nodeclaim(self, name: str) -> None: ...
+
+    async def record_event(self, event: Event) -> None:
+        """Publish a Kubernetes Event (best effort: losing one must never fail a caller)."""
+        ...
 
     def watch(self, since: int = 0) -> AsyncIterator[WatchEvent]:
         """Changes after resource version `since`, forever."""

@@ -177,6 +177,9 @@ class ConditionUpdate(BaseModel):
     capacity: dict[str, str] | None = None
     allocatable: dict[str, str] | None = None
     labels: dict[str, str] | None = None
+    event_reason: str = ""
+    """When set, also record a Kubernetes Event on the NodeClaim with this reason and `message`."""
+    event_type: str = "Normal"
 
 
 class LifecycleStatus(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from types import TracebackType
@@ -20,7 +21,7 @@ from urllib.parse import quote
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
-from core.api.kube import Node, Pod
+from core.api.kube import Event, Node, Pod
 from core.api.manifests import Manifests, parse_manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
@@ -40,7 +41,7 @@ from core.errors import (
 )
 from simulator.compute import Counters, Fault
 from simulator.server import SimulatorSettings
-from simulator.state import KINDS, NODE, NODECLAIM, POD, Kind, KubeObject
+from simulator.state import EVENT, KINDS, NODE, NODECLAIM, POD, Kind, KubeObject
 
 _ERRORS: dict[str, type[CloudError]] = {
     cls.__name__.removesuffix("Error"): cls
@@ -242,6 +243,13 @@ class SimulatorClient:
         return [
             Pod.model_validate(item) for item in await self._list(POD, fields=f"spec.nodeName={node_name}")
         ]
+
+    async def record_event(self, event: Event) -> None:
+        """Publish an Event; failures are swallowed, as an event recorder's are."""
+        with contextlib.suppress(CloudError):
+            await self._call(
+                "POST", _path(EVENT, namespace=event.metadata.namespace or "default"), EVENT.manifest(event)
+            )
 
     async def create_nodeclaim(self, nodeclaim: NodeClaim) -> NodeClaim:
         """Create it, or return the existing one with the same name."""

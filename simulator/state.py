@@ -38,6 +38,7 @@ from core.api.kube import (
     Condition,
     DaemonSet,
     Deployment,
+    Event,
     Job,
     Node,
     Pod,
@@ -126,6 +127,7 @@ class Kind:
 
 
 POD = Kind("Pod", "v1", "pods", True, Pod)
+EVENT = Kind("Event", "v1", "events", True, Event)
 NODE = Kind("Node", "v1", "nodes", False, Node)
 DEPLOYMENT = Kind("Deployment", "apps/v1", "deployments", True, Deployment)
 REPLICASET = Kind("ReplicaSet", "apps/v1", "replicasets", True, ReplicaSet)
@@ -149,6 +151,7 @@ KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
         POD,
+        EVENT,
         NODE,
         DEPLOYMENT,
         REPLICASET,

@@ -167,7 +167,14 @@ class NodeClaimWorkflow:
         )
         message = f"no offering could be launched ({tried or 'no launch candidates'})"
         self._status.reason = message
-        await self._condition("Launched", "False", reason="LaunchFailed", message=message)
+        await self._condition(
+            "Launched",
+            "False",
+            reason="LaunchFailed",
+            message=message,
+            event_reason="InsufficientCapacityError",
+            event_type="Warning",
+        )
         log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)
         await self._delete_nodeclaim()
         self._publish(Phase.FAILED)
@@ -193,7 +200,14 @@ class NodeClaimWorkflow:
         if self._node is None:
             message = f"no Node registered with providerID {self._status.provider_id} within {ttl}"
             self._status.reason = message
-            await self._condition("Registered", "False", reason="RegistrationTimeout", message=message)
+            await self._condition(
+                "Registered",
+                "False",
+                reason="RegistrationTimeout",
+                message=message,
+                event_reason="RegistrationTimeout",
+                event_type="Warning",
+            )
             log("nodeclaim registration timed out, deleting", NodeClaim=self._claim.name, ttl=str(ttl))
             await self._delete_instance()
             await self._delete_nodeclaim()

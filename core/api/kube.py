@@ -12,6 +12,7 @@ Pod that exists is a Pod whose requests can be computed. The checks are cached b
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated, Any
@@ -489,3 +490,32 @@ DEFAULT_NAMESPACE = "default"
 def pod_key(pod: Pod) -> str:
     """`namespace/name`, the pod's identity in the cluster (an unset namespace is "default")."""
     return f"{pod.metadata.namespace or DEFAULT_NAMESPACE}/{pod.metadata.name}"
+
+
+# --- events ----------------------------------------------------------------------------------------------
+
+
+class ObjectReference(KubeModel):
+    api_version: str | None = None
+    kind: str = ""
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class EventSource(KubeModel):
+    component: str = ""
+
+
+class Event(KubeModel):
+    """A core/v1 Event: what happened to an object, with Karpenter's reasons (Nominated, FailedScheduling, ...)."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    involved_object: ObjectReference
+    reason: str
+    message: str = ""
+    type: str = "Normal"
+    count: int = 1
+    source: EventSource = Field(default_factory=lambda: EventSource(component="karpenter"))
+    first_timestamp: datetime | None = None
+    last_timestamp: datetime | None = None
