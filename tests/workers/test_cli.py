@@ -151,9 +151,9 @@ def test_the_shipped_examples_answer(tmp_path: Path) -> None:
     document = schedule_json("-f", str(EXAMPLES), "-f", str(ROOT / "deploy" / "what-if"))
     assert document["nodeclaims"], "the examples should need new nodes"
     scheduled = {p for claim in document["nodeclaims"] for p in claim["pods"]}
-    assert any(p.startswith("default/inflate-") for p in scheduled)
+    assert any(p.startswith("default/arm-batch-") for p in scheduled)
     for claim in document["nodeclaims"]:
-        if any(p.startswith("default/inflate-") for p in claim["pods"]):
+        if any(p.startswith("default/arm-batch-") for p in claim["pods"]):
             assert claim["labels"]["kubernetes.io/arch"] == "arm64"
             assert claim["capacity_type"] == "on-demand"
             assert claim["zone"] == "eastus-2"
