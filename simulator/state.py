@@ -55,7 +55,7 @@ from core.api.kube import (
     selects,
     tolerates,
 )
-from core.api.manifests import MAX_REPLICAS, workload_pods
+from core.api.manifests import MAX_REPLICAS, without_nulls, workload_pods
 from core.api.meta import InvalidObjectError, ObjectMeta, OwnerReference, TaintEffect, problems_of
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -100,7 +100,7 @@ class Kind:
                 obj = self.validate(document)
             else:
                 try:
-                    obj = self.model.model_validate(_without_nulls(document))
+                    obj = self.model.model_validate(without_nulls(document))
                 except ValidationError as error:
                     raise InvalidObjectError(
                         self.name, _document_name(document, self.namespaced), problems_of(error)
@@ -823,12 +823,3 @@ def _document_name(document: Mapping[str, Any], namespaced: bool) -> str:
     if namespaced and name:
         return f"{metadata.get('namespace') or DEFAULT_NAMESPACE}/{name}"
     return name
-
-
-def _without_nulls(value: Any) -> Any:
-    """The document without null fields: Kubernetes reads `field: null` as the field being unset."""
-    if isinstance(value, Mapping):
-        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_without_nulls(item) for item in value]
-    return value

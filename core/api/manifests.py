@@ -196,7 +196,7 @@ def _check_version(kind: str, document: dict[str, Any], api_version: str, suppor
 def _parse_kube(kind: str, model: type[KubeModel], document: dict[str, Any]) -> Any:
     namespaced = kind in _NAMESPACED
     try:
-        obj: Any = model.model_validate(_without_nulls(document))
+        obj: Any = model.model_validate(without_nulls(document))
     except ValidationError as error:
         raise InvalidObjectError(kind, _name(document, namespaced), problems_of(error)) from None
     metadata: ObjectMeta = obj.metadata
@@ -211,12 +211,12 @@ def _parse_kube(kind: str, model: type[KubeModel], document: dict[str, Any]) -> 
     return obj
 
 
-def _without_nulls(value: Any) -> Any:
+def without_nulls(value: Any) -> Any:
     """The document without null fields: Kubernetes reads `field: null` as the field being unset."""
-    if isinstance(value, dict):
-        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, Mapping):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
     if isinstance(value, list):
-        return [_without_nulls(item) for item in value]
+        return [without_nulls(item) for item in value]
     return value
 
 

@@ -50,6 +50,28 @@ def _intersects(type_requirement: Requirement, requirement: Requirement) -> bool
     return type_requirement.has_intersection(requirement)
 
 
+def _index_by_key(items: Sequence[Requirements]) -> tuple[dict[str, list[Requirement]], dict[str, IntArray]]:
+    """For every key any item defines: the distinct requirements on it (an item without the key counts as
+    DoesNotExist) and, per item, which of them it has. A question about a key is then answered once per
+    distinct requirement and spread to all items with one gather."""
+    keys = sorted({requirement.key for requirements in items for requirement in requirements})
+    distinct_by_key: dict[str, list[Requirement]] = {}
+    positions_by_key: dict[str, IntArray] = {}
+    for key in keys:
+        distinct: dict[Requirement, int] = {}
+        positions = np.empty(len(items), dtype=np.int64)
+        for row, requirements in enumerate(items):
+            requirement = (
+                requirements.get(key)
+                if requirements.has(key)
+                else Requirement.new(key, Operator.DOES_NOT_EXIST)
+            )
+            positions[row] = distinct.setdefault(requirement, len(distinct))
+        distinct_by_key[key] = list(distinct)
+        positions_by_key[key] = positions
+    return distinct_by_key, positions_by_key
+
+
 class InstanceTypeSet:
     """Instance types with their allocatable, capacity and offerings in arrays, and memoized filters."""
 
@@ -64,21 +86,7 @@ class InstanceTypeSet:
             self.capacity[row] = axes.vector(instance_type.capacity)
             self.allocatable[row] = axes.vector(instance_type.allocatable())
 
-        keys = sorted({requirement.key for it in self.types for requirement in it.requirements})
-        self._distinct: dict[str, list[Requirement]] = {}
-        self._positions: dict[str, IntArray] = {}
-        for key in keys:
-            distinct: dict[Requirement, int] = {}
-            positions = np.empty(count, dtype=np.int64)
-            for row, instance_type in enumerate(self.types):
-                requirement = (
-                    instance_type.requirements.get(key)
-                    if instance_type.requirements.has(key)
-                    else Requirement.new(key, Operator.DOES_NOT_EXIST)
-                )
-                positions[row] = distinct.setdefault(requirement, len(distinct))
-            self._distinct[key] = list(distinct)
-            self._positions[key] = positions
+        self._distinct, self._positions = _index_by_key([it.requirements for it in self.types])
         self._key_masks: dict[Requirement, BoolArray] = {}
 
         offerings = [(row, offering) for row, it in enumerate(self.types) for offering in it.offerings]
@@ -86,22 +94,10 @@ class InstanceTypeSet:
         self.offering_price = np.array([offering.price_micros for _, offering in offerings], dtype=np.int64)
         self.offering_available = np.array([offering.available for _, offering in offerings], dtype=np.bool_)
         self.offerings = [offering for _, offering in offerings]
-        offering_keys = sorted({r.key for _, offering in offerings for r in offering.requirements})
-        self._offering_keys = offering_keys
-        self._offering_distinct: dict[str, list[Requirement]] = {}
-        self._offering_positions: dict[str, IntArray] = {}
-        for key in offering_keys:
-            distinct = {}
-            positions = np.empty(len(offerings), dtype=np.int64)
-            for column, (_, offering) in enumerate(offerings):
-                requirement = (
-                    offering.requirements.get(key)
-                    if offering.requirements.has(key)
-                    else Requirement.new(key, Operator.DOES_NOT_EXIST)
-                )
-                positions[column] = distinct.setdefault(requirement, len(distinct))
-            self._offering_distinct[key] = list(distinct)
-            self._offering_positions[key] = positions
+        self._offering_distinct, self._offering_positions = _index_by_key(
+            [offering.requirements for offering in self.offerings]
+        )
+        self._offering_keys = sorted(self._offering_distinct)
         self._offering_masks: dict[tuple[Requirement, ...], BoolArray] = {}
         self._price_cache: dict[tuple[Requirement, ...], IntArray] = {}
         self.all_types: BoolArray = np.ones(count, dtype=np.bool_)

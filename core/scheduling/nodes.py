@@ -77,6 +77,16 @@ def check_host_ports(used: set[tuple[str, str, int]], wanted: Sequence[tuple[str
                 raise Rejection(Stage.HOST_PORTS, f"host port {port}/{protocol} is already in use")
 
 
+def check_taints_and_ports(
+    taints: Sequence[Taint], used_ports: set[tuple[str, str, int]], pod: PodInfo, constraints: Constraints
+) -> None:
+    """The first two checks of every placement: the pod tolerates the taints and its host ports are free."""
+    taint = untolerated_taint(taints, constraints)
+    if taint is not None:
+        raise Rejection(Stage.TAINTS, f"did not tolerate taint {describe_taint(taint)}")
+    check_host_ports(used_ports, pod.host_ports)
+
+
 @dataclass(eq=False)
 class ExistingNode:
     """A node in the cluster, or a NodeClaim still launching, with what is left on it."""
@@ -100,10 +110,7 @@ class ExistingNode:
         topology: Topology,
     ) -> Requirements:
         """The node's requirements after adding the pod (raises `Rejection`); nothing changes until `commit`."""
-        taint = untolerated_taint(self.taints, constraints)
-        if taint is not None:
-            raise Rejection(Stage.TAINTS, f"did not tolerate taint {describe_taint(taint)}")
-        check_host_ports(self.host_ports, pod.host_ports)
+        check_taints_and_ports(self.taints, self.host_ports, pod, constraints)
         if np.any(requests > self.available):
             raise Rejection(Stage.RESOURCES, "not enough resources left")
         # A node that exists has every label it will ever have: no undefined key is taken on trust.
@@ -184,10 +191,7 @@ class SimNodeClaim:
     ) -> tuple[Requirements, BoolArray]:
         """The claim's requirements and remaining types after adding the pod (raises `Rejection`)."""
         template = self.template
-        taint = untolerated_taint(template.taints, constraints)
-        if taint is not None:
-            raise Rejection(Stage.TAINTS, f"did not tolerate taint {describe_taint(taint)}")
-        check_host_ports(self.host_ports, pod.host_ports)
+        check_taints_and_ports(template.taints, self.host_ports, pod, constraints)
         reason = self.requirements.compatible(pod_requirements, template.allowed_undefined())
         if reason is not None:
             raise Rejection(Stage.REQUIREMENTS, reason)

@@ -14,9 +14,9 @@ import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
-from enum import StrEnum
 from typing import Any
 
+from core.api.meta import NodeSelectorOperator
 from core.labels import RESTRICTED_LABELS, WELL_KNOWN_LABELS, normalize_key
 
 MAX_INT64 = 2**63 - 1
@@ -30,17 +30,8 @@ _SHOWN_VALUES = 5
 _EMPTY: frozenset[str] = frozenset()
 
 
-class Operator(StrEnum):
-    """Node-selector operators, including Karpenter's inclusive `Gte` and `Lte`."""
-
-    IN = "In"
-    NOT_IN = "NotIn"
-    EXISTS = "Exists"
-    DOES_NOT_EXIST = "DoesNotExist"
-    GT = "Gt"
-    LT = "Lt"
-    GTE = "Gte"
-    LTE = "Lte"
+Operator = NodeSelectorOperator
+"""Node-selector operators, including Karpenter's inclusive `Gte` and `Lte` (one definition, in the API)."""
 
 
 _BOUND_OPERATORS = frozenset({Operator.GT, Operator.LT, Operator.GTE, Operator.LTE})
