@@ -12,7 +12,7 @@ from temporalio import activity
 
 from activities.errors import as_application_error
 from core import labels
-from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_terminal
+from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_terminal, tolerates
 from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import StatusCondition
@@ -99,6 +99,12 @@ def drain_group(pod: Pod) -> int:
     then critical DaemonSet pods; each group only once the previous one is gone."""
     critical = pod.spec.priority_class_name in CRITICAL_PRIORITY_CLASSES
     return (2 if critical else 0) + (1 if is_daemonset_pod(pod) else 0)
+
+
+def is_drainable(pod: Pod) -> bool:
+    """Karpenter drains every pod except finished ones and those that tolerate the disrupted taint (they
+    chose to stay, like DaemonSet pods that tolerate everything, and go with the node)."""
+    return not is_terminal(pod) and not tolerates(pod.spec.tolerations or [], DISRUPTED)
 
 
 def _key(pod: Pod) -> str:
@@ -218,7 +224,7 @@ class KubeActivities:
     @activity.defn(name=ActivityName.DRAIN_NODE)
     async def drain_node(self, request: DrainInput) -> DrainResult:
         """One pass of the drain: evict the first group still present, or delete everything when forced."""
-        pods = [pod for pod in await self.cluster.list_pods_on_node(request.node) if not is_terminal(pod)]
+        pods = [pod for pod in await self.cluster.list_pods_on_node(request.node) if is_drainable(pod)]
         pods = [pod for pod in pods if pod.metadata.deletion_timestamp is None or request.force]
         if not pods:
             return DrainResult(remaining=0)

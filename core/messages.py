@@ -74,6 +74,7 @@ class ProvisionerInput(BaseModel):
     batch_max_seconds: float = 10.0
     unavailable_ttl_seconds: float = 180.0
     batches_before_continue_as_new: int = 200
+    plan_timeout_seconds: float = 120.0
     lifecycle: LifecycleSettings | None = None
     unavailable: list[UnavailableOffering] = Field(default_factory=list)
     """Carried over continue-as-new."""
@@ -95,6 +96,8 @@ class LifecycleSettings(BaseModel):
     """How often to look again when no event arrives (events from the controller wake the workflow sooner)."""
     drain_retry_seconds: float = 1.0
     launch_timeout_seconds: float = 300.0
+    activity_timeout_seconds: float = 30.0
+    """Start-to-close timeout of every other lifecycle activity (a dead worker's activity is retried after it)."""
 
 
 class Phase(StrEnum):

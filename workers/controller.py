@@ -98,8 +98,13 @@ class Controller:
             self._unsent.discard(key)
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
-        if claim.status.provider_id:
-            self._claims_by_provider_id[claim.status.provider_id] = claim.name
+        provider_id = claim.status.provider_id
+        if provider_id and provider_id not in self._claims_by_provider_id:
+            self._claims_by_provider_id[provider_id] = claim.name
+            # The Node may have registered before the NodeClaim showed its providerID.
+            node = await self.cluster.find_node_by_provider_id(provider_id)
+            if node is not None:
+                await self._node(node)
         if claim.metadata.deletion_timestamp is not None:
             await self._signal(nodeclaim_id(claim.name), "delete", DeletionRequested(by="nodeclaim deleted"))
 
@@ -135,12 +140,16 @@ class Controller:
                 await self._signal_provisioner(sorted(self.provisionable))
 
     async def _signal_provisioner(self, pods: list[str]) -> None:
-        await self.client.start_workflow(
-            ProvisionerWorkflow.run,
-            self.provisioner,
-            id=provisioner_id(self.provisioner.cluster),
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="pods_pending",
-            start_signal_args=[PodsPending(pods=pods)],
-        )
+        try:
+            await self.client.start_workflow(
+                ProvisionerWorkflow.run,
+                self.provisioner,
+                id=provisioner_id(self.provisioner.cluster),
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                start_signal="pods_pending",
+                start_signal_args=[PodsPending(pods=pods)],
+            )
+        except RPCError as error:
+            # Temporal is unreachable for now: the pods stay provisionable and the requeue loop tries again.
+            logger.warning("could not signal the provisioner about %d pod(s): %s", len(pods), error)

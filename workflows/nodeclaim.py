@@ -9,7 +9,7 @@ the NodeClaim. The controller's signals wake it; a slow poll covers events it mi
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import search_attributes as attributes
 
-SHORT = timedelta(seconds=30)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 
@@ -59,20 +58,25 @@ class NodeClaimWorkflow:
         self._status = LifecycleStatus(name=request.nodeclaim.name, phase=Phase.LAUNCHING)
         self._node: str | None = None
         self._deletion: str | None = None
+        self._deletion_requested: datetime | None = None
         self._events = 0
 
     @workflow.signal
     def node_event(self, event: NodeEvent) -> None:
         self._node = self._node or event.node
-        if event.deleting and self._deletion is None:
-            self._deletion = f"node {event.node} deleted"
+        if event.deleting:
+            self._request_deletion(f"node {event.node} deleted")
         self._events += 1
 
     @workflow.signal
     def delete(self, request: DeletionRequested) -> None:
-        if self._deletion is None:
-            self._deletion = request.by
+        self._request_deletion(request.by)
         self._events += 1
+
+    def _request_deletion(self, by: str) -> None:
+        if self._deletion is None:
+            self._deletion = by
+            self._deletion_requested = workflow.now()
 
     @workflow.query
     def status(self) -> LifecycleStatus:
@@ -192,7 +196,7 @@ class NodeClaimWorkflow:
                     ActivityName.FIND_NODE,
                     self._status.provider_id,
                     result_type=str,
-                    start_to_close_timeout=SHORT,
+                    start_to_close_timeout=self._activity_timeout(),
                     retry_policy=RETRY,
                 )
         if self._deletion is not None:
@@ -216,7 +220,7 @@ class NodeClaimWorkflow:
         await workflow.execute_activity(
             ActivityName.REGISTER_NODE,
             RegisterInput(nodeclaim=self._claim.name, node=self._node, labels=self._claim.labels),
-            start_to_close_timeout=SHORT,
+            start_to_close_timeout=self._activity_timeout(),
             retry_policy=RETRY,
         )
         self._status.node = self._node
@@ -234,17 +238,17 @@ class NodeClaimWorkflow:
                 ActivityName.NODE_STATE,
                 NodeStateInput(node=self._node, startup_taints=startup, requested_resources=extended),
                 result_type=NodeState,
-                start_to_close_timeout=SHORT,
+                start_to_close_timeout=self._activity_timeout(),
                 retry_policy=RETRY,
             )
             if not state.exists or state.deleting:
-                self._deletion = self._deletion or f"node {self._node} deleted"
+                self._request_deletion(f"node {self._node} deleted")
                 break
             if state.ready and not state.startup_taints_remaining and not state.missing_resources:
                 await workflow.execute_activity(
                     ActivityName.MARK_INITIALIZED,
                     self._node,
-                    start_to_close_timeout=SHORT,
+                    start_to_close_timeout=self._activity_timeout(),
                     retry_policy=RETRY,
                 )
                 await self._condition("Initialized", "True")
@@ -265,7 +269,7 @@ class NodeClaimWorkflow:
         try:
             await workflow.wait_condition(lambda: self._deletion is not None, timeout=timeout)
         except TimeoutError:
-            self._deletion = "expiration"
+            self._request_deletion("expiration")
             log("deleting expired nodeclaim", NodeClaim=self._claim.name, expireAfter=f"{expire}s")
 
     async def _terminate(self) -> None:
@@ -283,8 +287,10 @@ class NodeClaimWorkflow:
         self._publish(Phase.TERMINATED)
 
     async def _drain(self, node: str) -> None:
+        # Karpenter measures terminationGracePeriod from the moment deletion was asked for.
         grace = self._claim.termination_grace_period_seconds
-        deadline = workflow.now() + timedelta(seconds=grace) if grace is not None else None
+        requested = self._deletion_requested or workflow.now()
+        deadline = requested + timedelta(seconds=grace) if grace is not None else None
         while True:
             force = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
@@ -303,6 +309,9 @@ class NodeClaimWorkflow:
 
     # ------------------------------------------------------------------------------------------- helpers
 
+    def _activity_timeout(self) -> timedelta:
+        return timedelta(seconds=self._settings.activity_timeout_seconds)
+
     def _poll(self) -> timedelta:
         return timedelta(seconds=self._settings.poll_seconds)
 
@@ -320,7 +329,11 @@ class NodeClaimWorkflow:
 
     async def _activity(self, name: ActivityName, argument: Any, result_type: type | None = None) -> Any:
         return await workflow.execute_activity(
-            name, argument, result_type=result_type, start_to_close_timeout=SHORT, retry_policy=RETRY
+            name,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=self._activity_timeout(),
+            retry_policy=RETRY,
         )
 
     async def _condition(

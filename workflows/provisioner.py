@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.nodeclaim import NodeClaimWorkflow
 
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
-PLAN_TIMEOUT = timedelta(minutes=2)
 SHOWN_INSTANCE_TYPES = 5
 
 
@@ -61,6 +60,7 @@ class ProvisionerWorkflow:
         self._pending: set[str] = set(request.pending)
         self._signals = 0
         self._unavailable = {(u.instance_type, u.zone, u.capacity_type): u for u in request.unavailable}
+        self._unavailable_ttl = request.unavailable_ttl_seconds
 
     @workflow.signal
     def pods_pending(self, signal: PodsPending) -> None:
@@ -69,7 +69,10 @@ class ProvisionerWorkflow:
 
     @workflow.signal
     def offering_unavailable(self, offering: UnavailableOffering) -> None:
-        self._unavailable[(offering.instance_type, offering.zone, offering.capacity_type)] = offering
+        # Never longer than the provisioner's TTL, whatever the reporter asked for.
+        until = min(offering.until, workflow.now() + timedelta(seconds=self._unavailable_ttl))
+        key = (offering.instance_type, offering.zone, offering.capacity_type)
+        self._unavailable[key] = offering.model_copy(update={"until": until})
 
     @workflow.query
     def unavailable_offerings(self) -> list[UnavailableOffering]:
@@ -118,7 +121,7 @@ class ProvisionerWorkflow:
             ActivityName.PLAN_PROVISIONING,
             PlanInput(cluster=request.cluster, unavailable=self._live_unavailable()),
             result_type=PlanResult,
-            start_to_close_timeout=PLAN_TIMEOUT,
+            start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
             retry_policy=RETRY,
         )
         if plan.pods:
@@ -139,7 +142,7 @@ class ProvisionerWorkflow:
         await workflow.execute_activity(
             ActivityName.CREATE_NODECLAIMS,
             plan.nodeclaims,
-            start_to_close_timeout=PLAN_TIMEOUT,
+            start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
             retry_policy=RETRY,
         )
         for claim in plan.nodeclaims:

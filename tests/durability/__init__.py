@@ -1,0 +1,1 @@
+"""Durability: the system survives killed workers and a restarted Temporal server."""

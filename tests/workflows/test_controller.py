@@ -1,0 +1,132 @@
+"""The controller against the simulated AKS and the dev server: it turns what it watches into signals (a
+provisionable pod into a signal-with-start of the provisioner, a Node into a wake-up of its NodeClaim's
+workflow, a deleted NodeClaim into a request to terminate) and decides nothing itself."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from core.messages import (
+    ActivityName,
+    DeletionRequested,
+    LifecycleSettings,
+    NodeEvent,
+    Phase,
+    PodsPending,
+    ProvisionerInput,
+)
+from tests.workflows.conftest import (
+    FAST,
+    System,
+    activity_calls,
+    decode,
+    deployment,
+    eventually,
+    fresh_name,
+    in_phase,
+    offering,
+    planned_claim,
+    running_system,
+    signals,
+    small_delays,
+    start_input,
+    started,
+)
+
+ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
+"""A lifecycle that would look for itself only once a minute: anything quicker was a signal's doing."""
+
+
+async def signalled(
+    system: System, handle: WorkflowHandle[Any, Any], name: str, kind: type[Any]
+) -> list[Any]:
+    """The arguments of every signal of this name the workflow received."""
+    return [
+        await decode(system.client, payloads, kind)
+        for signal, payloads in await signals(handle)
+        if signal == name
+    ]
+
+
+async def test_a_provisionable_pod_starts_the_provisioner_with_its_signal(system: System) -> None:
+    system.start_controller()
+    await system.apply_examples()
+
+    await system.sim.apply([deployment("web", 2)])
+
+    provisioner = await started(system.provisioner())
+    web = sorted(f"default/{pod.metadata.name}" for pod in await system.pods("web"))
+    received = await eventually(
+        lambda: _pods_signalled(system, provisioner, web), what="the pods signalled to the provisioner"
+    )
+    assert received == web
+    # Started by the controller, with the controller's settings, and its first event after the start is
+    # the signal that started it.
+    description = await provisioner.describe()
+    assert (description.workflow_type, description.task_queue) == ("Provisioner", system.task_queue)
+    assert await start_input(system.client, provisioner, ProvisionerInput) == system.provisioner_input()
+    history = await provisioner.fetch_history()
+    assert history.events[1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    await eventually(lambda: system.running("web", 2), timeout=15, what="web running")
+
+
+async def _pods_signalled(system: System, handle: WorkflowHandle[Any, Any], wanted: list[str]) -> list[str]:
+    pods = sorted(
+        {
+            pod
+            for signal in await signalled(system, handle, "pods_pending", PodsPending)
+            for pod in signal.pods
+        }
+    )
+    return pods if pods == wanted else []
+
+
+async def wakes_on_node_event(system: System) -> None:
+    """A NodeClaim whose lifecycle never polls in time registers and initializes because the controller
+    signals its Node's events."""
+    system.start_controller()
+    claim = planned_claim(fresh_name("woken"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim, ONLY_SIGNALS)
+
+    status = await eventually(
+        lambda: in_phase(lifecycle, Phase.RUNNING), timeout=10, what="registered, initialized"
+    )
+
+    assert status.node == claim.name
+    events = await signalled(system, lifecycle, "node_event", NodeEvent)
+    assert events and all(event.node == claim.name for event in events)
+    assert ActivityName.FIND_NODE not in [call.name for call in await activity_calls(lifecycle)]
+
+
+async def test_a_node_event_wakes_the_nodeclaim_workflow(
+    temporal_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    # The kubelet registers a second after the VM runs: by then the controller knows the NodeClaim's providerID.
+    async with running_system(temporal_env, task_queue, small_delays(registration=1.5)) as system:
+        await wakes_on_node_event(system)
+
+
+async def test_a_node_that_registers_at_once_still_wakes_the_nodeclaim_workflow(system: System) -> None:
+    # The Node appears (and turns Ready) before the NodeClaim's status carries the providerID the controller
+    # maps Nodes by; the workflow must still hear of it without waiting for its poll.
+    await wakes_on_node_event(system)
+
+
+async def test_a_deleted_nodeclaim_gets_its_workflow_to_terminate(system: System) -> None:
+    system.start_controller()
+    claim = planned_claim(fresh_name("deleted"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim, FAST)
+    await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=10, what="running")
+
+    await system.sim.delete_nodeclaim(claim.name)
+
+    result = await asyncio.wait_for(lifecycle.result(), 15)
+    assert result.phase is Phase.TERMINATED
+    requests = await signalled(system, lifecycle, "delete", DeletionRequested)
+    assert requests and requests[0].by == "nodeclaim deleted"
+    assert await system.gone(claim.name, claim.name)

@@ -1,0 +1,332 @@
+"""The NodeClaim lifecycle on the real dev server against the simulated AKS: launch with capacity fallback,
+registration timeout, drain with PodDisruptionBudgets and terminationGracePeriod, and both deletion paths."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from core import labels
+from core.api.kube import Pod, is_daemonset_pod
+from core.api.nodeclaim import NodeClaim
+from core.cluster import WatchEvent
+from core.messages import (
+    ActivityName,
+    DrainInput,
+    DrainResult,
+    LifecycleInput,
+    Phase,
+)
+from simulator.compute import Fault, FaultType
+from tests.workflows.conftest import (
+    FAST,
+    INSTANCE_TYPE,
+    System,
+    activity_calls,
+    condition,
+    current_details,
+    decode,
+    deployment,
+    eventually,
+    fresh_name,
+    in_phase,
+    offering,
+    pdb,
+    pinned,
+    planned_claim,
+    start_input,
+)
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.provisioner import ProvisionerWorkflow
+
+# --- launch ----------------------------------------------------------------------------------------------
+
+
+async def only_nodeclaim(system: System) -> str:
+    claims = await eventually(system.nodeclaims, what="a NodeClaim")
+    assert len(claims) == 1, [claim.name for claim in claims]
+    return claims[0].name
+
+
+async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_provisioner(
+    system: System,
+) -> None:
+    await system.apply_examples()
+    await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
+    pods = await system.unschedulable("pinned", 1)
+    # Whichever offering is tried first has no capacity; the fault is then used up.
+    await system.sim.add_fault(
+        Fault(type=FaultType.INSUFFICIENT_CAPACITY, instance_type=INSTANCE_TYPE, times=1)
+    )
+    provisioner = await system.start_provisioner(pods)
+
+    name = await only_nodeclaim(system)
+    lifecycle = await system.nodeclaim_workflow(name)
+    candidates = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim.launch_candidates
+    first, second = candidates[0], candidates[1]
+    status = await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), what=f"{name} running")
+
+    assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
+        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
+    ]
+    assert (status.instance_type, status.zone, status.capacity_type) == (
+        second.instance_type,
+        second.zone,
+        second.capacity_type,
+    )
+    counters = await system.sim.counters()
+    assert (counters.creates_attempted, counters.instances_created, counters.faults_fired) == (2, 1, 1)
+    [instance] = await system.sim.list()
+    assert (instance.name, instance.zone) == (name, second.zone)
+    claim = await system.nodeclaim(name)
+    assert claim is not None
+    assert condition(claim, "Launched") == ("True", "Launched")
+    assert claim.labels[labels.ZONE] == second.zone
+    unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
+    assert [(u.instance_type, u.zone, u.capacity_type, u.reason) for u in unavailable] == [
+        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
+    ]
+    [pod] = await eventually(lambda: system.running("pinned", 1), what="the pod running")
+    assert pod.spec.node_name == status.node
+
+
+async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(system: System) -> None:
+    await system.apply_examples()
+    await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
+    pods = await system.unschedulable("pinned", 1)
+    await system.sim.add_fault(Fault(type=FaultType.INSUFFICIENT_CAPACITY, instance_type=INSTANCE_TYPE))
+    provisioner = await system.start_provisioner(pods)
+
+    name = (await eventually(lambda: _created_claims(system), what="a NodeClaim"))[0]
+    lifecycle = await system.nodeclaim_workflow(name)
+    candidates = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim.launch_candidates
+    result = await asyncio.wait_for(lifecycle.result(), 20)
+
+    tried = [(c.instance_type, c.zone, c.capacity_type) for c in candidates]
+    assert len(tried) == 4  # on-demand in eastus-1..3 and without a zone
+    assert result.phase is Phase.FAILED
+    assert [(f.instance_type, f.zone, f.capacity_type) for f in result.launch_failures] == tried
+    assert result.reason.startswith("no offering could be launched")
+    deleted = await eventually(lambda: _final(system, name), what="the NodeClaim deleted")
+    assert condition(deleted, "Launched") == ("False", "LaunchFailed")
+    assert await system.nodeclaim(name) is None
+    assert await system.sim.list() == []
+    counters = await system.sim.counters()
+    assert (counters.creates_attempted, counters.faults_fired, counters.instances_created) == (4, 4, 0)
+    unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
+    assert sorted((u.instance_type, u.zone, u.capacity_type) for u in unavailable) == sorted(tried)
+
+
+async def _created_claims(system: System) -> list[str]:
+    return [event.name for event in system.events if event.kind == "NodeClaim" and event.type == "ADDED"]
+
+
+async def _final(system: System, name: str) -> NodeClaim | None:
+    return system.deleted_claim(name)
+
+
+# --- registration ----------------------------------------------------------------------------------------
+
+
+async def test_registration_timeout_deletes_the_instance_and_the_nodeclaim(system: System) -> None:
+    await system.apply_examples()
+    claim = planned_claim(fresh_name("unregistered"), [offering("eastus-1")])
+    await system.sim.add_fault(Fault(type=FaultType.NEVER_REGISTER, name=claim.name))
+    lifecycle = await system.start_nodeclaim(claim, FAST.model_copy(update={"registration_ttl_seconds": 2}))
+
+    result = await asyncio.wait_for(lifecycle.result(), 20)
+
+    assert result.phase is Phase.FAILED
+    assert result.provider_id and result.reason == (
+        f"no Node registered with providerID {result.provider_id} within 0:00:02"
+    )
+    deleted = await eventually(lambda: _final(system, claim.name), what="the NodeClaim deleted")
+    assert condition(deleted, "Launched") == ("True", "Launched")
+    assert condition(deleted, "Registered") == ("False", "RegistrationTimeout")
+    counters = await system.sim.counters()
+    assert (counters.instances_created, counters.instances_deleted) == (1, 1)
+    assert await system.gone(claim.name)
+    assert await system.sim.list_nodes() == []
+
+
+# --- termination -----------------------------------------------------------------------------------------
+
+
+async def serving(system: System, app: str, replicas: int, **nodepool_template_spec: object) -> list[Pod]:
+    """The examples and a deployment applied, the controller running, and the deployment's pods running on
+    nodes our workflows launched."""
+    await system.apply_examples(**nodepool_template_spec)
+    await system.sim.apply([deployment(app, replicas)])
+    system.start_controller()
+    return await eventually(lambda: system.running(app, replicas), timeout=15, what=f"{app} running")
+
+
+async def drains(system: System, lifecycle: WorkflowHandle[Any, Any]) -> list[tuple[DrainInput, DrainResult]]:
+    """The drain passes the lifecycle made so far, with their results."""
+    passes = []
+    for call in await activity_calls(lifecycle):
+        if call.name == ActivityName.DRAIN_NODE and call.result is not None:
+            passes.append(
+                (
+                    await decode(system.client, call.input, DrainInput),
+                    await decode(system.client, call.result, DrainResult),
+                )
+            )
+    return passes
+
+
+async def test_drain_waits_for_the_pod_disruption_budget(system: System) -> None:
+    pods = await serving(system, "guarded", 2)
+    await system.sim.apply([pdb("guarded", min_available=2)])
+    node = pods[0].spec.node_name or ""
+    on_node = {pod.metadata.name: pod.metadata.uid for pod in pods if pod.spec.node_name == node}
+    daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
+    lifecycle = await system.nodeclaim_workflow(node)  # a node is named after its NodeClaim
+
+    await system.sim.delete_node(node)
+    blocked = await eventually(
+        lambda: _blocked_passes(system, lifecycle, 2), timeout=10, what="two blocked drain passes"
+    )
+
+    for _, result in blocked:
+        assert set(result.blocked) == {f"default/{name}" for name in on_node}
+        assert result.evicted == []
+        assert all("disruption budget default/guarded" in reason for reason in result.blocked.values())
+    assert "eviction(s) blocked" in await current_details(lifecycle)
+    assert (await lifecycle.query(NodeClaimWorkflow.status)).phase is Phase.TERMINATING
+    still = {pod.metadata.name: pod.metadata.uid for pod in await system.sim.list_pods_on_node(node)}
+    assert on_node.items() <= still.items()
+    assert set(daemon) <= set(still)  # DaemonSet pods go after the others
+    assert node in await system.instance_names()
+    current = await system.node(node)
+    assert current is not None and current.metadata.deletion_timestamp is not None
+    assert any(taint.key == labels.DISRUPTED_TAINT for taint in current.spec.taints)
+
+    await system.sim.apply([pdb("guarded", min_available=0)])
+
+    assert await eventually(
+        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+    )
+    evicted = {key for _, result in await drains(system, lifecycle) for key in result.evicted}
+    assert {f"default/{name}" for name in on_node} <= evicted
+    assert (await asyncio.wait_for(lifecycle.result(), 10)).phase is Phase.TERMINATED
+
+
+async def _blocked_passes(
+    system: System, lifecycle: WorkflowHandle[Any, Any], count: int
+) -> list[tuple[DrainInput, DrainResult]]:
+    passes = await drains(system, lifecycle)
+    return passes if len(passes) >= count and all(result.blocked for _, result in passes) else []
+
+
+async def test_termination_grace_period_forces_the_drain_past_the_budget(system: System) -> None:
+    pods = await serving(system, "guarded", 2, terminationGracePeriod="3s")
+    await system.sim.apply([pdb("guarded", min_available=2)])
+    node = pods[0].spec.node_name or ""
+    on_node = {pod.metadata.uid for pod in pods if pod.spec.node_name == node}
+    lifecycle = await system.nodeclaim_workflow(node)
+    planned = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim
+    assert planned.termination_grace_period_seconds == 3
+
+    await system.sim.delete_node(node)
+
+    assert await eventually(
+        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+    )
+    passes = await drains(system, lifecycle)
+    forced = [request.force for request, _ in passes]
+    # The budget is honoured until the grace period runs out, then every pass deletes what is left.
+    assert forced[0] is False and forced[-1] is True and forced == sorted(forced), forced
+    assert all(result.blocked for request, result in passes if not request.force)
+    remaining = {pod.metadata.uid for pod in await system.pods("guarded")}
+    assert not on_node & remaining
+    budget = await system.sim.get_object("PodDisruptionBudget", "guarded", "default")
+    assert budget is not None and budget["spec"]["minAvailable"] == 2
+    assert (await asyncio.wait_for(lifecycle.result(), 10)).phase is Phase.TERMINATED
+
+
+KARPENTER_ORDER = [
+    ActivityName.TAINT_FOR_TERMINATION,
+    ActivityName.DRAIN_NODE,
+    ActivityName.DELETE_INSTANCE,
+    ActivityName.DELETE_NODE,
+    ActivityName.DELETE_NODECLAIM,
+]
+
+
+def _first(system: System, found: Callable[[WatchEvent], bool], what: str) -> int:
+    """The position in the watch stream of the first event `found` accepts."""
+    for index, event in enumerate(system.events):
+        if found(event):
+            return index
+    raise AssertionError(f"the watch never saw {what}")
+
+
+def _tainted(node: str) -> Callable[[WatchEvent], bool]:
+    def found(event: WatchEvent) -> bool:
+        taints = event.object.get("spec", {}).get("taints", [])
+        return (
+            event.kind == "Node"
+            and event.name == node
+            and any(taint["key"] == labels.DISRUPTED_TAINT for taint in taints)
+        )
+
+    return found
+
+
+def _deleted(kind: str, name: str) -> Callable[[WatchEvent], bool]:
+    return lambda event: event.kind == kind and event.name == name and event.type == "DELETED"
+
+
+async def assert_terminated_in_order(system: System, node: str, pods: list[Pod], daemon: list[str]) -> None:
+    """Node, instance and NodeClaim are gone, and it happened in Karpenter's order: taint, drain (ordinary
+    pods before DaemonSet pods), instance, Node, and last the NodeClaim's finalizer. The workflow's history
+    gives the order of its steps; the watch stream gives the order the cluster saw."""
+    lifecycle = await system.nodeclaim_workflow(node)
+    assert await eventually(
+        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+    )
+    result = await asyncio.wait_for(lifecycle.result(), 10)
+    assert result.phase is Phase.TERMINATED
+
+    termination = [call.name for call in await activity_calls(lifecycle) if call.name in KARPENTER_ORDER]
+    collapsed = [
+        name for index, name in enumerate(termination) if index == 0 or termination[index - 1] != name
+    ]
+    assert collapsed == KARPENTER_ORDER
+
+    tainted = _first(system, _tainted(node), f"{node} tainted")
+    evicted = [_first(system, _deleted("Pod", pod.metadata.name), pod.metadata.name) for pod in pods]
+    daemons = [_first(system, _deleted("Pod", name), name) for name in daemon]
+    node_gone = _first(system, _deleted("Node", node), f"{node} deleted")
+    claim_gone = _first(system, _deleted("NodeClaim", node), f"NodeClaim {node} deleted")
+    # DaemonSet pods go last: evicted after the others when they do not tolerate the disrupted taint, or
+    # left to go with the Node when they do (as Karpenter leaves them).
+    assert tainted < min(evicted) and max(evicted) < min(daemons)
+    assert max(evicted) < node_gone < claim_gone
+
+
+async def test_deleting_the_node_terminates_it_in_karpenter_order(system: System) -> None:
+    pods = await serving(system, "web", 2)
+    node = pods[0].spec.node_name or ""
+    on_node = [pod for pod in pods if pod.spec.node_name == node]
+    daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
+    assert daemon
+
+    await system.sim.delete_node(node)
+
+    await assert_terminated_in_order(system, node, on_node, daemon)
+
+
+async def test_deleting_the_nodeclaim_terminates_it_in_karpenter_order(system: System) -> None:
+    pods = await serving(system, "web", 2)
+    node = pods[0].spec.node_name or ""
+    on_node = [pod for pod in pods if pod.spec.node_name == node]
+    daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
+
+    await system.sim.delete_nodeclaim(node)
+
+    await assert_terminated_in_order(system, node, on_node, daemon)

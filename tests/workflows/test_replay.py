@@ -1,0 +1,150 @@
+"""Replay: every history recorded from a demo run (tests/histories/) must replay against today's workflow code.
+
+A change that makes the workflows issue different commands for the same history (another activity, a timer,
+another order) would break every workflow running in production when its worker is upgraded; the Replayer
+finds it here. The variants below make such changes on purpose and must fail, which proves the check has teeth.
+Re-recording the histories after an intended change is described in tests/histories/README.md.
+
+The module holds no module-level I/O: the workflow sandbox re-imports it to run the variants.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+with workflow.unsafe.imports_passed_through():
+    import pytest
+
+    from core.messages import ActivityName, LifecycleInput, LifecycleStatus, ProvisionerInput
+    from workflows.nodeclaim import NodeClaimWorkflow
+    from workflows.provisioner import ProvisionerWorkflow
+
+HISTORIES = Path(__file__).parent.parent / "histories"
+WORKFLOW_TYPES = ("Provisioner", "NodeClaim")
+
+
+# ------------------------------------------------------------------------- deliberately non-deterministic code
+
+
+@workflow.defn(name="NodeClaim")
+class NodeClaimTimerBeforeLaunch(NodeClaimWorkflow):
+    """Waits a second before launching: a timer where the history has the launch activity."""
+
+    @workflow.run
+    async def run(self, request: LifecycleInput) -> LifecycleStatus:
+        return await super().run(request)
+
+    async def _launch(self) -> bool:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super()._launch()
+
+
+@workflow.defn(name="NodeClaim")
+class NodeClaimCleansUpBeforeLaunch(NodeClaimWorkflow):
+    """Deletes any leftover instance before launching: another activity where the history has the launch."""
+
+    @workflow.run
+    async def run(self, request: LifecycleInput) -> LifecycleStatus:
+        return await super().run(request)
+
+    async def _launch(self) -> bool:
+        await self._activity(ActivityName.DELETE_INSTANCE, self._claim.name)
+        return await super()._launch()
+
+
+@workflow.defn(name="Provisioner")
+class ProvisionerTimerBeforePlanning(ProvisionerWorkflow):
+    """Waits a second before planning: a timer where the history has the planning activity."""
+
+    @workflow.run
+    async def run(self, request: ProvisionerInput) -> None:
+        await super().run(request)
+
+    async def _provision(self, request: ProvisionerInput, pods: list[str]) -> None:
+        await workflow.sleep(timedelta(seconds=1))
+        await super()._provision(request, pods)
+
+
+@workflow.defn(name="Provisioner")
+class ProvisionerWithoutBatching(ProvisionerWorkflow):
+    """Plans as soon as a pod arrives: the planning activity where the history has the batch window's timer."""
+
+    @workflow.run
+    async def run(self, request: ProvisionerInput) -> None:
+        await super().run(request)
+
+    async def _batch(self, request: ProvisionerInput) -> None:
+        return None
+
+
+VARIANTS: dict[str, tuple[type, ...]] = {
+    "NodeClaim": (NodeClaimTimerBeforeLaunch, NodeClaimCleansUpBeforeLaunch),
+    "Provisioner": (ProvisionerTimerBeforePlanning, ProvisionerWithoutBatching),
+}
+
+
+# ----------------------------------------------------------------------------------------------- histories
+
+
+def history_files() -> list[Path]:
+    return sorted(HISTORIES.glob("*.json"))
+
+
+def workflow_type(path: Path) -> str:
+    """The workflow type, from the file name `<type>-<id>-<run id prefix>.json` that `--record-histories` writes."""
+    return path.name.partition("-")[0]
+
+
+def load_history(path: Path) -> WorkflowHistory:
+    """The history with a workflow id rebuilt from the file name (`nodeclaim-default-x` -> `nodeclaim/default-x`);
+    the id only labels the replay, it cannot change a command."""
+    recorded_id = path.stem.removeprefix(f"{workflow_type(path)}-").rpartition("-")[0]
+    return WorkflowHistory.from_json(recorded_id.replace("-", "/", 1), path.read_text())
+
+
+def replayer(*workflows: type) -> Replayer:
+    return Replayer(workflows=list(workflows), data_converter=pydantic_data_converter)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One case per history (and per variant of its workflow), named after the file."""
+    if "history" in metafunc.fixturenames:
+        paths = history_files()
+        metafunc.parametrize("history", paths, ids=[path.stem for path in paths])
+    if "history_and_variant" in metafunc.fixturenames:
+        cases = [
+            (path, variant) for path in history_files() for variant in VARIANTS.get(workflow_type(path), ())
+        ]
+        metafunc.parametrize(
+            "history_and_variant", cases, ids=[f"{path.stem}-{variant.__name__}" for path, variant in cases]
+        )
+
+
+# ------------------------------------------------------------------------------------------------------ tests
+
+
+def test_histories_cover_both_workflows() -> None:
+    """Without a history of each workflow, the cases below would pass by having nothing to replay."""
+    recorded = {workflow_type(path) for path in history_files()}
+    assert recorded == set(WORKFLOW_TYPES), (
+        f"{HISTORIES} should hold histories of {WORKFLOW_TYPES}, found {sorted(recorded)}; "
+        "see tests/histories/README.md to record them"
+    )
+
+
+async def test_history_replays(history: Path) -> None:
+    result = await replayer(ProvisionerWorkflow, NodeClaimWorkflow).replay_workflow(load_history(history))
+    assert result.replay_failure is None
+
+
+async def test_non_deterministic_change_fails_replay(history_and_variant: tuple[Path, type]) -> None:
+    path, variant = history_and_variant
+    others = [wf for wf in (ProvisionerWorkflow, NodeClaimWorkflow) if not issubclass(variant, wf)]
+    with pytest.raises(workflow.NondeterminismError):
+        await replayer(variant, *others).replay_workflow(load_history(path))
