@@ -10,23 +10,21 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.errors import as_application_error
 from core import labels
 from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_terminal, tolerates
 from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import StatusCondition
 from core.cluster import ClusterAPI
-from core.errors import CloudError, NotFoundError, PDBViolationError
+from core.errors import NotFoundError, PDBViolationError
 from core.messages import (
     ActivityName,
     ConditionUpdate,
     DrainInput,
     DrainResult,
+    InitializeInput,
     NodeState,
-    NodeStateInput,
     PlannedNodeClaim,
-    RegisterInput,
 )
 from core.resources import parse_resources
 
@@ -37,7 +35,9 @@ ROOT_CONDITION_PARTS = ("Launched", "Registered", "Initialized")
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
-def nodeclaim_object(claim: PlannedNodeClaim) -> NodeClaim:
+def nodeclaim_object(
+    claim: PlannedNodeClaim, nodeclass: str, requirements: list[dict[str, object]]
+) -> NodeClaim:
     """The NodeClaim object for a planned NodeClaim, owned by its NodePool and held by the termination finalizer."""
     return NodeClaim.parse(
         {
@@ -46,7 +46,6 @@ def nodeclaim_object(claim: PlannedNodeClaim) -> NodeClaim:
             "metadata": {
                 "name": claim.name,
                 "labels": claim.labels,
-                "annotations": claim.annotations,
                 "finalizers": [labels.TERMINATION_FINALIZER],
                 "ownerReferences": [
                     {
@@ -59,14 +58,14 @@ def nodeclaim_object(claim: PlannedNodeClaim) -> NodeClaim:
                 ],
             },
             "spec": {
-                "requirements": claim.requirements,
+                "requirements": requirements,
                 "resources": {"requests": claim.requests},
                 "taints": [t.model_dump(mode="json", exclude_none=True) for t in claim.taints],
                 "startupTaints": [t.model_dump(mode="json", exclude_none=True) for t in claim.startup_taints],
                 "nodeClassRef": {
                     "group": "karpenter.azure.com",
                     "kind": "AKSNodeClass",
-                    "name": claim.nodeclass,
+                    "name": nodeclass,
                 },
             },
         }
@@ -111,107 +110,88 @@ def _key(pod: Pod) -> str:
     return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
 
 
+async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
+    """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone."""
+    claim = await cluster.get_nodeclaim(update.name)
+    if claim is None:
+        return False
+    status = claim.status
+    now = datetime.now(UTC)
+    previous = status.condition(update.type)
+    changed = previous is None or previous.status != update.status
+    condition = StatusCondition(
+        type=update.type,
+        status=update.status,
+        reason=update.reason or update.type,
+        message=update.message,
+        last_transition_time=now if changed or previous is None else previous.last_transition_time,
+    )
+    status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
+    ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
+    if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
+        status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
+            StatusCondition(
+                type="Ready",
+                status="True" if ready else "Unknown",
+                reason="Ready" if ready else "NotReady",
+                last_transition_time=now,
+            )
+        ]
+    if update.provider_id is not None:
+        status.provider_id = update.provider_id
+    if update.node_name is not None:
+        status.node_name = update.node_name
+    if update.capacity is not None:
+        status.capacity = dict(update.capacity)
+    if update.allocatable is not None:
+        status.allocatable = dict(update.allocatable)
+    await cluster.update_nodeclaim_status(claim)
+    if update.labels:
+        await cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
+    if update.event_reason:
+        warning = update.event_type == "Warning"
+        event = kube_event("NodeClaim", update.name, update.event_reason, update.message, warning=warning)
+        await cluster.record_event(event)
+    return True
+
+
+async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
+    """What initialization waits for: Ready, startup taints gone, requested extended resources reported."""
+    node = await cluster.get_node(request.node)
+    if node is None:
+        return NodeState(name=request.node, exists=False)
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    taint_keys = {taint.key for taint in node.spec.taints}
+    allocatable = parse_resources(node.status.allocatable)
+    return NodeState(
+        name=request.node,
+        ready=ready,
+        startup_taints_remaining=[key for key in request.startup_taints if key in taint_keys],
+        missing_resources=[name for name in request.requested_resources if allocatable.get(name, 0) <= 0],
+        deleting=node.metadata.deletion_timestamp is not None,
+    )
+
+
+async def register_node(cluster: ClusterAPI, node: str, node_labels: dict[str, str]) -> bool:
+    """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer and the
+    registered label, and loses the unregistered taint. False when the Node is gone."""
+    patched = await cluster.patch_node(
+        node,
+        labels={**node_labels, labels.REGISTERED: "true"},
+        remove_taint_keys=[labels.UNREGISTERED_TAINT],
+        add_finalizers=[labels.TERMINATION_FINALIZER],
+    )
+    return patched is not None
+
+
 class KubeActivities:
     def __init__(self, cluster: ClusterAPI) -> None:
         self.cluster = cluster
 
-    @activity.defn(name=ActivityName.CREATE_NODECLAIMS)
-    async def create_nodeclaims(self, claims: list[PlannedNodeClaim]) -> list[str]:
-        created = []
-        for claim in claims:
-            try:
-                await self.cluster.create_nodeclaim(nodeclaim_object(claim))
-            except CloudError as error:
-                raise as_application_error(error) from error
-            created.append(claim.name)
-            for pod in claim.pods:
-                await self.cluster.record_event(
-                    pod_event(pod, "Nominated", f"Pod should schedule on: nodeclaim/{claim.name}")
-                )
-        return created
-
     @activity.defn(name=ActivityName.UPDATE_NODECLAIM)
     async def update_nodeclaim(self, update: ConditionUpdate) -> bool:
         """Set one condition (and any status fields given); False when the NodeClaim is gone."""
-        claim = await self.cluster.get_nodeclaim(update.name)
-        if claim is None:
-            return False
-        status = claim.status
-        now = datetime.now(UTC)
-        previous = status.condition(update.type)
-        changed = previous is None or previous.status != update.status
-        condition = StatusCondition(
-            type=update.type,
-            status=update.status,
-            reason=update.reason or update.type,
-            message=update.message,
-            last_transition_time=now if changed or previous is None else previous.last_transition_time,
-        )
-        status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
-        ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
-        if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
-            status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
-                StatusCondition(
-                    type="Ready",
-                    status="True" if ready else "Unknown",
-                    reason="Ready" if ready else "NotReady",
-                    last_transition_time=now,
-                )
-            ]
-        if update.provider_id is not None:
-            status.provider_id = update.provider_id
-        if update.node_name is not None:
-            status.node_name = update.node_name
-        if update.capacity is not None:
-            status.capacity = dict(update.capacity)
-        if update.allocatable is not None:
-            status.allocatable = dict(update.allocatable)
-        await self.cluster.update_nodeclaim_status(claim)
-        if update.labels:
-            await self.cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
-        if update.event_reason:
-            warning = update.event_type == "Warning"
-            event = kube_event("NodeClaim", update.name, update.event_reason, update.message, warning=warning)
-            await self.cluster.record_event(event)
-        return True
-
-    @activity.defn(name=ActivityName.FIND_NODE)
-    async def find_node(self, provider_id: str) -> str | None:
-        node = await self.cluster.find_node_by_provider_id(provider_id)
-        return node.metadata.name if node is not None else None
-
-    @activity.defn(name=ActivityName.NODE_STATE)
-    async def node_state(self, request: NodeStateInput) -> NodeState:
-        node = await self.cluster.get_node(request.node)
-        if node is None:
-            return NodeState(name=request.node, exists=False)
-        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
-        taint_keys = {taint.key for taint in node.spec.taints}
-        allocatable = parse_resources(node.status.allocatable)
-        return NodeState(
-            name=request.node,
-            ready=ready,
-            startup_taints_remaining=[key for key in request.startup_taints if key in taint_keys],
-            missing_resources=[name for name in request.requested_resources if allocatable.get(name, 0) <= 0],
-            deleting=node.metadata.deletion_timestamp is not None,
-        )
-
-    @activity.defn(name=ActivityName.REGISTER_NODE)
-    async def register_node(self, request: RegisterInput) -> None:
-        """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer and the
-        registered label, and loses the unregistered taint."""
-        node = await self.cluster.patch_node(
-            request.node,
-            labels={**request.labels, labels.REGISTERED: "true"},
-            remove_taint_keys=[labels.UNREGISTERED_TAINT],
-            add_finalizers=[labels.TERMINATION_FINALIZER],
-        )
-        if node is None:
-            raise as_application_error(NotFoundError(f"node {request.node} disappeared during registration"))
-
-    @activity.defn(name=ActivityName.MARK_INITIALIZED)
-    async def mark_initialized(self, node: str) -> None:
-        await self.cluster.patch_node(node, labels={labels.INITIALIZED: "true"})
+        return await apply_condition(self.cluster, update)
 
     @activity.defn(name=ActivityName.TAINT_FOR_TERMINATION)
     async def taint_for_termination(self, node: str) -> bool:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.kube import pod_event
+from activities.kube import nodeclaim_object, pod_event
 from core import labels
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -23,7 +23,7 @@ from core.messages import ActivityName, OfferingChoice, PlanInput, PlannedNodeCl
 from core.resources import format_resources
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.snapshot import SchedulingSnapshot, azure_provider, build_snapshot
+from core.scheduling.snapshot import InstanceTypeProvider, SchedulingSnapshot, azure_provider, build_snapshot
 
 MAX_REPORTED_UNSCHEDULABLE = 20
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -42,16 +42,18 @@ def _seconds(pool: NodePool | None, which: str) -> float | None:
     return duration.total_seconds() if duration is not None else None
 
 
+def _instance_types_summary(options: list[str], shown: int = 5) -> str:
+    others = len(options) - shown
+    return ", ".join(options[:shown]) + (f" and {others} other(s)" if others > 0 else "")
+
+
 def planned(claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidates: int) -> PlannedNodeClaim:
-    """A simulated NodeClaim as the lifecycle will need it."""
+    """A simulated NodeClaim as its lifecycle needs it."""
     template_labels = dict(pool.spec.template.metadata.labels) if pool else {}
     template_labels[labels.NODEPOOL] = claim.nodepool
-    nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
     return PlannedNodeClaim(
         name=name,
         nodepool=claim.nodepool,
-        nodeclass=nodeclass,
-        instance_type_options=claim.instance_type_options,
         launch_candidates=[
             OfferingChoice(
                 instance_type=launch.instance_type,
@@ -61,13 +63,12 @@ def planned(claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidate
             )
             for launch in claim.launch_candidates[:max_candidates]
         ],
-        requirements=claim.requirements,
         labels=template_labels,
-        annotations=dict(pool.spec.template.metadata.annotations) if pool else {},
         taints=claim.taints,
         startup_taints=claim.startup_taints,
         requests=format_resources(claim.requests),
-        pods=claim.pods,
+        instance_types=_instance_types_summary(claim.instance_type_options),
+        pod_count=len(claim.pods),
         expire_after_seconds=_seconds(pool, "expire"),
         termination_grace_period_seconds=_seconds(pool, "grace"),
     )
@@ -85,6 +86,7 @@ class PlanningActivities:
         self.cluster = cluster
         self.catalog = catalog
         self.names = names
+        self._providers: dict[frozenset[tuple[str, str, str]], InstanceTypeProvider] = {}
 
     @activity.defn(name=ActivityName.PLAN_PROVISIONING)
     async def plan_provisioning(self, request: PlanInput) -> PlanResult:
@@ -93,22 +95,24 @@ class PlanningActivities:
         unavailable = {
             (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
         }
-        snapshot = build_snapshot(manifests, azure_provider(self.catalog, frozenset(unavailable)))
+        snapshot = build_snapshot(manifests, self._provider(frozenset(unavailable)))
         results = await asyncio.to_thread(self._solve, snapshot)
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
         pools = {pool.name: pool for pool in manifests.nodepools}
-        claims = [
-            planned(
-                claim,
-                pools.get(claim.nodepool),
-                f"{claim.nodepool}-{self.names()}",
-                request.max_launch_candidates,
-            )
-            for claim in results.nodeclaims
-            if claim.launch_candidates
-        ]
+        claims = []
+        for claim in results.nodeclaims:
+            if not claim.launch_candidates:
+                continue
+            pool = pools.get(claim.nodepool)
+            decision = planned(claim, pool, f"{claim.nodepool}-{self.names()}", request.max_launch_candidates)
+            nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
+            await self.cluster.create_nodeclaim(nodeclaim_object(decision, nodeclass, claim.requirements))
+            for pod in claim.pods:
+                message = f"Pod should schedule on: nodeclaim/{decision.name}"
+                await self.cluster.record_event(pod_event(pod, "Nominated", message))
+            claims.append(decision)
         return PlanResult(
             pods=len(snapshot.pending),
             nodeclaims=claims,
@@ -118,6 +122,16 @@ class PlanningActivities:
             },
             unschedulable_count=len(results.unschedulable),
         )
+
+    def _provider(self, unavailable: frozenset[tuple[str, str, str]]) -> InstanceTypeProvider:
+        # Building instance types from the catalog takes a tenth of a second; plans mostly repeat the same
+        # unavailable offerings (usually none), so keep the last few.
+        provider = self._providers.get(unavailable)
+        if provider is None:
+            if len(self._providers) >= 8:
+                self._providers.clear()
+            provider = self._providers[unavailable] = azure_provider(self.catalog, unavailable)
+        return provider
 
     @staticmethod
     def _solve(snapshot: SchedulingSnapshot) -> SchedulingResults:

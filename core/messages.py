@@ -40,20 +40,21 @@ class PlanInput(BaseModel):
 
 
 class PlannedNodeClaim(BaseModel):
-    """A NodeClaim the scheduler decided to create, with everything its lifecycle needs."""
+    """A NodeClaim the planning activity created, with what its lifecycle needs and nothing more.
+
+    The NodeClaim object itself (every requirement, up to 600 instance-type options) lives in the cluster;
+    carrying it here would make a large plan exceed Temporal's payload limit."""
 
     name: str
     nodepool: str
-    nodeclass: str
-    instance_type_options: list[str]
     launch_candidates: list[OfferingChoice]
-    requirements: list[dict[str, object]]
     labels: dict[str, str]
-    annotations: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     startup_taints: list[Taint] = Field(default_factory=list)
     requests: dict[str, str] = Field(default_factory=dict)
-    pods: list[str] = Field(default_factory=list)
+    instance_types: str = ""
+    """The first few instance-type options and how many more, as Karpenter logs them."""
+    pod_count: int = 0
     expire_after_seconds: float | None = None
     termination_grace_period_seconds: float | None = None
 
@@ -160,6 +161,7 @@ class NodeState(BaseModel):
     startup_taints_remaining: list[str] = Field(default_factory=list)
     missing_resources: list[str] = Field(default_factory=list)
     deleting: bool = False
+    initialized: bool = False
 
 
 class DrainResult(BaseModel):
@@ -206,17 +208,14 @@ class ActivityName(StrEnum):
     """Activity names, shared by the workflows that call them and the activities that implement them."""
 
     PLAN_PROVISIONING = "plan_provisioning"
-    CREATE_NODECLAIMS = "create_nodeclaims"
     UPDATE_NODECLAIM = "update_nodeclaim"
-    FIND_NODE = "find_node"
-    NODE_STATE = "node_state"
-    REGISTER_NODE = "register_node"
-    MARK_INITIALIZED = "mark_initialized"
+    LAUNCH_NODECLAIM = "launch_nodeclaim"
+    REGISTER_NODECLAIM = "register_nodeclaim"
+    INITIALIZE_NODECLAIM = "initialize_nodeclaim"
     TAINT_FOR_TERMINATION = "taint_for_termination"
     DRAIN_NODE = "drain_node"
     DELETE_NODE = "delete_node"
     DELETE_NODECLAIM = "delete_nodeclaim"
-    LAUNCH_INSTANCE = "launch_instance"
     DELETE_INSTANCE = "delete_instance"
 
 
@@ -231,11 +230,14 @@ class LaunchInput(BaseModel):
 
 class RegisterInput(BaseModel):
     nodeclaim: str
-    node: str
+    provider_id: str
     labels: dict[str, str] = Field(default_factory=dict)
+    node: str | None = None
+    """The Node, when the controller already said which one it is."""
 
 
-class NodeStateInput(BaseModel):
+class InitializeInput(BaseModel):
+    nodeclaim: str
     node: str
     startup_taints: list[str] = Field(default_factory=list)
     requested_resources: list[str] = Field(default_factory=list)

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
+from activities.lifecycle import LifecycleActivities
 from activities.planning import PlanningActivities
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
@@ -25,22 +26,19 @@ WORKFLOWS: Sequence[type] = (ProvisionerWorkflow, NodeClaimWorkflow)
 def activities_for(cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog) -> list[Any]:
     """Every activity, bound to the cluster and cloud they act on."""
     kube = KubeActivities(cluster)
-    compute = CloudActivities(cloud, catalog)
+    lifecycle = LifecycleActivities(cluster, cloud, catalog)
     planning = PlanningActivities(cluster, catalog)
     return [
         planning.plan_provisioning,
-        kube.create_nodeclaims,
+        lifecycle.launch_nodeclaim,
+        lifecycle.register_nodeclaim,
+        lifecycle.initialize_nodeclaim,
         kube.update_nodeclaim,
-        kube.find_node,
-        kube.node_state,
-        kube.register_node,
-        kube.mark_initialized,
         kube.taint_for_termination,
         kube.drain_node,
         kube.delete_node,
         kube.delete_nodeclaim,
-        compute.launch_instance,
-        compute.delete_instance,
+        CloudActivities(cloud).delete_instance,
     ]
 
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         DeletionRequested,
         DrainInput,
         DrainResult,
+        InitializeInput,
         LaunchFailure,
         LaunchInput,
         LaunchResult,
@@ -31,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         LifecycleStatus,
         NodeEvent,
         NodeState,
-        NodeStateInput,
         OfferingChoice,
         Phase,
         RegisterInput,
@@ -103,7 +103,7 @@ class NodeClaimWorkflow:
             )
             try:
                 launched = await workflow.execute_activity(
-                    ActivityName.LAUNCH_INSTANCE,
+                    ActivityName.LAUNCH_NODECLAIM,
                     LaunchInput(
                         nodeclaim=claim.name,
                         nodepool=claim.nodepool,
@@ -141,18 +141,6 @@ class NodeClaimWorkflow:
             launched.capacity_type,
         )
         status.provider_id = launched.provider_id
-        await self._condition(
-            "Launched",
-            "True",
-            provider_id=launched.provider_id,
-            capacity=launched.capacity,
-            allocatable=launched.allocatable,
-            labels={
-                "node.kubernetes.io/instance-type": launched.instance_type,
-                "topology.kubernetes.io/zone": launched.zone,
-                "karpenter.sh/capacity-type": launched.capacity_type,
-            },
-        )
         log(
             "launched nodeclaim",
             NodeClaim=self._claim.name,
@@ -190,18 +178,24 @@ class NodeClaimWorkflow:
         workflow.set_current_details(
             f"waiting up to {ttl} for a Node with providerID {self._status.provider_id}"
         )
-        while self._node is None and self._deletion is None and workflow.now() < deadline:
-            if not await self._wait(min(self._poll(), deadline - workflow.now())):
-                self._node = await workflow.execute_activity(
-                    ActivityName.FIND_NODE,
-                    self._status.provider_id,
-                    result_type=str,
-                    start_to_close_timeout=self._activity_timeout(),
-                    retry_policy=RETRY,
-                )
+        registered: str | None = None
+        while self._deletion is None:
+            registered = await self._activity(
+                ActivityName.REGISTER_NODECLAIM,
+                RegisterInput(
+                    nodeclaim=self._claim.name,
+                    provider_id=self._status.provider_id or "",
+                    labels=self._claim.labels,
+                    node=self._node,
+                ),
+                str,
+            )
+            if registered is not None or workflow.now() >= deadline:
+                break
+            await self._wait(min(self._poll(), deadline - workflow.now()))
         if self._deletion is not None:
             return False
-        if self._node is None:
+        if registered is None:
             message = f"no Node registered with providerID {self._status.provider_id} within {ttl}"
             self._status.reason = message
             await self._condition(
@@ -217,41 +211,24 @@ class NodeClaimWorkflow:
             await self._delete_nodeclaim()
             self._publish(Phase.FAILED)
             return False
-        await workflow.execute_activity(
-            ActivityName.REGISTER_NODE,
-            RegisterInput(nodeclaim=self._claim.name, node=self._node, labels=self._claim.labels),
-            start_to_close_timeout=self._activity_timeout(),
-            retry_policy=RETRY,
-        )
-        self._status.node = self._node
-        await self._condition("Registered", "True", node_name=self._node)
-        log("registered nodeclaim", NodeClaim=self._claim.name, Node=self._node)
-        self._publish(Phase.INITIALIZING)
+        self._node = self._status.node = registered
+        self._status.phase = Phase.INITIALIZING
+        log("registered nodeclaim", NodeClaim=self._claim.name, Node=registered)
         return True
 
     async def _initialize(self) -> bool:
         assert self._node is not None
         startup = [taint.key for taint in self._claim.startup_taints]
         extended = [name for name in self._claim.requests if name.startswith(EXTENDED_RESOURCE_PREFIXES)]
+        request = InitializeInput(
+            nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
+        )
         while self._deletion is None:
-            state = await workflow.execute_activity(
-                ActivityName.NODE_STATE,
-                NodeStateInput(node=self._node, startup_taints=startup, requested_resources=extended),
-                result_type=NodeState,
-                start_to_close_timeout=self._activity_timeout(),
-                retry_policy=RETRY,
-            )
+            state = await self._activity(ActivityName.INITIALIZE_NODECLAIM, request, NodeState)
             if not state.exists or state.deleting:
                 self._request_deletion(f"node {self._node} deleted")
                 break
-            if state.ready and not state.startup_taints_remaining and not state.missing_resources:
-                await workflow.execute_activity(
-                    ActivityName.MARK_INITIALIZED,
-                    self._node,
-                    start_to_close_timeout=self._activity_timeout(),
-                    retry_policy=RETRY,
-                )
-                await self._condition("Initialized", "True")
+            if state.initialized:
                 log("initialized nodeclaim", NodeClaim=self._claim.name, Node=self._node)
                 self._publish(Phase.RUNNING)
                 return True

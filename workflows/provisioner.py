@@ -32,17 +32,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.nodeclaim import NodeClaimWorkflow
 
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
-SHOWN_INSTANCE_TYPES = 5
 
 
 def log(message: str, **fields: Any) -> None:
     workflow.logger.info(message, extra={"karpenter": fields})
-
-
-def _instance_types(claim: PlannedNodeClaim) -> str:
-    shown = ", ".join(claim.instance_type_options[:SHOWN_INSTANCE_TYPES])
-    others = len(claim.instance_type_options) - SHOWN_INSTANCE_TYPES
-    return f"{shown} and {others} other(s)" if others > 0 else shown
 
 
 def provisioner_id(cluster: str) -> str:
@@ -137,13 +130,7 @@ class ProvisionerWorkflow:
         log(
             "computed new nodeclaim(s) to fit pod(s)",
             nodeclaims=len(plan.nodeclaims),
-            pods=sum(len(claim.pods) for claim in plan.nodeclaims),
-        )
-        await workflow.execute_activity(
-            ActivityName.CREATE_NODECLAIMS,
-            plan.nodeclaims,
-            start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
-            retry_policy=RETRY,
+            pods=sum(claim.pod_count for claim in plan.nodeclaims),
         )
         for claim in plan.nodeclaims:
             log(
@@ -151,7 +138,7 @@ class ProvisionerWorkflow:
                 NodePool=claim.nodepool,
                 NodeClaim=claim.name,
                 requests=claim.requests,
-                **{"instance-types": _instance_types(claim)},
+                **{"instance-types": claim.instance_types},
             )
         await asyncio.gather(*(self._start_lifecycle(request, claim) for claim in plan.nodeclaims))
 

@@ -1,76 +1,80 @@
-"""The Kubernetes activities against the simulated AKS: NodeClaim objects, conditions, events."""
+"""The Kubernetes side of the activities against the simulated AKS: NodeClaims created by planning, their
+conditions, and Karpenter's events."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.kube import KubeActivities
-from core.messages import ConditionUpdate, PlannedNodeClaim
+from activities.planning import PlanningActivities
+from core.instancetypes.catalog import load_shipped_catalog
+from core.messages import ConditionUpdate, PlanInput
 from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
+
+EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 
 
 @pytest.fixture
 async def sim() -> AsyncIterator[SimulatorClient]:
     async with serve(SimulatorSettings.instant(3)) as url, SimulatorClient(url) as client:
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            await client.apply(path.read_text())
         yield client
-
-
-def planned(name: str = "default-abcde", pods: list[str] | None = None) -> PlannedNodeClaim:
-    return PlannedNodeClaim(
-        name=name,
-        nodepool="default",
-        nodeclass="default",
-        instance_type_options=["Standard_D2s_v5"],
-        launch_candidates=[],
-        requirements=[{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}],
-        labels={"karpenter.sh/nodepool": "default"},
-        pods=pods or [],
-    )
 
 
 async def events(sim: SimulatorClient, reason: str) -> list[dict[str, object]]:
     return [event for event in await sim.list_objects("Event") if event["reason"] == reason]
 
 
-async def test_created_nodeclaims_nominate_their_pods(sim: SimulatorClient) -> None:
-    activities = KubeActivities(sim)
-    await ActivityEnvironment().run(
-        activities.create_nodeclaims, [planned(pods=["default/web-1", "default/web-2"])]
-    )
-    claim = await sim.get_nodeclaim("default-abcde")
+async def planned_claim(sim: SimulatorClient, replicas: int = 2) -> str:
+    """Scale the pinned example deployment and let planning create a NodeClaim for it."""
+    await sim.scale("Deployment", "default", "inflate", replicas)
+    planning = PlanningActivities(sim, load_shipped_catalog("eastus"))
+    for _ in range(50):
+        plan = await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="test"))
+        if plan.nodeclaims:
+            return plan.nodeclaims[0].name
+    raise AssertionError("planning never saw the pending pods")
+
+
+async def test_planning_creates_nodeclaims_and_nominates_their_pods(sim: SimulatorClient) -> None:
+    name = await planned_claim(sim)
+    claim = await sim.get_nodeclaim(name)
     assert claim is not None and "karpenter.sh/termination" in claim.metadata.finalizers
+    assert claim.requirements().get("node.kubernetes.io/instance-type").values == {"Standard_D4ps_v5"}
     nominated = await events(sim, "Nominated")
-    assert sorted(e["involvedObject"]["name"] for e in nominated) == ["web-1", "web-2"]  # type: ignore[index]
-    assert all(e["message"] == "Pod should schedule on: nodeclaim/default-abcde" for e in nominated)
+    assert len(nominated) == 2
+    assert all(e["message"] == f"Pod should schedule on: nodeclaim/{name}" for e in nominated)
 
 
 async def test_ready_follows_launched_registered_initialized(sim: SimulatorClient) -> None:
+    name = await planned_claim(sim)
     activities = KubeActivities(sim)
     environment = ActivityEnvironment()
-    await environment.run(activities.create_nodeclaims, [planned()])
     for condition in ("Launched", "Registered"):
         await environment.run(
-            activities.update_nodeclaim, ConditionUpdate(name="default-abcde", type=condition, status="True")
+            activities.update_nodeclaim, ConditionUpdate(name=name, type=condition, status="True")
         )
-        claim = await sim.get_nodeclaim("default-abcde")
+        claim = await sim.get_nodeclaim(name)
         assert claim is not None and not claim.status.is_true("Ready")
     await environment.run(
-        activities.update_nodeclaim, ConditionUpdate(name="default-abcde", type="Initialized", status="True")
+        activities.update_nodeclaim, ConditionUpdate(name=name, type="Initialized", status="True")
     )
-    claim = await sim.get_nodeclaim("default-abcde")
+    claim = await sim.get_nodeclaim(name)
     assert claim is not None and claim.status.is_true("Ready")
 
 
 async def test_a_launch_failure_is_recorded_as_a_warning_event(sim: SimulatorClient) -> None:
+    name = await planned_claim(sim)
     activities = KubeActivities(sim)
     environment = ActivityEnvironment()
-    await environment.run(activities.create_nodeclaims, [planned()])
     update = ConditionUpdate(
-        name="default-abcde",
+        name=name,
         type="Launched",
         status="False",
         reason="LaunchFailed",

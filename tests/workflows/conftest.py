@@ -146,16 +146,20 @@ def planned_claim(
     return PlannedNodeClaim(
         name=name,
         nodepool=nodepool,
-        nodeclass="default",
-        instance_type_options=types,
         launch_candidates=list(candidates),
-        requirements=[
-            {"key": labels.NODEPOOL, "operator": "In", "values": [nodepool]},
-            {"key": labels.INSTANCE_TYPE, "operator": "In", "values": types},
-        ],
         labels={labels.NODEPOOL: nodepool},
         requests={"cpu": "500m"},
+        instance_types=", ".join(types),
     )
+
+
+def claim_requirements(claim: PlannedNodeClaim) -> list[dict[str, object]]:
+    """What the planning activity would have written on the NodeClaim for these candidates."""
+    types = sorted({candidate.instance_type for candidate in claim.launch_candidates})
+    return [
+        {"key": labels.NODEPOOL, "operator": "In", "values": [claim.nodepool]},
+        {"key": labels.INSTANCE_TYPE, "operator": "In", "values": types},
+    ]
 
 
 def fresh_name(prefix: str) -> str:
@@ -308,7 +312,7 @@ class System:
         settings: LifecycleSettings = FAST,
     ) -> WorkflowHandle[NodeClaimWorkflow, LifecycleStatus]:
         """Create the NodeClaim object and start its lifecycle, as the provisioner does."""
-        await self.sim.create_nodeclaim(nodeclaim_object(claim))
+        await self.sim.create_nodeclaim(nodeclaim_object(claim, "default", claim_requirements(claim)))
         return await self.client.start_workflow(
             NodeClaimWorkflow.run,
             LifecycleInput(cluster=self.cluster, nodeclaim=claim, settings=settings),

@@ -72,7 +72,7 @@ async def test_signals_within_the_idle_window_become_one_plan(system: System) ->
     await eventually(lambda: system.running("web", 3), timeout=15, what="web running")
     [(_, plan)] = await plans(system)
     assert plan.pods == 3
-    assert sorted(pod for claim in plan.nodeclaims for pod in claim.pods) == pods
+    assert sum(claim.pod_count for claim in plan.nodeclaims) == 3
     assert len(await system.nodeclaims()) == len(plan.nodeclaims)
 
 

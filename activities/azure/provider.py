@@ -1,0 +1,545 @@
+"""AzureCloudProvider: the VMs and NICs behind NodeClaims, through the real async Azure management SDKs.
+
+It launches the way the AKS provider's script-less mode does (research section 3): a NIC named after the
+NodeClaim, then a VM of the same name, each a PUT on a deterministic name, so a retried or replayed launch
+finds what an earlier attempt made. A VM that already exists is adopted: still being created, it is waited for
+(a worker that died mid-launch resumes instead of starting over); failed, it is deleted, its failure goes into
+the unavailable-offerings cache, and the launch starts over.
+Long-running operations are polled here, calling `heartbeat` while they run, so the Temporal activity around
+the provider stays alive. Any failure after the NIC was sent cleans up what the launch made, and capacity and
+quota failures mark offerings in the unavailable-offerings cache with the provider's scopes and TTLs; a launch of
+an offering the cache rules out fails at once, without calling Azure.
+
+The bootstrap (the VM's custom data, which carries a cluster join token) is fetched through the injected
+`bootstrap` callable during the launch and exists only inside it: it is never logged, returned, or put in an
+error message (messages are scrubbed of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, TypeVar
+
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.polling import AsyncLROPoller
+from azure.mgmt.compute.aio import ComputeManagementClient
+from azure.mgmt.compute.models import VirtualMachine
+from azure.mgmt.network.aio import NetworkManagementClient
+from azure.mgmt.network.models import NetworkInterface
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from activities.azure.errors import ArmError, arm_error, capacity_failure, classify, quota_limit_is_zero
+from activities.azure.names import NodeNames, nic_id, nodeclaim_of, provider_id
+from activities.azure.unavailable import UnavailableOfferings
+from activities.azure.vm import (
+    CLUSTER_TAG,
+    NODECLAIM_TAG,
+    PRIORITY_SPOT,
+    Json,
+    Security,
+    image_definition,
+    image_reference,
+    nic_body,
+    node_tags,
+    vm_body,
+)
+from core import labels
+from core.api.aksnodeclass import AKSNodeClassSpec, FIPSMode, NetworkPlugin, NetworkPluginMode
+from core.cloudprovider import Instance, InstanceState, LaunchRequest
+from core.errors import (
+    CloudError,
+    ConflictError,
+    InsufficientCapacityError,
+    InvalidError,
+    NotFoundError,
+    Offering,
+    QuotaExceededError,
+    TransientError,
+)
+from core.instancetypes.azure import REGIONAL_ZONE
+from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Bootstrap = Callable[[LaunchRequest], Awaitable[str]]
+"""The node's bootstrap script (custom data, before base64) for a launch, built from the bootstrap secret."""
+NodeClassLookup = Callable[[LaunchRequest], Awaitable[AKSNodeClassSpec]]
+"""The AKSNodeClass spec of the launch's NodePool."""
+Heartbeat = Callable[[str], None]
+
+_SUBNET_ID = (
+    r"(?i)^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+"
+    r"/subnets/[^/]+$"
+)
+_IN_PROGRESS = frozenset({"creating", "updating", "migrating"})
+_RUNNING = frozenset({"succeeded", "updating", "migrating"})
+_SPOT_PRIORITIES = frozenset({PRIORITY_SPOT.lower(), "low"})
+"""`Low` is the older name of spot priority."""
+FAILED = "failed"
+DELETING = "deleting"
+FAILED_STATUS_PREFIX = "ProvisioningState/failed/"
+"""Instance-view status code of a VM whose create failed, followed by the ARM error code."""
+
+
+class AzureSettingsError(ValueError):
+    """Azure settings are missing or invalid; the message names every setting to fix."""
+
+
+class AzureSettings(BaseModel):
+    """Where the cluster's nodes go and how they are built (the AKS provider's operator options)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subscription_id: str = Field(min_length=1)
+    resource_group: str = Field(min_length=1)
+    """The node resource group (`MC_...`), where VMs and NICs are created."""
+    location: str = Field(pattern=r"^[a-z0-9]+$")
+    cluster_name: str = Field(min_length=1)
+    subnet_id: str = Field(pattern=_SUBNET_ID)
+    """The default node subnet, for AKSNodeClasses without `vnetSubnetID`."""
+    kubernetes_version: str = Field(pattern=r"^v?\d+\.\d+(\.\d+)?$")
+    """The cluster's Kubernetes version, which picks the node image release."""
+    node_image_version: str = Field(min_length=1)
+    """The node image version to boot, e.g. `202512.18.0`."""
+    ssh_public_key: str = Field(min_length=1)
+    admin_username: str = "azureuser"
+    kubelet_identity_id: str | None = None
+    """Resource ID of the kubelet's user-assigned identity, attached to every VM."""
+    node_identities: tuple[str, ...] = ()
+    """More user-assigned identity resource IDs to attach to every VM."""
+    image_gallery_subscription_id: str | None = None
+    """AKS's Shared Image Gallery subscription (managed AKS); without it, images come from the Community Gallery."""
+    additional_tags: dict[str, str] = Field(default_factory=dict)
+    network_plugin: NetworkPlugin = NetworkPlugin.AZURE
+    network_plugin_mode: NetworkPluginMode = NetworkPluginMode.OVERLAY
+    load_balancer_backend_pool_ids: tuple[str, ...] = ()
+    network_security_group_id: str | None = None
+    poll_interval: timedelta = timedelta(seconds=3)
+    """Between polls of a long-running operation."""
+    heartbeat_interval: timedelta = timedelta(seconds=5)
+    """Between heartbeats while waiting on Azure."""
+
+    @classmethod
+    def load(cls, values: Mapping[str, Any], name: Callable[[str], str] = str) -> AzureSettings:
+        """Settings from `values`; `AzureSettingsError` names (with `name`, e.g. the environment variable) every
+        missing or invalid setting at once."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            missing = [
+                name(str(detail["loc"][0])) for detail in error.errors() if detail["type"] == "missing"
+            ]
+            invalid = [
+                f"{name(str(detail['loc'][0]))}: {detail['msg']}"
+                for detail in error.errors(include_url=False)
+                if detail["type"] != "missing" and detail["loc"]
+            ]
+            parts = []
+            if missing:
+                parts.append(f"missing Azure settings: {', '.join(missing)}")
+            parts.extend(f"invalid Azure setting {problem}" for problem in invalid)
+            raise AzureSettingsError("; ".join(parts)) from None
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        """Every user-assigned identity a VM gets: the kubelet identity first, without repeats."""
+        first = (self.kubelet_identity_id,) if self.kubelet_identity_id else ()
+        return tuple(dict.fromkeys((*first, *self.node_identities)))
+
+
+class AzureCloudProvider:
+    """Instances for NodeClaims as Azure VMs; implements `core.cloudprovider.CloudProvider`."""
+
+    def __init__(
+        self,
+        compute_client: ComputeManagementClient,
+        network_client: NetworkManagementClient,
+        settings: AzureSettings,
+        bootstrap: Bootstrap,
+        *,
+        catalog: AzureCatalog | None = None,
+        node_class: NodeClassLookup | None = None,
+        unavailable: UnavailableOfferings | None = None,
+        heartbeat: Heartbeat | None = None,
+    ) -> None:
+        self.compute = compute_client
+        self.network = network_client
+        self.settings = settings
+        self.catalog = catalog or load_shipped_catalog(settings.location)
+        """The VM sizes of the region; replace it when a fresher SKU list arrives."""
+        self.unavailable = unavailable or UnavailableOfferings()
+        self._bootstrap = bootstrap
+        self._node_class = node_class
+        self._heartbeat = heartbeat or (lambda _detail: None)
+
+    # --- CloudProvider -------------------------------------------------------------------------------------
+
+    async def create(self, request: LaunchRequest) -> Instance:
+        """The NodeClaim's VM: adopted if it exists, else made (NIC, then VM) and waited for."""
+        names = NodeNames.of(request.name)
+        offering = Offering(request.instance_type, request.zone, request.capacity_type)
+        existing = await self._find_vm(names.vm)
+        if existing is not None:
+            adopted = await self._adopt(existing, names)
+            if adopted is not None:
+                return adopted
+        sku = self._sku(request.instance_type)
+        self._raise_if_unavailable(sku, offering)
+        spec = await self._node_class(request) if self._node_class else AKSNodeClassSpec()
+        script = await self._bootstrap(request)
+        custom_data = base64.b64encode(script.encode()).decode()
+        secrets = (script, custom_data)
+        nic, vm_request = self._bodies(request, names, sku, spec, custom_data)
+        settings = self.settings
+        logger.info(
+            "creating VM %s (%s, zone %s, %s)", names.vm, sku.name, request.zone, request.capacity_type
+        )
+        try:
+            await self._wait(
+                await self.network.network_interfaces.begin_create_or_update(
+                    settings.resource_group,
+                    names.nic,
+                    NetworkInterface(nic),
+                    polling_interval=self._poll_seconds,
+                ),
+                f"creating NIC {names.nic}",
+            )
+            vm = await self._wait(
+                await self.compute.virtual_machines.begin_create_or_update(
+                    settings.resource_group,
+                    names.vm,
+                    VirtualMachine(vm_request),
+                    polling_interval=self._poll_seconds,
+                ),
+                f"creating VM {names.vm}",
+            )
+        except AzureError as error:
+            failure = self._launch_failure(error, sku, offering, secrets)
+            await self._clean_up(names)
+            # Not chained: the SDK error's own message is not scrubbed of the bootstrap.
+            raise failure from None
+        return self._instance(vm)
+
+    async def get(self, name: str) -> Instance:
+        """The NodeClaim's VM; `NotFoundError` when there is none (or it is not this cluster's)."""
+        vm = await self._find_vm(NodeNames.of(name).vm)
+        if vm is None or not self._owned(vm):
+            raise NotFoundError(f"no VM for NodeClaim {name!r}", code="ResourceNotFound")
+        return self._instance(vm)
+
+    async def list(self) -> builtins.list[Instance]:
+        """The VMs in the node resource group tagged for this cluster, sorted by name."""
+        try:
+            instances = [
+                self._instance(vm)
+                async for vm in self.compute.virtual_machines.list(self.settings.resource_group)
+                if self._owned(vm)
+            ]
+        except AzureError as error:
+            raise classify(error) from error
+        return sorted(instances, key=lambda instance: instance.name)
+
+    async def delete(self, name: str) -> None:
+        """Delete the NodeClaim's VM and wait, then its NIC, then its OS disk unless it went with the VM.
+
+        Anything already gone counts as deleted. A VM of the same name that is not this cluster's is left alone.
+        """
+        names = NodeNames.of(name)
+        vm = await self._find_vm(names.vm)
+        if vm is not None and not self._owned(vm):
+            raise ConflictError(
+                f"VM {names.vm} is not tagged for cluster {self.settings.cluster_name}; not deleting it",
+                code="NotOwned",
+            )
+        try:
+            await self._delete_resources(names, vm)
+        except AzureError as error:
+            raise classify(error) from error
+
+    # --- launch helpers ------------------------------------------------------------------------------------
+
+    def _sku(self, name: str) -> AzureSku:
+        try:
+            return self.catalog.sku(name)
+        except KeyError:
+            raise InvalidError(
+                f"VM size {name!r} is not offered in {self.settings.location}", code="InvalidParameter"
+            ) from None
+
+    def _bodies(
+        self,
+        request: LaunchRequest,
+        names: NodeNames,
+        sku: AzureSku,
+        spec: AKSNodeClassSpec,
+        custom_data: str,
+    ) -> tuple[Json, Json]:
+        """The NIC and VM create bodies of a launch."""
+        settings = self.settings
+        security = _security(spec)
+        definition = image_definition(
+            spec.image_family,
+            settings.kubernetes_version,
+            sku,
+            trusted_launch=security.trusted_launch,
+            fips=spec.fips_mode is FIPSMode.FIPS,
+        )
+        tags = node_tags(
+            settings.cluster_name,
+            request.nodepool,
+            request.name,
+            settings.additional_tags,
+            spec.tags,
+            request.tags,
+        )
+        nic = nic_body(
+            name=names.nic,
+            location=settings.location,
+            subnet_id=spec.vnet_subnet_id or settings.subnet_id,
+            accelerated_networking=sku.accelerated_networking,
+            tags=tags,
+            ip_configurations=self._ip_configurations(spec),
+            backend_pool_ids=settings.load_balancer_backend_pool_ids,
+            network_security_group_id=settings.network_security_group_id,
+        )
+        vm = vm_body(
+            names=names,
+            location=settings.location,
+            sku=sku,
+            zone=request.zone,
+            capacity_type=request.capacity_type,
+            os_disk_size_gb=spec.os_disk_size_gb,
+            image=image_reference(
+                definition, settings.node_image_version, settings.image_gallery_subscription_id
+            ),
+            nic_id=nic_id(settings.subscription_id, settings.resource_group, names.nic),
+            admin_username=settings.admin_username,
+            ssh_public_key=settings.ssh_public_key,
+            custom_data=custom_data,
+            tags=tags,
+            identities=settings.identities,
+            security=security,
+        )
+        return nic, vm
+
+    def _raise_if_unavailable(self, sku: AzureSku, offering: Offering) -> None:
+        """Fail without calling Azure when a recent failure already ruled the offering out."""
+        block = self.unavailable.blocked(sku, offering.zone, offering.capacity_type)
+        if block is None:
+            return
+        message = (
+            f"{sku.name} ({offering.capacity_type}) in zone {offering.zone} is unavailable until "
+            f"{block.until.isoformat(timespec='seconds')} after {block.reason.value}"
+        )
+        scope = block.reason.quota_scope
+        if scope is not None:
+            raise QuotaExceededError(message, offering, scope=scope, code=block.reason.value)
+        raise InsufficientCapacityError(message, offering, code=block.reason.value)
+
+    def _ip_configurations(self, spec: AKSNodeClassSpec) -> int:
+        """Azure CNI with pods in the node subnet gives the NIC one IP configuration per pod; others need one."""
+        settings = self.settings
+        if (
+            settings.network_plugin is NetworkPlugin.AZURE
+            and settings.network_plugin_mode is NetworkPluginMode.NODE_SUBNET
+        ):
+            return spec.resolved_max_pods(settings.network_plugin, settings.network_plugin_mode)
+        return 1
+
+    def _launch_failure(
+        self, error: AzureError | ArmError, sku: AzureSku, offering: Offering, secrets: tuple[str, ...]
+    ) -> CloudError:
+        """The classified launch error; capacity and quota failures also mark the cache."""
+        details = error if isinstance(error, ArmError) else arm_error(error)
+        failure = classify(details, offering, redact=secrets)
+        kind = capacity_failure(details)
+        if kind is not None:
+            self.unavailable.record(
+                kind, sku, offering.zone, offering.capacity_type, self.catalog, quota_limit_is_zero(details)
+            )
+        logger.warning("launching %s failed: %s", offering.instance_type, failure)
+        return failure
+
+    async def _adopt(self, vm: VirtualMachine, names: NodeNames) -> Instance | None:
+        """Take over a VM an earlier attempt made, waiting while it is being created. A VM whose create failed
+        is removed and its failure recorded like a launch failure; then `None`: the launch starts over."""
+        if not self._owned(vm):
+            raise ConflictError(
+                f"VM {names.vm} exists but is not tagged for cluster {self.settings.cluster_name}",
+                code="NotOwned",
+            )
+        while (state := _state(vm)) in _IN_PROGRESS:
+            self._heartbeat(f"waiting for VM {names.vm}: {state}")
+            await asyncio.sleep(self._poll_seconds)
+            found = await self._find_vm(names.vm)
+            if found is None:
+                return None
+            vm = found
+        if state == DELETING:
+            raise TransientError(
+                f"VM {names.vm} is being deleted; launch again once it is gone", code="Deleting"
+            )
+        if state != FAILED:
+            return self._instance(vm)
+        # The failure belongs to the offering the VM was made with, which may not be the one asked for now.
+        made = self._instance(vm)
+        self._launch_failure(
+            await self._provisioning_error(names.vm),
+            self._sku(made.instance_type),
+            Offering(made.instance_type, made.zone, made.capacity_type),
+            (),
+        )
+        await self._clean_up(names)
+        return None
+
+    async def _provisioning_error(self, vm_name: str) -> ArmError:
+        """Why a VM's create failed, from its instance view (`ProvisioningState/failed/<code>`)."""
+        try:
+            vm = await self.compute.virtual_machines.get(
+                self.settings.resource_group, vm_name, expand="instanceView"
+            )
+        except AzureError as error:
+            raise classify(error) from error
+        view = vm.properties.instance_view if vm.properties else None
+        for status in (view.statuses if view else None) or []:
+            code = status.code or ""
+            if code.startswith(FAILED_STATUS_PREFIX):
+                return ArmError(
+                    status=200, code=code.removeprefix(FAILED_STATUS_PREFIX), message=status.message or ""
+                )
+        return ArmError(status=200, code="ProvisioningFailed", message=f"VM {vm_name} failed provisioning")
+
+    async def _clean_up(self, names: NodeNames) -> None:
+        """Delete what a failed launch made; failures are logged and left to garbage collection."""
+        try:
+            await self._delete_resources(names, await self._find_vm(names.vm))
+        except (AzureError, CloudError) as error:
+            logger.warning("cleaning up after the failed launch of %s failed: %s", names.vm, error)
+
+    # --- delete helpers ------------------------------------------------------------------------------------
+
+    async def _delete_resources(self, names: NodeNames, vm: VirtualMachine | None) -> None:
+        group = self.settings.resource_group
+        disk_goes_with_vm = False
+        if vm is not None:
+            disk = (
+                vm.properties.storage_profile.os_disk
+                if vm.properties and vm.properties.storage_profile
+                else None
+            )
+            disk_goes_with_vm = disk is not None and _text(disk.delete_option).lower() == "delete"
+            await self._gone(
+                self.compute.virtual_machines.begin_delete(
+                    group, names.vm, force_deletion=True, polling_interval=self._poll_seconds
+                ),
+                f"deleting VM {names.vm}",
+            )
+        await self._gone(
+            self.network.network_interfaces.begin_delete(
+                group, names.nic, polling_interval=self._poll_seconds
+            ),
+            f"deleting NIC {names.nic}",
+        )
+        if not disk_goes_with_vm:
+            await self._gone(
+                self.compute.disks.begin_delete(group, names.os_disk, polling_interval=self._poll_seconds),
+                f"deleting disk {names.os_disk}",
+            )
+
+    async def _gone(self, begin: Awaitable[AsyncLROPoller[None]], what: str) -> None:
+        """Run a delete to the end; a resource that is not there is already deleted."""
+        try:
+            await self._wait(await begin, what)
+        except ResourceNotFoundError:
+            return
+
+    # --- shared --------------------------------------------------------------------------------------------
+
+    @property
+    def _poll_seconds(self) -> float:
+        return self.settings.poll_interval.total_seconds()
+
+    async def _wait(self, poller: AsyncLROPoller[T], what: str) -> T:
+        """The operation's result, heartbeating with its status until it is done."""
+        result = asyncio.ensure_future(poller.result())
+        try:
+            while True:
+                self._heartbeat(f"{what}: {poller.status()}")
+                done, _ = await asyncio.wait(
+                    {result}, timeout=self.settings.heartbeat_interval.total_seconds()
+                )
+                if done:
+                    return result.result()
+        finally:
+            result.cancel()
+
+    async def _find_vm(self, vm_name: str) -> VirtualMachine | None:
+        try:
+            return await self.compute.virtual_machines.get(self.settings.resource_group, vm_name)
+        except ResourceNotFoundError:
+            return None
+        except AzureError as error:
+            raise classify(error) from error
+
+    def _owned(self, vm: VirtualMachine) -> bool:
+        return (vm.tags or {}).get(CLUSTER_TAG) == self.settings.cluster_name
+
+    def _instance(self, vm: VirtualMachine) -> Instance:
+        settings = self.settings
+        properties = vm.properties
+        tags = dict(vm.tags or {})
+        vm_name = vm.name or ""
+        zones = vm.zones or []
+        size = properties.hardware_profile.vm_size if properties and properties.hardware_profile else None
+        created: datetime | None = properties.time_created if properties else None
+        return Instance(
+            name=tags.get(NODECLAIM_TAG) or nodeclaim_of(vm_name),
+            provider_id=provider_id(settings.subscription_id, settings.resource_group, vm_name),
+            instance_type=_text(size),
+            zone=f"{settings.location}-{zones[0]}" if zones else REGIONAL_ZONE,
+            capacity_type=(
+                labels.CAPACITY_TYPE_SPOT
+                if properties and _text(properties.priority).lower() in _SPOT_PRIORITIES
+                else labels.CAPACITY_TYPE_ON_DEMAND
+            ),
+            state=_instance_state(_state(vm)),
+            tags=tags,
+            created_at=created,
+        )
+
+
+def _security(spec: AKSNodeClassSpec) -> Security:
+    trusted = spec.security.trusted_launch if spec.security else None
+    return Security(
+        encryption_at_host=spec.encryption_at_host,
+        secure_boot=bool(trusted and trusted.secure_boot),
+        vtpm=bool(trusted and trusted.vtpm),
+    )
+
+
+def _text(value: object) -> str:
+    """An SDK value as the string Azure sent (the SDK turns known values into enums)."""
+    if value is None:
+        return ""
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+def _state(vm: VirtualMachine) -> str:
+    return _text(vm.properties.provisioning_state if vm.properties else None).lower()
+
+
+def _instance_state(state: str) -> InstanceState:
+    """A VM being created, or whose create failed, is not running yet; updates happen to running VMs."""
+    if state == DELETING:
+        return InstanceState.DELETING
+    if state in _RUNNING:
+        return InstanceState.RUNNING
+    return InstanceState.CREATING

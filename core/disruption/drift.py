@@ -1,0 +1,120 @@
+"""Whether a node has drifted from what its NodePool and AKSNodeClass would launch today.
+
+The checks run in the order Karpenter and the AKS provider run them, and the first that fires is the
+reason: the NodeClaim's own Drifted condition (set by the drift controller), the NodePool template hash,
+the NodePool requirements, the AKSNodeClass hash, the Kubernetes version, then the node image. Hashes are
+compared only when both sides carry one of the same hash version, so that a new hash version does not
+drift every node at once. The target Kubernetes version and node images come from the AKSNodeClass
+status, unless the caller passes newer ones in `DriftInputs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from core import labels
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.kube import Node
+from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from core.api.nodepool import NodePool
+from core.scheduling.requirements import Requirements
+
+NODECLASS_HASH = "karpenter.azure.com/aksnodeclass-hash"
+NODECLASS_HASH_VERSION = "karpenter.azure.com/aksnodeclass-hash-version"
+
+
+class DriftReason(StrEnum):
+    NODEPOOL_DRIFTED = "NodePoolDrifted"
+    REQUIREMENTS_DRIFTED = "RequirementsDrifted"
+    NODECLASS_DRIFTED = "NodeClassDrift"
+    KUBERNETES_VERSION = "K8sVersionDrift"
+    IMAGE = "ImageDrift"
+
+
+@dataclass(frozen=True, slots=True)
+class DriftInputs:
+    """What the cluster should run now, when it is newer than the AKSNodeClass status says."""
+
+    kubernetes_version: str | None = None
+    """The control plane's version ("1.31.2"); nodes whose kubelet differs are drifted."""
+    node_images: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Per AKSNodeClass name, the image IDs nodes should run; a NodeClaim on another image is drifted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    reason: str
+    message: str
+
+
+def _hash_drift(
+    owner: str, annotations: Mapping[str, str], claim: NodeClaim, key: str, version: str
+) -> str | None:
+    wanted, have = annotations.get(key), claim.metadata.annotations.get(key)
+    if wanted is None or have is None or wanted == have:
+        return None
+    if annotations.get(version) != claim.metadata.annotations.get(version):
+        return None
+    return f"{owner} changed since the node was launched ({key} {have} -> {wanted})"
+
+
+def _version(text: str) -> str:
+    return text.strip().removeprefix("v")
+
+
+def detect_drift(
+    claim: NodeClaim,
+    node: Node,
+    pool: NodePool,
+    nodeclass: AKSNodeClass | None,
+    inputs: DriftInputs,
+) -> Drift | None:
+    """The first reason the node no longer matches its NodePool and AKSNodeClass, or None."""
+    condition = claim.status.condition(NodeClaimConditionType.DRIFTED)
+    if condition is not None and condition.status == "True":
+        return Drift(condition.reason or "Drifted", condition.message or "the NodeClaim is marked Drifted")
+    message = _hash_drift(
+        f"NodePool {pool.name}",
+        pool.metadata.annotations,
+        claim,
+        labels.NODEPOOL_HASH,
+        labels.NODEPOOL_HASH_VERSION,
+    )
+    if message is not None:
+        return Drift(DriftReason.NODEPOOL_DRIFTED, message)
+    current = Requirements.from_labels({**node.metadata.labels, **claim.labels})
+    problem = current.compatible(pool.requirements(), frozenset())
+    if problem is not None:
+        return Drift(
+            DriftReason.REQUIREMENTS_DRIFTED, f"node labels no longer satisfy NodePool {pool.name}: {problem}"
+        )
+    if nodeclass is not None:
+        message = _hash_drift(
+            f"AKSNodeClass {nodeclass.name}",
+            nodeclass.metadata.annotations,
+            claim,
+            NODECLASS_HASH,
+            NODECLASS_HASH_VERSION,
+        )
+        if message is not None:
+            return Drift(DriftReason.NODECLASS_DRIFTED, message)
+    target = inputs.kubernetes_version or (nodeclass.status.kubernetes_version if nodeclass else None)
+    running = node.status.node_info.kubelet_version
+    if target and running and _version(target) != _version(running):
+        return Drift(
+            DriftReason.KUBERNETES_VERSION,
+            f"node runs Kubernetes {_version(running)}, the cluster is at {_version(target)}",
+        )
+    nodeclass_name = claim.node_class_ref.name
+    images = inputs.node_images.get(nodeclass_name)
+    if images is None and nodeclass is not None:
+        images = frozenset(image.id for image in nodeclass.status.images)
+    image = claim.status.image_id
+    if images and image and image not in images:
+        return Drift(
+            DriftReason.IMAGE,
+            f"node image {image} is not among the current images of AKSNodeClass {nodeclass_name}",
+        )
+    return None

@@ -1,0 +1,109 @@
+"""What Karpenter would disrupt now, in what order, and why everything else stays.
+
+`plan_disruption` reads a cluster snapshot (NodePools, NodeClaims, Nodes, pods, PDBs, AKSNodeClasses and
+DaemonSets) and returns the commands Karpenter's disruption loop would start one after the other at
+`now`: expired NodeClaims first (forcefully), then emptiness, drift, multi-node and single-node
+consolidation, each within the NodePools' budgets, PDBs and do-not-disrupt annotations. Every node no
+command takes is listed with the reasons it stays. `nodewright plan-disruption`, manual consolidation and
+the disruption workflow all use this function; it reads no clock and does no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from core.api.manifests import Manifests
+from core.disruption.budgets import Budgets, BudgetStatus
+from core.disruption.candidates import find_candidates, is_reschedulable
+from core.disruption.commands import Blocked, Command, Method
+from core.disruption.methods import (
+    drift,
+    emptiness,
+    expire,
+    multi_node_consolidation,
+    single_node_consolidation,
+)
+from core.disruption.options import DisruptionOptions
+from core.disruption.pdb import PdbLimits
+from core.disruption.simulation import Sandbox
+from core.disruption.state import PlanState
+from core.instancetypes.types import dollars
+from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
+
+METHODS = (
+    (Method.EXPIRATION, expire),
+    (Method.EMPTINESS, emptiness),
+    (Method.DRIFT, drift),
+    (Method.MULTI_NODE_CONSOLIDATION, multi_node_consolidation),
+    (Method.SINGLE_NODE_CONSOLIDATION, single_node_consolidation),
+)
+"""The methods in the order a plan runs them."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionPlan:
+    commands: tuple[Command, ...]
+    """In the order they would start."""
+    blocked: tuple[Blocked, ...]
+    """Every node no command takes, by name."""
+    budgets: tuple[BudgetStatus, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def savings_micros(self) -> int:
+        """What the commands save per hour together."""
+        return sum(command.savings_micros for command in self.commands)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "commands": [command.to_json() for command in self.commands],
+            "blocked": [blocked.to_json() for blocked in self.blocked],
+            "budgets": [status.to_json() for status in self.budgets],
+            "total_savings_per_hour": round(dollars(self.savings_micros), 6),
+            "notes": list(self.notes),
+        }
+
+
+def plan_disruption(
+    snapshot: Manifests,
+    instance_types: InstanceTypeProvider,
+    options: DisruptionOptions,
+    now: datetime,
+) -> DisruptionPlan:
+    """The disruption commands Karpenter would start at `now`, in order, and why the other nodes stay.
+
+    `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling."""
+    scheduling = build_snapshot(snapshot, instance_types)
+    by_pool = {pool: {it.name: it for it in types} for pool, types in scheduling.instance_types.items()}
+    report = find_candidates(snapshot, scheduling.instance_types, options.drift, now)
+    movable = {
+        candidate.name: list(candidate.reschedulable) for candidate in [*report.candidates, *report.expiring]
+    }
+    for node in report.leaving:
+        movable[node] = [pod for pod in report.pods.get(node, ()) if is_reschedulable(pod)]
+    state = PlanState(
+        report=report,
+        sandbox=Sandbox(scheduling, movable, options.scheduling),
+        budgets=Budgets(snapshot.nodepools, report.totals, report.disrupting, now),
+        pdbs=PdbLimits(snapshot.pdbs, snapshot.pods),
+        instance_types=by_pool,
+        options=options,
+        now=now,
+    )
+    state.settle(report.leaving)
+    for method, run in METHODS:
+        if method in options.methods:
+            run(state)
+    notes = list(scheduling.notes)
+    if scheduling.pending:
+        notes.append(
+            f"{len(scheduling.pending)} pending pods are left to the provisioner: "
+            "disruption only moves pods that are running"
+        )
+    return DisruptionPlan(
+        commands=tuple(state.commands),
+        blocked=tuple(state.blocked()),
+        budgets=tuple(state.budgets.statuses()),
+        notes=tuple(notes),
+    )
