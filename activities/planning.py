@@ -7,9 +7,10 @@ launch candidates, and a count of what could not be placed.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import contextlib
+import hashlib
 import string
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -19,7 +20,16 @@ from core import labels
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
-from core.messages import ActivityName, OfferingChoice, PlanInput, PlannedNodeClaim, PlanResult
+from core.messages import (
+    ActivityName,
+    LifecycleInput,
+    LifecycleSettings,
+    NodeClaimSummary,
+    OfferingChoice,
+    PlanInput,
+    PlannedNodeClaim,
+    PlanResult,
+)
 from core.resources import format_resources
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
@@ -28,10 +38,24 @@ from core.scheduling.snapshot import InstanceTypeProvider, SchedulingSnapshot, a
 MAX_REPORTED_UNSCHEDULABLE = 20
 _ALPHABET = string.ascii_lowercase + string.digits
 
+LifecycleStarter = Callable[[LifecycleInput], Awaitable[None]]
+"""Starts (or finds, when it already runs) the lifecycle workflow of a NodeClaim; wired by the worker."""
 
-def random_suffix() -> str:
-    """Five characters, as Kubernetes' generateName adds."""
-    return "".join(secrets.choice(_ALPHABET) for _ in range(5))
+
+PLAN_LABEL = "nodewright.io/plan"
+"""On every NodeClaim a plan creates: which provisioner batch made it, so a retried plan can find it."""
+LIFECYCLE_ANNOTATION = "nodewright.io/lifecycle"
+"""The lifecycle input of a NodeClaim, so a retried plan can start a lifecycle an earlier attempt did not."""
+
+
+def nodeclaim_suffix(run: str, batch: int, attempt: int, index: int) -> str:
+    """Five characters, as generateName adds, derived from the plan that made the NodeClaim."""
+    digest = hashlib.sha256(f"{run}/{batch}/{attempt}/{index}".encode()).digest()
+    return "".join(_ALPHABET[byte % len(_ALPHABET)] for byte in digest[:5])
+
+
+def plan_key(run: str, batch: int) -> str:
+    return hashlib.sha256(f"{run}/{batch}".encode()).hexdigest()[:16]
 
 
 def _seconds(pool: NodePool | None, which: str) -> float | None:
@@ -74,22 +98,43 @@ def planned(claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidate
     )
 
 
-class PlanningActivities:
-    """Runs the scheduler on a snapshot of the cluster."""
+@contextlib.asynccontextmanager
+async def heartbeating(interval: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeat while the block runs (the scheduler runs in a thread, so the event loop stays free)."""
+    if not activity.in_activity():
+        yield
+        return
 
-    def __init__(
-        self,
-        cluster: ClusterAPI,
-        catalog: AzureCatalog,
-        names: Callable[[], str] = random_suffix,
-    ) -> None:
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class PlanningActivities:
+    """Runs the scheduler on a snapshot of the cluster and carries out its decisions."""
+
+    def __init__(self, cluster: ClusterAPI, catalog: AzureCatalog, start_lifecycle: LifecycleStarter) -> None:
         self.cluster = cluster
         self.catalog = catalog
-        self.names = names
+        self.start_lifecycle = start_lifecycle
         self._providers: dict[frozenset[tuple[str, str, str]], InstanceTypeProvider] = {}
 
     @activity.defn(name=ActivityName.PLAN_PROVISIONING)
     async def plan_provisioning(self, request: PlanInput) -> PlanResult:
+        """Plan, then for each new NodeClaim: create it, nominate its pods, start its lifecycle."""
+        async with heartbeating():
+            return await self._plan(request)
+
+    async def _plan(self, request: PlanInput) -> PlanResult:
         manifests = await self.cluster.snapshot()
         now = datetime.now(UTC)
         unavailable = {
@@ -101,21 +146,47 @@ class PlanningActivities:
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
         pools = {pool.name: pool for pool in manifests.nodepools}
-        claims = []
-        for claim in results.nodeclaims:
-            if not claim.launch_candidates:
-                continue
+        info = activity.info() if activity.in_activity() else None
+        run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
+        key = plan_key(run, request.batch)
+        if attempt > 1:
+            # An earlier attempt may have died between creating a NodeClaim and starting its lifecycle.
+            for existing in manifests.nodeclaims:
+                recorded = existing.metadata.annotations.get(LIFECYCLE_ANNOTATION)
+                if existing.labels.get(PLAN_LABEL) == key and recorded:
+                    await self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
+        summaries = []
+        for index, claim in enumerate(c for c in results.nodeclaims if c.launch_candidates):
             pool = pools.get(claim.nodepool)
-            decision = planned(claim, pool, f"{claim.nodepool}-{self.names()}", request.max_launch_candidates)
+            name = f"{claim.nodepool}-{nodeclaim_suffix(run, request.batch, attempt, index)}"
+            decision = planned(claim, pool, name, request.max_launch_candidates)
+            lifecycle = LifecycleInput(
+                cluster=request.cluster,
+                nodeclaim=decision,
+                settings=request.lifecycle or LifecycleSettings(),
+                provisioner_workflow_id=request.provisioner_workflow_id or None,
+            )
             nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
-            await self.cluster.create_nodeclaim(nodeclaim_object(decision, nodeclass, claim.requirements))
+            nodeclaim = nodeclaim_object(decision, nodeclass, claim.requirements)
+            nodeclaim.metadata.labels[PLAN_LABEL] = key
+            nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
+            await self.cluster.create_nodeclaim(nodeclaim)
             for pod in claim.pods:
                 message = f"Pod should schedule on: nodeclaim/{decision.name}"
                 await self.cluster.record_event(pod_event(pod, "Nominated", message))
-            claims.append(decision)
+            await self.start_lifecycle(lifecycle)
+            summaries.append(
+                NodeClaimSummary(
+                    name=decision.name,
+                    nodepool=decision.nodepool,
+                    requests=decision.requests,
+                    instance_types=decision.instance_types,
+                    pod_count=decision.pod_count,
+                )
+            )
         return PlanResult(
             pods=len(snapshot.pending),
-            nodeclaims=claims,
+            nodeclaims=summaries,
             scheduled_on_existing=sum(len(placement.pods) for placement in results.existing),
             unschedulable={
                 entry.pod: entry.reasons for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]

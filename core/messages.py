@@ -37,6 +37,10 @@ class PlanInput(BaseModel):
     cluster: str
     unavailable: list[UnavailableOffering] = Field(default_factory=list)
     max_launch_candidates: int = 20
+    provisioner_workflow_id: str = ""
+    batch: int = 0
+    """The provisioner's batch number: with its run, it names the NodeClaims, so a retried plan finds them."""
+    lifecycle: LifecycleSettings | None = None
 
 
 class PlannedNodeClaim(BaseModel):
@@ -59,10 +63,21 @@ class PlannedNodeClaim(BaseModel):
     termination_grace_period_seconds: float | None = None
 
 
+class NodeClaimSummary(BaseModel):
+    """What the provisioner logs of a NodeClaim the plan created (its lifecycle has the rest)."""
+
+    name: str
+    nodepool: str
+    requests: dict[str, str] = Field(default_factory=dict)
+    instance_types: str = ""
+    pod_count: int = 0
+
+
 class PlanResult(BaseModel):
     pods: int
     """Pending pods the plan considered."""
-    nodeclaims: list[PlannedNodeClaim] = Field(default_factory=list)
+    nodeclaims: list[NodeClaimSummary] = Field(default_factory=list)
+    """NodeClaims created, each with its lifecycle workflow started."""
     scheduled_on_existing: int = 0
     unschedulable: dict[str, list[str]] = Field(default_factory=dict)
     """Pod key to reasons, for at most a few pods (the count is `unschedulable_count`)."""
@@ -76,6 +91,8 @@ class ProvisionerInput(BaseModel):
     unavailable_ttl_seconds: float = 180.0
     batches_before_continue_as_new: int = 200
     plan_timeout_seconds: float = 120.0
+    plan_heartbeat_seconds: float = 10.0
+    """A plan whose worker died is retried after this long without a heartbeat, not after the whole timeout."""
     lifecycle: LifecycleSettings | None = None
     unavailable: list[UnavailableOffering] = Field(default_factory=list)
     """Carried over continue-as-new."""
@@ -201,6 +218,7 @@ class LifecycleStatus(BaseModel):
     reason: str = ""
 
 
+PlanInput.model_rebuild()
 ProvisionerInput.model_rebuild()
 
 

@@ -7,27 +7,46 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.cloud import CloudActivities
 from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
-from activities.planning import PlanningActivities
+from activities.planning import LifecycleStarter, PlanningActivities
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
+from core.messages import LifecycleInput
 from workflows.nodeclaim import NodeClaimWorkflow
-from workflows.provisioner import ProvisionerWorkflow
+from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
 
 WORKFLOWS: Sequence[type] = (ProvisionerWorkflow, NodeClaimWorkflow)
 
 
-def activities_for(cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog) -> list[Any]:
+def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
+    """Starts a NodeClaim's lifecycle workflow; starting one that already runs is a no-op (a retried plan)."""
+
+    async def start(request: LifecycleInput) -> None:
+        await client.start_workflow(
+            NodeClaimWorkflow.run,
+            request,
+            id=nodeclaim_id(request.nodeclaim.name),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+    return start
+
+
+def activities_for(
+    cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog, start_lifecycle: LifecycleStarter
+) -> list[Any]:
     """Every activity, bound to the cluster and cloud they act on."""
     kube = KubeActivities(cluster)
     lifecycle = LifecycleActivities(cluster, cloud, catalog)
-    planning = PlanningActivities(cluster, catalog)
+    planning = PlanningActivities(cluster, catalog, start_lifecycle)
     return [
         planning.plan_provisioning,
         lifecycle.launch_nodeclaim,
@@ -50,7 +69,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities_for(cluster, cloud, catalog),
+        activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue)),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         graceful_shutdown_timeout=timedelta(seconds=5),
         max_concurrent_activities=64,

@@ -2,34 +2,29 @@
 
 The controller signals pods kube-scheduler could not place. Signals are batched as Karpenter batches them
 (the window closes after `batch_idle_seconds` without a new one, or `batch_max_seconds` at most); then the
-planning activity runs the scheduler on a fresh snapshot, the NodeClaims it decided are created, and a
-lifecycle workflow starts for each. Offerings that failed with capacity or quota errors are remembered for a
+planning activity runs the scheduler on a fresh snapshot, creates the NodeClaims it decided and starts a
+lifecycle workflow for each (from the activity, so this history holds one summary line per NodeClaim whatever
+the batch size). Offerings that failed with capacity or quota errors are remembered for a
 while and excluded from planning. The workflow continues as new every so many batches to keep its history short.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from core.messages import (
         ActivityName,
-        LifecycleInput,
-        LifecycleSettings,
         PlanInput,
-        PlannedNodeClaim,
         PlanResult,
         PodsPending,
         ProvisionerInput,
         UnavailableOffering,
     )
-    from workflows.nodeclaim import NodeClaimWorkflow
 
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 
@@ -54,6 +49,7 @@ class ProvisionerWorkflow:
         self._signals = 0
         self._unavailable = {(u.instance_type, u.zone, u.capacity_type): u for u in request.unavailable}
         self._unavailable_ttl = request.unavailable_ttl_seconds
+        self._batches = 0
 
     @workflow.signal
     def pods_pending(self, signal: PodsPending) -> None:
@@ -109,12 +105,20 @@ class ProvisionerWorkflow:
         return True
 
     async def _provision(self, request: ProvisionerInput, pods: list[str]) -> None:
+        self._batches += 1
         workflow.set_current_details(f"planning for {len(pods)} pod(s)")
         plan = await workflow.execute_activity(
             ActivityName.PLAN_PROVISIONING,
-            PlanInput(cluster=request.cluster, unavailable=self._live_unavailable()),
+            PlanInput(
+                cluster=request.cluster,
+                unavailable=self._live_unavailable(),
+                provisioner_workflow_id=workflow.info().workflow_id,
+                batch=self._batches,
+                lifecycle=request.lifecycle,
+            ),
             result_type=PlanResult,
             start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
+            heartbeat_timeout=timedelta(seconds=request.plan_heartbeat_seconds),
             retry_policy=RETRY,
         )
         if plan.pods:
@@ -140,20 +144,6 @@ class ProvisionerWorkflow:
                 requests=claim.requests,
                 **{"instance-types": claim.instance_types},
             )
-        await asyncio.gather(*(self._start_lifecycle(request, claim) for claim in plan.nodeclaims))
-
-    async def _start_lifecycle(self, request: ProvisionerInput, claim: PlannedNodeClaim) -> None:
-        await workflow.start_child_workflow(
-            NodeClaimWorkflow.run,
-            LifecycleInput(
-                cluster=request.cluster,
-                nodeclaim=claim,
-                settings=request.lifecycle or LifecycleSettings(),
-                provisioner_workflow_id=workflow.info().workflow_id,
-            ),
-            id=nodeclaim_id(claim.name),
-            parent_close_policy=ParentClosePolicy.ABANDON,
-        )
 
     def _live_unavailable(self) -> list[UnavailableOffering]:
         now = workflow.now()

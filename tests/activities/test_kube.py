@@ -12,7 +12,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.kube import KubeActivities
 from activities.planning import PlanningActivities
 from core.instancetypes.catalog import load_shipped_catalog
-from core.messages import ConditionUpdate, PlanInput
+from core.messages import ConditionUpdate, LifecycleInput, PlanInput
 from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
 
@@ -34,10 +34,16 @@ async def events(sim: SimulatorClient, reason: str) -> list[dict[str, object]]:
 async def planned_claim(sim: SimulatorClient, replicas: int = 2) -> str:
     """Scale the pinned example deployment and let planning create a NodeClaim for it."""
     await sim.scale("Deployment", "default", "inflate", replicas)
-    planning = PlanningActivities(sim, load_shipped_catalog("eastus"))
+    started: list[str] = []
+
+    async def start(request: LifecycleInput) -> None:
+        started.append(request.nodeclaim.name)
+
+    planning = PlanningActivities(sim, load_shipped_catalog("eastus"), start)
     for _ in range(50):
         plan = await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="test"))
         if plan.nodeclaims:
+            assert started == [claim.name for claim in plan.nodeclaims]
             return plan.nodeclaims[0].name
     raise AssertionError("planning never saw the pending pods")
 

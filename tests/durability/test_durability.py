@@ -72,11 +72,13 @@ def simulator_settings() -> SimulatorSettings:
 
 
 def provisioner_input() -> ProvisionerInput:
-    """Short batches and polls; a launch activity lost with its worker is retried after 5 s, not 5 min."""
+    """Short batches and polls; a launch activity lost with its worker is retried after 5 s, not 5 min, and a
+    plan after 3 s without a heartbeat."""
     return ProvisionerInput(
         cluster=CLUSTER,
         batch_idle_seconds=1,
         batch_max_seconds=3,
+        plan_heartbeat_seconds=3,
         lifecycle=LifecycleSettings(
             registration_ttl_seconds=120,
             poll_seconds=1,

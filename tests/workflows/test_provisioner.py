@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.planning import PlanningActivities
+from activities.planning import LifecycleStarter, PlanningActivities
 from core.messages import (
     ActivityName,
     PlanInput,
@@ -35,7 +35,7 @@ from tests.workflows.conftest import (
     running_system,
     small_delays,
 )
-from workers.worker import WORKFLOWS, activities_for
+from workers.worker import WORKFLOWS, activities_for, lifecycle_starter
 from workflows.provisioner import ProvisionerWorkflow
 
 
@@ -166,8 +166,8 @@ async def test_unavailable_offerings_are_left_out_of_the_next_plan(system: Syste
 class GatedPlanning:
     """The planning activity, held until the test lets it finish."""
 
-    def __init__(self, sim: SimulatorClient) -> None:
-        self.planning = PlanningActivities(sim, CATALOG)
+    def __init__(self, sim: SimulatorClient, starter: LifecycleStarter) -> None:
+        self.planning = PlanningActivities(sim, CATALOG, starter)
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -184,8 +184,9 @@ async def test_continue_as_new_carries_the_pending_pods_and_the_unavailable_offe
     gates: list[GatedPlanning] = []
 
     def worker(client: Client, queue: str, sim: SimulatorClient) -> Worker:
-        gates.append(GatedPlanning(sim))
-        others = [a for a in activities_for(sim, sim, CATALOG) if a.__name__ != "plan_provisioning"]
+        starter = lifecycle_starter(client, queue)
+        gates.append(GatedPlanning(sim, starter))
+        others = [a for a in activities_for(sim, sim, CATALOG, starter) if a.__name__ != "plan_provisioning"]
         return Worker(
             client,
             task_queue=queue,
