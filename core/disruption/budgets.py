@@ -145,13 +145,13 @@ class Budgets:
         self._disrupting[nodepool] = self._disrupting.get(nodepool, 0) + count
         self._taken[nodepool] = self._taken.get(nodepool, 0) + count
 
-    def explain(self, nodepool: str, reason: DisruptionReason) -> str:
-        """Why the pool may not disrupt one more node for `reason`, e.g. "budget for reason Underutilized
-        is 0 until 09:00"."""
+    def explain(self, nodepool: str, reason: DisruptionReason, chosen: int = 0) -> str:
+        """Why the pool may not disrupt one more node for `reason` (besides `chosen`), e.g. "budget for
+        reason Underutilized is 0 until 09:00"."""
         limit = self._limits.get((nodepool, reason))
         if limit is None:
             return f'NodePool "{nodepool}" is not known'
-        disrupting = self._disrupting.get(nodepool, 0)
+        disrupting = self._disrupting.get(nodepool, 0) + chosen
         if limit.limit == 0:
             text = f"budget for reason {reason.value} is 0"
         else:

@@ -19,9 +19,8 @@ from core import labels
 from core.api.nodepool import ConsolidationPolicy
 from core.disruption.candidates import Candidate
 from core.disruption.commands import BlockReason, Decision, Reason, format_price
-from core.disruption.replacements import Priced
+from core.disruption.replacements import Catalog, Priced
 from core.disruption.simulation import Outcome
-from core.instancetypes.types import InstanceType
 from core.scheduling.requirements import Operator, Requirement
 
 MIN_SPOT_TO_SPOT_OPTIONS = 15
@@ -56,10 +55,15 @@ def candidates_price(candidates: Sequence[Candidate]) -> int:
 def decide(
     candidates: Sequence[Candidate],
     outcome: Outcome,
-    instance_types: Mapping[str, Mapping[str, InstanceType]],
+    catalogs: Mapping[str, Catalog],
     spot_to_spot: bool,
 ) -> Consolidation | Reason:
     """Karpenter's decision for removing `candidates`, whose pods would go as `outcome` says."""
+    if outcome.exceeded is not None:
+        return Reason(
+            BlockReason.MULTIPLE_REPLACEMENTS,
+            f"can't remove without creating at least {outcome.exceeded} nodes (consolidation replaces with at most one)",
+        )
     if not outcome.scheduled:
         return Reason(BlockReason.PODS_UNSCHEDULABLE, outcome.describe_problems())
     price = candidates_price(candidates)
@@ -71,7 +75,7 @@ def decide(
             f"can't remove without creating {len(outcome.nodeclaims)} nodes (consolidation replaces with at most one)",
         )
     claim = outcome.nodeclaims[0]
-    priced = Priced.of(claim, instance_types.get(claim.nodepool, {}))
+    priced = Priced.of(claim, catalogs[claim.nodepool])
     all_spot = all(candidate.capacity_type == labels.CAPACITY_TYPE_SPOT for candidate in candidates)
     if all_spot and priced.requirements.get(labels.CAPACITY_TYPE).has(labels.CAPACITY_TYPE_SPOT):
         return _spot_to_spot(candidates, priced, price, spot_to_spot)
@@ -84,7 +88,7 @@ def decide(
         return Reason(BlockReason.MIN_VALUES, unmet)
     capacity = narrowed.requirements.get(labels.CAPACITY_TYPE)
     if capacity.has(labels.CAPACITY_TYPE_SPOT) and capacity.has(labels.CAPACITY_TYPE_ON_DEMAND):
-        narrowed = narrowed.narrowed(narrowed.options, SPOT_ONLY)
+        narrowed = narrowed.narrowed(narrowed.rows, SPOT_ONLY)
     return _replace(narrowed, price)
 
 
@@ -96,7 +100,7 @@ def _spot_to_spot(
             BlockReason.SPOT_TO_SPOT_DISABLED,
             "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node",
         )
-    spot = priced.narrowed(priced.options, SPOT_ONLY)
+    spot = priced.narrowed(priced.rows, SPOT_ONLY)
     cheaper = spot.cheaper_than(price)
     if not cheaper:
         return _not_cheaper(spot, price)
@@ -115,13 +119,15 @@ def _spot_to_spot(
     # Launching from only the cheapest options keeps the new node among them, so that it is not itself
     # replaced by a cheaper one at the next pass.
     keep = max(MIN_SPOT_TO_SPOT_OPTIONS, narrowed.min_values_prefix())
-    return _replace(narrowed.narrowed(narrowed.options[:keep]), price)
+    return _replace(narrowed.narrowed(narrowed.rows[:keep]), price)
 
 
-def _replace(priced: Priced, price: int) -> Consolidation:
+def _replace(priced: Priced, price: int) -> Consolidation | Reason:
     launch = priced.launch()
-    cost = launch[1].price_micros if launch else 0
-    return Consolidation(Decision.REPLACE, priced, price - cost)
+    if launch is None:
+        # Forcing spot can leave cheaper types with no offering to launch: Karpenter's launch would fail.
+        return Reason(BlockReason.NOT_CHEAPER, "no offering of a cheaper instance type can be launched")
+    return Consolidation(Decision.REPLACE, priced, price - launch[1].price_micros)
 
 
 def _not_cheaper(priced: Priced, price: int) -> Reason:
@@ -147,7 +153,8 @@ def without_candidate_types(
         if candidate.instance_type is not None and candidate.price_micros is not None:
             name = candidate.instance_type.name
             prices[name] = min(prices.get(name, candidate.price_micros), candidate.price_micros)
-    limits = [prices[it.name] for it in replacement.options if it.name in prices]
+    names = replacement.catalog.types.names
+    limits = [prices[names[row]] for row in replacement.rows if names[row] in prices]
     if not limits:
         return consolidation
     cheaper = replacement.cheaper_than(min(limits))

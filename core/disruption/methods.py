@@ -40,7 +40,7 @@ def _by_disruption_cost(candidates: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _replacements(state: PlanState, outcome: Outcome) -> list[Priced]:
-    return [Priced.of(claim, state.instance_types.get(claim.nodepool, {})) for claim in outcome.nodeclaims]
+    return [Priced.of(claim, state.catalogs[claim.nodepool]) for claim in outcome.nodeclaims]
 
 
 def _savings(candidates: Sequence[Candidate], replacements: Sequence[Priced]) -> int:
@@ -58,7 +58,10 @@ def expire(state: PlanState) -> None:
             continue
         outcome = state.sandbox.simulate([candidate.name])
         replacements = _replacements(state, outcome)
-        expired_at = f"expired at {candidate.expires_at:%Y-%m-%d %H:%M:%S} (expireAfter {candidate.nodeclaim.spec.expire_after})"
+        expired_at = (
+            f"expired at {candidate.expires_at:%Y-%m-%d %H:%M:%S} "
+            f"(expireAfter {candidate.nodeclaim.spec.expire_after})"
+        )
         state.execute(
             Method.EXPIRATION,
             EXPIRED,
@@ -74,7 +77,7 @@ def emptiness(state: PlanState) -> None:
     """Delete every empty, quiet candidate the `Empty` budgets allow, in one command."""
     chosen: list[Candidate] = []
     per_pool: dict[str, int] = {}
-    for candidate in _by_disruption_cost(state.candidates(Method.EMPTINESS)):
+    for candidate in _by_disruption_cost(state.candidates()):
         if not candidate.empty:
             continue
         pool = candidate.nodepool.name
@@ -98,7 +101,7 @@ def drift(state: PlanState) -> None:
     """Replace drifted candidates, oldest drift first: all empty ones the budgets allow together, then the
     others one at a time, each once its pods have somewhere to go."""
     drifted = sorted(
-        (candidate for candidate in state.candidates(Method.DRIFT) if candidate.drift is not None),
+        (candidate for candidate in state.candidates() if candidate.drift is not None),
         key=lambda candidate: (candidate.drifted_at, candidate.name),
     )
     details = {c.name: f"{c.drift.reason}: {c.drift.message}" for c in drifted if c.drift is not None}
@@ -121,7 +124,7 @@ def drift(state: PlanState) -> None:
             Method.DRIFT, DisruptionReason.DRIFTED.value, empty, None, [], candidates_price(empty), details
         )
     for candidate in drifted:
-        if candidate.empty or not state.is_open(candidate):
+        if candidate.empty or not state.available(candidate):
             continue
         reason = state.pod_blocker(candidate, eventual=True) or state.budget_blocker(
             candidate, DisruptionReason.DRIFTED
@@ -149,34 +152,43 @@ def drift(state: PlanState) -> None:
 
 
 def consolidation_blocker(state: PlanState, candidate: Candidate) -> Reason | None:
-    """Why consolidation may not consider the candidate at all (before budgets and simulation)."""
+    """Why consolidation may not consider the candidate at all (before budgets and simulation), in the
+    order Karpenter asks: consolidation disabled, the policy, the quiet period, the price, the pods."""
     pool = candidate.nodepool
-    if candidate.quiet is not None:
-        return candidate.quiet
+    quiet = candidate.quiet
+    if quiet is not None and quiet.code is BlockReason.CONSOLIDATION_DISABLED:
+        return quiet
     if pool.spec.disruption.consolidation_policy is ConsolidationPolicy.WHEN_EMPTY:
         return Reason(
             BlockReason.WHEN_EMPTY,
             f'NodePool "{pool.name}" has consolidationPolicy WhenEmpty and the node has '
             f"{len(candidate.reschedulable)} pods to move",
         )
-    if candidate.price_micros is None or candidate.zone is None or candidate.capacity_type is None:
-        missing = [
-            what
-            for what, value in (
-                (labels.ZONE, candidate.zone),
-                (labels.CAPACITY_TYPE, candidate.capacity_type),
-                ("an offering price", candidate.price_micros),
-            )
-            if value is None
-        ]
-        return Reason(BlockReason.PRICE_UNKNOWN, f"cannot price the node: no {', '.join(missing)}")
+    if quiet is not None:
+        return quiet
+    missing = [
+        what
+        for what, value in (
+            (f"label {labels.ZONE}", candidate.zone),
+            (f"label {labels.CAPACITY_TYPE}", candidate.capacity_type),
+            ("an offering of its instance type in its zone and capacity type", candidate.price_micros),
+        )
+        if value is None
+    ]
+    if missing:
+        return Reason(BlockReason.PRICE_UNKNOWN, f"cannot price the node: missing {', '.join(missing)}")
     return state.pod_blocker(candidate)
 
 
-def _evaluate(state: PlanState, candidates: Sequence[Candidate]) -> tuple[Outcome, Consolidation | Reason]:
-    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would."""
-    outcome = state.sandbox.simulate([candidate.name for candidate in candidates])
-    verdict = decide(candidates, outcome, state.instance_types, state.options.spot_to_spot_consolidation)
+def _evaluate(
+    state: PlanState, candidates: Sequence[Candidate], stop_early: bool = False
+) -> tuple[Outcome, Consolidation | Reason]:
+    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would. With
+    `stop_early` the trial stops once it needs a second node, since consolidation never launches two;
+    without, a refusal names the pods that cannot move, as Karpenter's events do."""
+    names = [candidate.name for candidate in candidates]
+    outcome = state.sandbox.simulate(names, max_nodeclaims=1 if stop_early else None)
+    verdict = decide(candidates, outcome, state.catalogs, state.options.spot_to_spot_consolidation)
     if len(candidates) > 1 and isinstance(verdict, Consolidation):
         verdict = without_candidate_types(candidates, verdict)
     if isinstance(verdict, Consolidation):
@@ -211,41 +223,58 @@ def _execute(
     )
 
 
+def _multi_node_prefix(state: PlanState) -> list[Candidate]:
+    """The consolidation candidates multi-node consolidation may take together: cheapest to disrupt
+    first, as many of each pool as its `Underutilized` budget allows, at most 100."""
+    prefix: list[Candidate] = []
+    per_pool: dict[str, int] = {}
+    for candidate in _by_disruption_cost(state.candidates()):
+        pool = candidate.nodepool.name
+        if candidate.empty or consolidation_blocker(state, candidate) is not None:
+            continue
+        if state.budget_blocker(candidate, DisruptionReason.UNDERUTILIZED, per_pool.get(pool, 0)) is not None:
+            continue
+        prefix.append(candidate)
+        per_pool[pool] = per_pool.get(pool, 0) + 1
+    return prefix[:MAX_MULTI_NODE_CANDIDATES]
+
+
+def _longest_prefix(
+    state: PlanState, prefix: Sequence[Candidate]
+) -> tuple[int, Outcome, Consolidation] | None:
+    """The longest prefix (at least 2 candidates) that consolidates, by binary search over its length as
+    Karpenter searches; its trial is left open for the caller to execute."""
+    best: int | None = None
+    low, high = 1, len(prefix) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        outcome, verdict = _evaluate(state, prefix[: middle + 1], stop_early=True)
+        if isinstance(verdict, Consolidation):
+            best, low = middle + 1, middle + 1
+            if low > high:
+                return best, outcome, verdict
+        else:
+            high = middle - 1
+        state.sandbox.rollback()
+    if best is None:
+        return None
+    # The best trial was rolled back when a longer one was tried: run it again.
+    outcome, verdict = _evaluate(state, prefix[:best], stop_early=True)
+    if not isinstance(verdict, Consolidation):
+        raise AssertionError("a consolidation found by the search must hold when simulated again")
+    return best, outcome, verdict
+
+
 def multi_node_consolidation(state: PlanState) -> None:
-    """Repeatedly find the longest prefix (2 to 100) of the cheapest-to-disrupt consolidation candidates
-    that can be deleted together or replaced by one cheaper node, by binary search as Karpenter does."""
+    """Repeatedly take the longest prefix of the candidates that can be deleted together or replaced by
+    one cheaper node."""
     while True:
-        prefix: list[Candidate] = []
-        per_pool: dict[str, int] = {}
-        for candidate in _by_disruption_cost(state.candidates(Method.MULTI_NODE_CONSOLIDATION)):
-            pool = candidate.nodepool.name
-            if candidate.empty or consolidation_blocker(state, candidate) is not None:
-                continue
-            if (
-                state.budget_blocker(candidate, DisruptionReason.UNDERUTILIZED, per_pool.get(pool, 0))
-                is not None
-            ):
-                continue
-            prefix.append(candidate)
-            per_pool[pool] = per_pool.get(pool, 0) + 1
-        prefix = prefix[:MAX_MULTI_NODE_CANDIDATES]
-        best: int | None = None
-        low, high = 1, len(prefix) - 1
-        while low <= high:
-            middle = (low + high) // 2
-            _, verdict = _evaluate(state, prefix[: middle + 1])
-            state.sandbox.rollback()
-            if isinstance(verdict, Consolidation):
-                best, low = middle + 1, middle + 1
-            else:
-                high = middle - 1
-        if best is None:
+        prefix = _multi_node_prefix(state)
+        found = _longest_prefix(state, prefix)
+        if found is None:
             return
-        chosen = prefix[:best]
-        outcome, verdict = _evaluate(state, chosen)
-        if not isinstance(verdict, Consolidation):
-            raise AssertionError("a consolidation found by the search must hold when simulated again")
-        _execute(state, Method.MULTI_NODE_CONSOLIDATION, chosen, outcome, verdict)
+        length, outcome, verdict = found
+        _execute(state, Method.MULTI_NODE_CONSOLIDATION, prefix[:length], outcome, verdict)
 
 
 def _interleaved(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -264,8 +293,8 @@ def _interleaved(candidates: Sequence[Candidate]) -> list[Candidate]:
 def single_node_consolidation(state: PlanState) -> None:
     """Try each remaining candidate alone: delete it if its pods fit elsewhere, or replace it with one
     strictly cheaper node; every candidate left gets the reason it stays."""
-    for candidate in _interleaved(state.candidates(Method.SINGLE_NODE_CONSOLIDATION)):
-        if not state.is_open(candidate):
+    for candidate in _interleaved(state.candidates()):
+        if not state.available(candidate):
             continue
         method = Method.SINGLE_NODE_CONSOLIDATION
         if candidate.empty:

@@ -58,6 +58,7 @@ class PdbLimits:
 
     def __init__(self, pdbs: Sequence[PodDisruptionBudget], pods: Iterable[Pod]) -> None:
         self._by_namespace: dict[str, list[tuple[PodDisruptionBudget, _Budget]]] = {}
+        self._by_key: dict[str, _Budget] = {}
         for pdb in pdbs:
             namespace = pdb.metadata.namespace or "default"
             budget = _Budget(
@@ -68,13 +69,14 @@ class PdbLimits:
                 ),
             )
             self._by_namespace.setdefault(namespace, []).append((pdb, budget))
+            self._by_key[budget.key] = budget
         self._matches: dict[tuple[str, frozenset[tuple[str, str]]], list[_Budget]] = {}
         selected: dict[str, int] = {}
         healthy: dict[str, int] = {}
         for pod in pods:
             if not is_active(pod):
                 continue
-            for budget in self.budgets_of(pod):
+            for budget in self._budgets_of(pod):
                 selected[budget.key] = selected.get(budget.key, 0) + 1
                 if is_healthy(pod):
                     healthy[budget.key] = healthy.get(budget.key, 0) + 1
@@ -82,7 +84,7 @@ class PdbLimits:
             for pdb, budget in entries:
                 budget.allowed = _allowed(pdb, selected.get(budget.key, 0), healthy.get(budget.key, 0))
 
-    def budgets_of(self, pod: Pod) -> list[_Budget]:
+    def _budgets_of(self, pod: Pod) -> list[_Budget]:
         """The PDBs selecting the pod (pods with equal namespace and labels share the answer)."""
         namespace = pod.metadata.namespace or "default"
         signature = (namespace, frozenset(pod.metadata.labels.items()))
@@ -98,18 +100,15 @@ class PdbLimits:
 
     def allowed(self, key: str) -> int | None:
         """The evictions the PDB `namespace/name` still allows (None for an unknown PDB)."""
-        for entries in self._by_namespace.values():
-            for _, budget in entries:
-                if budget.key == key:
-                    return budget.allowed
-        return None
+        budget = self._by_key.get(key)
+        return None if budget is None else budget.allowed
 
     def blocker(self, pods: Iterable[Pod]) -> str | None:
         """Why evicting these pods is refused now, or None when every PDB allows it."""
         for pod in pods:
             if not is_evictable(pod):
                 continue
-            budgets = self.budgets_of(pod)
+            budgets = self._budgets_of(pod)
             if len(budgets) > 1:
                 names = ", ".join(budget.key for budget in budgets)
                 return f"pod {pod_key(pod)} is selected by more than one pdb ({names})"
@@ -123,7 +122,7 @@ class PdbLimits:
         """Count the evictions of these pods against their PDBs."""
         for pod in pods:
             if is_evictable(pod):
-                for budget in self.budgets_of(pod):
+                for budget in self._budgets_of(pod):
                     budget.allowed = max(0, budget.allowed - 1)
 
 

@@ -26,6 +26,7 @@ from core.disruption.methods import (
 )
 from core.disruption.options import DisruptionOptions
 from core.disruption.pdb import PdbLimits
+from core.disruption.replacements import Catalog
 from core.disruption.simulation import Sandbox
 from core.disruption.state import PlanState
 from core.instancetypes.types import dollars
@@ -75,21 +76,20 @@ def plan_disruption(
 
     `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling."""
     scheduling = build_snapshot(snapshot, instance_types)
-    by_pool = {pool: {it.name: it for it in types} for pool, types in scheduling.instance_types.items()}
     report = find_candidates(snapshot, scheduling.instance_types, options.drift, now)
     movable = {
         candidate.name: list(candidate.reschedulable) for candidate in [*report.candidates, *report.expiring]
     }
     for node in report.leaving:
         movable[node] = [pod for pod in report.pods.get(node, ()) if is_reschedulable(pod)]
+    sandbox = Sandbox(scheduling, movable, options.scheduling)
     state = PlanState(
         report=report,
-        sandbox=Sandbox(scheduling, movable, options.scheduling),
+        sandbox=sandbox,
         budgets=Budgets(snapshot.nodepools, report.totals, report.disrupting, now),
         pdbs=PdbLimits(snapshot.pdbs, snapshot.pods),
-        instance_types=by_pool,
+        catalogs={pool: Catalog(types) for pool, types in sandbox.instance_types().items()},
         options=options,
-        now=now,
     )
     state.settle(report.leaving)
     for method, run in METHODS:

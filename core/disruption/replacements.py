@@ -5,16 +5,22 @@ it (only types cheaper than the candidates, spot only); the launch is then the c
 left, spot before on-demand at equal price, as the AKS provider picks it. Prices compare by the *worst*
 launch price of a type, the most expensive offering it could land on for the capacity type it would use
 (reserved, then spot, then on-demand), so that a replacement is cheaper whichever zone it lands in.
+
+Prices are computed over the scheduler's arrays of instance types and offerings (`InstanceTypeSet`), so
+that pricing a replacement with hundreds of options costs a few numpy calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from core import labels
 from core.disruption.commands import Replacement
 from core.instancetypes.types import InstanceType, Offering
+from core.scheduling.instancetypeset import NO_PRICE, BoolArray, InstanceTypeSet, IntArray
 from core.scheduling.requirements import Operator, Requirement, Requirements
 from core.scheduling.results import NewNodeClaim
 
@@ -22,81 +28,90 @@ LAUNCH_PREFERENCE = (labels.CAPACITY_TYPE_RESERVED, labels.CAPACITY_TYPE_SPOT, l
 """The capacity type a NodeClaim launches with when its requirements allow several."""
 
 
-def compatible(offering: Offering, requirements: Requirements) -> bool:
-    """Whether an offering (zone, capacity type, ...) satisfies the requirements on its keys."""
-    return all(
-        requirements.get(requirement.key).has(value)
-        for requirement in offering.requirements
-        for value in requirement.values
-    )
+class Catalog:
+    """A NodePool's instance types and offerings as the scheduler holds them, looked up by name."""
 
+    def __init__(self, types: InstanceTypeSet) -> None:
+        self.types = types
+        self.row = {name: row for row, name in enumerate(types.names)}
+        capacity_types = np.array([offering.capacity_type for offering in types.offerings])
+        self._of_capacity_type = {kind: capacity_types == kind for kind in LAUNCH_PREFERENCE}
 
-def offerings(instance_type: InstanceType, requirements: Requirements) -> list[Offering]:
-    """The type's available offerings the requirements allow."""
-    return [o for o in instance_type.offerings if o.available and compatible(o, requirements)]
-
-
-def worst_launch_price(instance_type: InstanceType, requirements: Requirements) -> int | None:
-    """The most the type could cost when launched under the requirements, None when it cannot launch."""
-    allowed = offerings(instance_type, requirements)
-    for capacity_type in LAUNCH_PREFERENCE:
-        prices = [o.price_micros for o in allowed if o.capacity_type == capacity_type]
-        if prices:
-            return max(prices)
-    return None
+    def worst_prices(self, offered: BoolArray) -> IntArray:
+        """Per type, its worst launch price among the offered offerings (`NO_PRICE` when it has none)."""
+        types = self.types
+        worst = np.full(len(types), NO_PRICE, dtype=np.int64)
+        for kind in LAUNCH_PREFERENCE:
+            mask = offered & self._of_capacity_type[kind]
+            dearest = np.full(len(types), -1, dtype=np.int64)
+            np.maximum.at(dearest, types.offering_type[mask], types.offering_price[mask])
+            worst = np.where((worst == NO_PRICE) & (dearest >= 0), dearest, worst)
+        return worst
 
 
 @dataclass(frozen=True, slots=True)
 class Priced:
-    """A simulated NodeClaim with its instance types resolved, cheapest first, and its requirements."""
+    """A simulated NodeClaim with its instance type options (rows of the catalog, cheapest first) and its
+    requirements."""
 
     claim: NewNodeClaim
-    options: tuple[InstanceType, ...]
+    catalog: Catalog
+    rows: tuple[int, ...]
     requirements: Requirements
 
     @classmethod
-    def of(cls, claim: NewNodeClaim, types: Mapping[str, InstanceType]) -> Priced:
-        """The claim's instance type options as objects (they come cheapest first from the scheduler)."""
-        options = tuple(types[name] for name in claim.instance_type_options if name in types)
-        return cls(claim, options, Requirements.from_dicts(claim.requirements))
+    def of(cls, claim: NewNodeClaim, catalog: Catalog) -> Priced:
+        """The claim as the scheduler made it (its options come cheapest first)."""
+        rows = tuple(catalog.row[name] for name in claim.instance_type_options if name in catalog.row)
+        return cls(claim, catalog, rows, Requirements.from_dicts(claim.requirements))
+
+    @property
+    def options(self) -> tuple[InstanceType, ...]:
+        """The instance types the NodeClaim may launch as."""
+        return tuple(self.catalog.types.types[row] for row in self.rows)
+
+    def _offered(self) -> BoolArray:
+        return self.catalog.types.offering_mask(self.requirements)
+
+    def worst_prices(self) -> list[int | None]:
+        """Each option's worst launch price under the requirements (None when it cannot launch)."""
+        worst = self.catalog.worst_prices(self._offered())
+        return [None if worst[row] == NO_PRICE else int(worst[row]) for row in self.rows]
 
     def cheapest(self) -> int | None:
         """The lowest worst-case launch price among the options."""
-        prices = [
-            price for it in self.options if (price := worst_launch_price(it, self.requirements)) is not None
-        ]
-        return min(prices, default=None)
+        return min((price for price in self.worst_prices() if price is not None), default=None)
 
-    def narrowed(self, options: Sequence[InstanceType], requirement: Requirement | None = None) -> Priced:
+    def cheaper_than(self, price: int) -> tuple[int, ...]:
+        """The options (as rows, in order) whose worst launch price is below `price`."""
+        worst = self.worst_prices()
+        return tuple(
+            row for row, cost in zip(self.rows, worst, strict=True) if cost is not None and cost < price
+        )
+
+    def narrowed(self, rows: Sequence[int], requirement: Requirement | None = None) -> Priced:
         """The same claim limited to some of its options and, optionally, one more requirement; options
         left without an offering the requirements allow are dropped."""
         requirements = self.requirements.copy()
         if requirement is not None:
             requirements.add(requirement)
-        kept = [it for it in options if offerings(it, requirements)]
-        requirements.add(Requirement.new(labels.INSTANCE_TYPE, Operator.IN, [it.name for it in kept]))
-        return Priced(self.claim, tuple(kept), requirements)
+        launchable = self.catalog.types.has_offering(requirements)
+        kept = tuple(row for row in rows if launchable[row])
+        if kept:
+            names = [self.catalog.types.names[row] for row in kept]
+            requirements.add(Requirement.new(labels.INSTANCE_TYPE, Operator.IN, names))
+        return Priced(self.claim, self.catalog, kept, requirements)
 
-    def cheaper_than(self, price: int) -> list[InstanceType]:
-        """The options whose worst launch price is below `price`, in order."""
-        return [
-            it
-            for it in self.options
-            if (worst := worst_launch_price(it, self.requirements)) is not None and worst < price
-        ]
+    def _values(self, requirement: Requirement, rows: Sequence[int]) -> set[str]:
+        found = self.catalog.types.values_of(requirement.key, np.array(rows, dtype=np.int64))
+        return {value for value in found if requirement.has(value)}
 
     def unmet_min_values(self) -> str | None:
         """The first minValues requirement the options no longer cover, as a sentence; None when met."""
         for requirement in self.requirements:
             if requirement.min_values is None:
                 continue
-            values = {
-                value
-                for it in self.options
-                if it.requirements.has(requirement.key)
-                for value in it.requirements.get(requirement.key).values
-                if requirement.has(value)
-            }
+            values = self._values(requirement, self.rows)
             if len(values) < requirement.min_values:
                 return (
                     f"minValues requirement is not met for label {requirement.key} "
@@ -107,38 +122,48 @@ class Priced:
     def min_values_prefix(self) -> int:
         """How many of the cheapest options it takes to cover every minValues requirement."""
         needed = [r for r in self.requirements if r.min_values is not None]
-        seen: dict[str, set[str]] = {r.key: set() for r in needed}
-        for count, it in enumerate(self.options, start=1):
-            for requirement in needed:
-                if it.requirements.has(requirement.key):
-                    seen[requirement.key].update(
-                        v for v in it.requirements.get(requirement.key).values if requirement.has(v)
-                    )
-            if all(len(seen[r.key]) >= (r.min_values or 0) for r in needed):
+        for count in range(1, len(self.rows) + 1):
+            prefix = self.rows[:count]
+            if all(len(self._values(r, prefix)) >= (r.min_values or 0) for r in needed):
                 return count
-        return len(self.options)
+        return len(self.rows)
+
+    def _columns(self) -> list[int]:
+        """The offerings (columns of the catalog) the NodeClaim could launch on."""
+        types = self.catalog.types
+        wanted = np.zeros(len(types), dtype=np.bool_)
+        wanted[list(self.rows)] = True
+        columns: list[int] = np.flatnonzero(self._offered() & wanted[types.offering_type]).tolist()
+        return columns
 
     def launch(self) -> tuple[InstanceType, Offering] | None:
         """The offering the provider would launch: cheapest, spot first at equal price, then by zone."""
-        best: tuple[tuple[int, bool, str, str], InstanceType, Offering] | None = None
-        for it in self.options:
-            for offering in offerings(it, self.requirements):
-                key = (
-                    offering.price_micros,
-                    offering.capacity_type != labels.CAPACITY_TYPE_SPOT,
-                    offering.zone,
-                    it.name,
-                )
-                if best is None or key < best[0]:
-                    best = (key, it, offering)
-        return None if best is None else (best[1], best[2])
+        types = self.catalog.types
+        columns = self._columns()
+        if not columns:
+            return None
+
+        def preference(column: int) -> tuple[int, bool, str, str]:
+            offering = types.offerings[column]
+            name = types.names[int(types.offering_type[column])]
+            return (
+                offering.price_micros,
+                offering.capacity_type != labels.CAPACITY_TYPE_SPOT,
+                offering.zone,
+                name,
+            )
+
+        best = min(columns, key=preference)
+        return types.types[int(types.offering_type[best])], types.offerings[best]
+
+    def capacity_types(self) -> tuple[str, ...]:
+        """The capacity types the NodeClaim may launch with."""
+        offerings = self.catalog.types.offerings
+        return tuple(sorted({offerings[column].capacity_type for column in self._columns()}))
 
     def replacement(self, name: str) -> Replacement:
         """The NodeClaim to launch, under the name pod moves refer to it by."""
         launch = self.launch()
-        capacity_types = sorted(
-            {o.capacity_type for it in self.options for o in offerings(it, self.requirements)}
-        )
         node_labels = dict(self.claim.labels)
         if launch is not None:
             instance_type, offering = launch
@@ -151,8 +176,8 @@ class Priced:
             zone=launch[1].zone if launch else None,
             capacity_type=launch[1].capacity_type if launch else None,
             price_micros=launch[1].price_micros if launch else None,
-            instance_type_options=tuple(it.name for it in self.options),
-            capacity_types=tuple(capacity_types),
+            instance_type_options=tuple(self.catalog.types.names[row] for row in self.rows),
+            capacity_types=self.capacity_types(),
             requirements=tuple(self.requirements.to_dicts()),
             labels=dict(sorted(node_labels.items())),
             taints=tuple(self.claim.taints),

@@ -9,7 +9,6 @@ pods where the command put them, so that the next command sees the cluster the p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 
 from core.api.nodepool import DisruptionReason
 from core.disruption.budgets import Budgets
@@ -17,9 +16,8 @@ from core.disruption.candidates import Candidate, NodeReport, pod_blocker
 from core.disruption.commands import Blocked, BlockReason, Command, Decision, Method, PodMove, Reason
 from core.disruption.options import DisruptionOptions
 from core.disruption.pdb import PdbLimits
-from core.disruption.replacements import Priced
+from core.disruption.replacements import Catalog, Priced
 from core.disruption.simulation import Outcome, Sandbox
-from core.instancetypes.types import InstanceType
 
 
 class PlanState:
@@ -31,47 +29,40 @@ class PlanState:
         sandbox: Sandbox,
         budgets: Budgets,
         pdbs: PdbLimits,
-        instance_types: Mapping[str, Mapping[str, InstanceType]],
+        catalogs: Mapping[str, Catalog],
         options: DisruptionOptions,
-        now: datetime,
     ) -> None:
         self.report = report
         self.sandbox = sandbox
         self.budgets = budgets
         self.pdbs = pdbs
-        self.instance_types = instance_types
+        self.catalogs = catalogs
         self.options = options
-        self.now = now
         self.commands: list[Command] = []
         self._reasons: dict[str, list[Reason]] = {}
         self._taken: set[str] = set()
         self._launched = 0
 
-    def candidates(self, method: Method) -> list[Candidate]:
-        """The candidates `method` may still take, in the report's order. A candidate that received pods
-        from an earlier command is nominated and kept, with that reason."""
-        open_ones = []
-        for candidate in self.report.candidates:
-            if candidate.name in self._taken:
-                continue
-            if candidate.name in self.sandbox.received:
-                self.keep(
-                    candidate,
-                    Reason(BlockReason.NOMINATED, "an earlier command moves pods onto this node"),
-                    None,
-                )
-                continue
-            if self.options.nodepools is not None and candidate.nodepool.name not in self.options.nodepools:
-                self.keep(
-                    candidate, Reason(BlockReason.NOT_SELECTED, "its NodePool is not among those asked for")
-                )
-                continue
-            open_ones.append(candidate)
-        return open_ones
+    def candidates(self) -> list[Candidate]:
+        """The candidates a method may still take, in the report's order (see `available`)."""
+        return [candidate for candidate in self.report.candidates if self.available(candidate)]
 
-    def is_open(self, candidate: Candidate) -> bool:
-        """Whether no command took the candidate and none moved pods onto it."""
-        return candidate.name not in self._taken and candidate.name not in self.sandbox.received
+    def available(self, candidate: Candidate) -> bool:
+        """Whether a method may still take the candidate: no command took it, no command moves pods
+        onto it (it is nominated, and kept with that reason), and its NodePool was asked for."""
+        if candidate.name in self._taken:
+            return False
+        if candidate.name in self.sandbox.received:
+            self.keep(
+                candidate, Reason(BlockReason.NOMINATED, "an earlier command moves pods onto this node")
+            )
+            return False
+        if self.options.nodepools is not None and candidate.nodepool.name not in self.options.nodepools:
+            self.keep(
+                candidate, Reason(BlockReason.NOT_SELECTED, "its NodePool is not among those asked for")
+            )
+            return False
+        return True
 
     def keep(self, candidate: Candidate, reason: Reason, method: Method | None = None) -> None:
         """Record why the candidate stays (a reason given twice is kept once)."""
@@ -91,7 +82,7 @@ class PlanState:
         pool = candidate.nodepool.name
         if self.budgets.permits(pool, reason, chosen):
             return None
-        return Reason(BlockReason.BUDGET, self.budgets.explain(pool, reason))
+        return Reason(BlockReason.BUDGET, self.budgets.explain(pool, reason, chosen))
 
     def execute(
         self,
@@ -143,7 +134,7 @@ class PlanState:
         movable = [node for node in nodes if self.sandbox.can_try(node)]
         if movable:
             outcome = self.sandbox.simulate(movable)
-            self.sandbox.commit([self._next_name() for _ in outcome.nodeclaims])
+            self.sandbox.commit([f"provisioned-{index}" for index in range(len(outcome.nodeclaims))])
 
     def _next_name(self) -> str:
         self._launched += 1
@@ -151,8 +142,11 @@ class PlanState:
 
     def blocked(self) -> list[Blocked]:
         """Every node no command took, with its reasons, by node name."""
+        unasked = (Reason(BlockReason.NOT_SELECTED, "no method that ran could disrupt it"),)
         kept = [
-            Blocked(c.name, c.nodeclaim.name, c.nodepool.name, tuple(self._reasons.get(c.name, ())))
+            Blocked(
+                c.name, c.nodeclaim.name, c.nodepool.name, tuple(self._reasons.get(c.name, ())) or unasked
+            )
             for c in self.report.candidates
             if c.name not in self._taken
         ]

@@ -1,0 +1,159 @@
+"""The sandbox answers exactly as a fresh provisioning simulation of the cluster without the removed nodes
+would, after any number of rolled-back and committed trials."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from core import labels as wk
+from core.api.kube import Pod, pod_key
+from core.disruption.simulation import Sandbox
+from core.scheduling.scheduler import NodeSnapshot, Scheduler, SchedulingOptions
+from core.scheduling.snapshot import SchedulingSnapshot
+from tests.builders import catalog_p, node, nodepool, pod, pod_term, spread, taint, toleration
+
+POOLS = [nodepool(), nodepool("tainted", taints=[taint("dedicated", "batch")], labels={"team": "batch"})]
+TYPES = {pool.name: catalog_p() for pool in POOLS}
+
+Where = dict[str, str]
+"""Pod key -> an existing node's name, or `claim-<i>` for the i-th new NodeClaim."""
+
+
+def random_cluster(seed: int) -> list[NodeSnapshot]:
+    """Twelve nodes over three zones, some tainted, with pods that spread, repel and attract each other."""
+    rng = random.Random(seed)
+    nodes = []
+    for index in range(12):
+        name = f"n-{index:02d}"
+        tainted = index % 5 == 4
+        pods = []
+        for slot in range(rng.randint(0, 4)):
+            app = rng.choice("abc")
+            kind = rng.choice(["plain", "zone", "host", "anti", "affinity", "selector"])
+            options: dict[str, Any] = {
+                "cpu": rng.choice(["100m", "500m", "1"]),
+                "memory": rng.choice(["128Mi", "512Mi"]),
+                "labels": {"app": app},
+                "owner_kind": "ReplicaSet",
+                "owner_name": f"rs-{app}",
+                "node_name": name,
+            }
+            if kind == "zone":
+                options["spread_constraints"] = [spread(wk.ZONE, {"app": app})]
+            elif kind == "host":
+                options["spread_constraints"] = [spread(wk.HOSTNAME, {"app": app}, max_skew=2)]
+            elif kind == "anti":
+                options["anti_affinity"] = [pod_term(wk.HOSTNAME, {"app": app})]
+            elif kind == "affinity":
+                options["affinity"] = [pod_term(wk.ZONE, {"app": app})]
+            elif kind == "selector":
+                options["node_selector"] = {wk.ZONE: f"test-zone-{rng.randint(1, 3)}"}
+            if tainted:
+                options["tolerations"] = [toleration("dedicated", "batch")]
+            pods.append(pod(f"p-{index}-{slot}", **options))
+        nodes.append(
+            node(
+                name,
+                nodepool="tainted" if tainted else "default",
+                zone=f"test-zone-{index % 3 + 1}",
+                capacity_type="on-demand",
+                instance_type="default-instance-type",
+                taints=[taint("dedicated", "batch")] if tainted else (),
+                labels={"team": "batch"} if tainted else None,
+                bound=pods,
+                initialized=index != 7,
+            )
+        )
+    return nodes
+
+
+def fresh(nodes: list[NodeSnapshot], removed: list[str]) -> tuple[Where, list[tuple[str, ...]]]:
+    """What a new scheduler does with the removed nodes' pods on the rest of the cluster."""
+    keep = [n for n in nodes if n.name not in removed]
+    pending = [p for n in nodes if n.name in removed for p in n.pods]
+    results = Scheduler(POOLS, TYPES, keep, (), SchedulingOptions()).solve(pending)
+    where = {key: placement.node for placement in results.existing for key in placement.pods}
+    for index, claim in enumerate(results.nodeclaims):
+        where.update({key: f"claim-{index}" for key in claim.pods})
+    return where, [tuple(claim.instance_type_options) for claim in results.nodeclaims]
+
+
+def sandboxed(sandbox: Sandbox, removed: list[str]) -> tuple[Where, list[tuple[str, ...]]]:
+    outcome = sandbox.simulate(removed)
+    where = {
+        placement.pod: f"claim-{placement.nodeclaim}"
+        if placement.nodeclaim is not None
+        else placement.destination
+        for placement in outcome.placements
+        if placement.destination is not None
+    }
+    return where, [tuple(claim.instance_type_options) for claim in outcome.nodeclaims]
+
+
+def sandbox_of(nodes: list[NodeSnapshot]) -> Sandbox:
+    snapshot = SchedulingSnapshot(nodepools=POOLS, instance_types=TYPES, nodes=nodes)
+    return Sandbox(snapshot, {n.name: list(n.pods) for n in nodes}, SchedulingOptions())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_trials_agree_with_a_fresh_simulation_and_roll_back_cleanly(seed: int) -> None:
+    nodes = random_cluster(seed)
+    sandbox = sandbox_of(nodes)
+    rng = random.Random(seed)
+    for _ in range(4):
+        removed = rng.sample([n.name for n in nodes], rng.randint(1, 3))
+        assert sandboxed(sandbox, removed) == fresh(nodes, removed)
+        sandbox.rollback()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_after_a_commit_trials_agree_with_the_cluster_it_leaves(seed: int) -> None:
+    nodes = random_cluster(seed)
+    sandbox = sandbox_of(nodes)
+    gone = random.Random(seed).choice([n.name for n in nodes if n.initialized])
+    outcome = sandbox.simulate([gone])
+    if outcome.nodeclaims or not outcome.scheduled:
+        sandbox.rollback()
+        pytest.skip("the removal needs a new node; the comparison below covers deletions")
+    sandbox.commit([])
+    destination = {p.pod: p.destination for p in outcome.placements}
+    moved: dict[str, list[Pod]] = {}
+    for moving in next(n for n in nodes if n.name == gone).pods:
+        target = destination[pod_key(moving)]
+        assert target is not None
+        spec = moving.spec.model_copy(update={"node_name": target})
+        moved.setdefault(target, []).append(moving.model_copy(update={"spec": spec}))
+    after = [replace(n, pods=(*n.pods, *moved.get(n.name, ()))) for n in nodes if n.name != gone]
+    for other in [n.name for n in after][:5]:
+        assert sandboxed(sandbox, [other]) == fresh(after, [other])
+        sandbox.rollback()
+
+
+def test_a_trial_must_be_closed_before_the_next_and_removed_nodes_cannot_be_tried() -> None:
+    nodes = random_cluster(1)
+    sandbox = sandbox_of(nodes)
+    sandbox.simulate(["n-00"])
+    with pytest.raises(RuntimeError, match="already open"):
+        sandbox.simulate(["n-01"])
+    sandbox.commit(["replacement-1"] * len(sandbox._sim.claims))
+    with pytest.raises(RuntimeError, match="no trial is open"):
+        sandbox.rollback()
+    with pytest.raises(ValueError, match="n-00: not a node, or already removed"):
+        sandbox.simulate(["n-00"])
+    assert "n-00" in sandbox.removed
+
+
+def test_a_trial_can_stop_once_it_needs_too_many_nodes() -> None:
+    # The largest Catalog P type has 16 CPUs: each 9-CPU pod needs a node of its own.
+    nodes = [node("full", cpu=32, bound=[pod(f"p-{i}", cpu="9", node_name="full") for i in range(3)])]
+    sandbox = sandbox_of(nodes)
+    outcome = sandbox.simulate(["full"], max_nodeclaims=1)
+    assert outcome.exceeded == 2
+    assert not outcome.scheduled
+    sandbox.rollback()
+    complete = sandbox.simulate(["full"])
+    assert len(complete.nodeclaims) == 3
