@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -177,6 +178,47 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if manifests.problems else 0
 
 
+def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """What disruption would do now to the cluster in these manifests, and why every other node stays."""
+    from core.disruption.options import DisruptionOptions
+    from core.disruption.plan import plan_disruption
+
+    manifests = read_manifests(args.filename)
+    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    options = DisruptionOptions(
+        spot_to_spot_consolidation=args.spot_to_spot,
+        nodepools=frozenset(args.nodepool) if args.nodepool else None,
+    )
+    now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    plan = plan_disruption(manifests, provider, options, now)
+    for problem in manifests.problems:
+        print(f"error: {problem}", file=err)
+    if args.output == "json":
+        document = plan.to_json()
+        document["errors"] = manifests.problems
+        json.dump(document, out, indent=2)
+        out.write("\n")
+    else:
+        if plan.commands:
+            print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
+            for command in plan.commands:
+                print(f"  {command.log_line()}", file=out)
+        else:
+            print("Disruption commands: none", file=out)
+        if plan.blocked:
+            print(f"Nodes kept ({len(plan.blocked)}):", file=out)
+            for blocked in plan.blocked:
+                print(
+                    f"  {blocked.node}: {'; '.join(reason.message for reason in blocked.reasons)}", file=out
+                )
+        for note in plan.notes:
+            print(f"note: {note}", file=err)
+        print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
+    return 1 if manifests.problems else 0
+
+
 def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.demo import DemoOptions, run_demo
 
@@ -278,6 +320,28 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
     plan.add_argument("--min-values-policy", choices=("Strict", "BestEffort"), default="Strict")
     plan.set_defaults(handler=schedule)
+
+    disrupt = commands.add_parser(
+        "plan-disruption",
+        help="what disruption would do now to the cluster in these manifests, with reasons",
+        description="Karpenter's disruption methods (expiration, emptiness, drift, multi- and single-node "
+        "consolidation) on a cluster snapshot: the commands in order with savings, and why every other node stays. "
+        "Changes nothing.",
+    )
+    disrupt.add_argument(
+        "-f", "--filename", action="append", required=True, help="manifest file or directory"
+    )
+    disrupt_source = disrupt.add_mutually_exclusive_group()
+    disrupt_source.add_argument(
+        "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
+    )
+    disrupt_source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see README)")
+    disrupt.add_argument("--unavailable", action="append", default=[], metavar="SKU:ZONE:CAPACITY-TYPE")
+    disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
+    disrupt.add_argument("--spot-to-spot", action="store_true", help="allow spot-to-spot consolidation")
+    disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
+    disrupt.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    disrupt.set_defaults(handler=plan_disruption_command)
 
     walk = commands.add_parser(
         "demo",

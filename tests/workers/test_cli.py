@@ -186,3 +186,25 @@ def test_table_output_lists_claims_and_total(tmp_path: Path) -> None:
     code, out, _ = run("schedule", "-f", manifests)
     assert code == 0
     assert "New NodeClaims (1):" in out and "INSTANCE-TYPE" in out and "Total for new NodeClaims: $" in out
+
+
+def test_plan_disruption_deletes_the_empty_node_and_consolidates_the_rest() -> None:
+    snapshot = str(ROOT / "deploy" / "what-if" / "cluster-snapshot.yaml")
+    code, out, err = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z", "-o", "json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert set(plan) >= {"commands", "blocked", "budgets", "total_savings_per_hour"}
+    first, second = plan["commands"]
+    assert (first["method"], first["decision"]) == ("emptiness", "delete")
+    assert [c["node"] for c in first["candidates"]] == ["general-aaaaa"]
+    assert second["decision"] == "replace"
+    assert sorted(c["node"] for c in second["candidates"]) == ["general-bbbbb", "general-ccccc"]
+    assert plan["total_savings_per_hour"] > 0.4
+
+
+def test_plan_disruption_in_a_table_reads_like_karpenter_logs() -> None:
+    snapshot = str(ROOT / "deploy" / "what-if" / "cluster-snapshot.yaml")
+    code, out, _ = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z")
+    assert code == 0
+    assert "disrupting via emptiness delete, terminating 1 nodes" in out
+    assert "disrupting via consolidation replace" in out
