@@ -208,8 +208,23 @@ def compile_constraints(pod: Pod, respect_preferences: bool = True) -> Constrain
     )
 
 
+def compile_bound_pod(pod: Pod) -> PodInfo:
+    """A pod already on a node: its requests and labels always count; its constraints only when they compile
+    (a bound pod may use what a pending one may not, e.g. a hostname node selector)."""
+    try:
+        return compile_pod(pod, respect_preferences=False)
+    except InvalidPodConstraint:
+        return _compiled(
+            pod, Constraints((Requirements(),), (), (), (), (), (), (), tuple(pod.spec.tolerations or ()))
+        )
+
+
 def compile_pod(pod: Pod, respect_preferences: bool = True) -> PodInfo:
     """Compile a pod for scheduling (raises `InvalidPodConstraint` for constraints Karpenter rejects)."""
+    return _compiled(pod, compile_constraints(pod, respect_preferences))
+
+
+def _compiled(pod: Pod, constraints: Constraints) -> PodInfo:
     namespace = pod.metadata.namespace or "default"
     requests = pod_requests(pod)
     requests[PODS] = requests.get(PODS, 0) + 1
@@ -221,6 +236,6 @@ def compile_pod(pod: Pod, respect_preferences: bool = True) -> PodInfo:
         labels=dict(pod.metadata.labels),
         requests=requests,
         host_ports=tuple(pod_host_ports(pod)),
-        constraints=compile_constraints(pod, respect_preferences),
+        constraints=constraints,
         creation=(pod.metadata.creation_timestamp or _EPOCH).replace(tzinfo=None),
     )

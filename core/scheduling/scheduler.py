@@ -34,7 +34,7 @@ from core.scheduling.nodes import (
     unmet_min_values,
     untolerated_taint,
 )
-from core.scheduling.pods import Constraints, InvalidPodConstraint, PodInfo, compile_pod
+from core.scheduling.pods import Constraints, InvalidPodConstraint, PodInfo, compile_bound_pod, compile_pod
 from core.scheduling.requirements import Operator, Requirement, Requirements
 from core.scheduling.results import (
     ExistingPlacement,
@@ -240,10 +240,7 @@ class _Simulation:
                 continue
             if pod.metadata.deletion_timestamp is not None:
                 continue
-            try:
-                compiled.append(compile_pod(pod, respect_preferences=False))
-            except InvalidPodConstraint:
-                continue
+            compiled.append(compile_bound_pod(pod))
         return compiled
 
     def _template(self, pool: NodePoolSpec, instance_types: Sequence[InstanceType]) -> NodeClaimTemplate:

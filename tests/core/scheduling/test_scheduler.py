@@ -970,3 +970,12 @@ def test_no_nodepools_leaves_every_pod_pending():
     results = solve([p], pools=[])
     assert results.nodeclaims == []
     assert unschedulable(results)[pod_key(p)]
+
+
+def test_a_bound_pod_with_a_hostname_selector_still_uses_its_room():
+    # A hostname node selector is refused on pending pods, but a pod already bound with one holds its requests.
+    pinned = pod(cpu="3", node_selector={wk.HOSTNAME: "busy"}, node_name="busy")
+    busy = node("busy", cpu=4, bound=[pinned])
+    p = pod(cpu="2")
+    results = solve([p], nodes=[busy])
+    assert where(results)[pod_key(p)].startswith("new-")
