@@ -103,10 +103,3 @@ def is_quota_exceeded(error: BaseException) -> bool:
 
 def is_throttled(error: BaseException) -> bool:
     return isinstance(error, ThrottledError)
-
-
-def rules_out_offering(error: BaseException) -> Offering | None:
-    """The offering a capacity or quota error makes unavailable, if it is one of those."""
-    if isinstance(error, InsufficientCapacityError | QuotaExceededError):
-        return error.offering
-    return None

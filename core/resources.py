@@ -55,16 +55,6 @@ def max_each(lists: Iterable[Mapping[str, int]]) -> Resources:
     return result
 
 
-def fits(requests: Mapping[str, int], available: Mapping[str, int]) -> bool:
-    """Whether every requested amount is within what is available (a missing resource is zero)."""
-    return all(amount <= available.get(name, 0) for name, amount in requests.items() if amount > 0)
-
-
-def exceeded(requests: Mapping[str, int], available: Mapping[str, int]) -> list[str]:
-    """The names of resources whose request is larger than what is available, sorted."""
-    return sorted(name for name, amount in requests.items() if amount > 0 and amount > available.get(name, 0))
-
-
 def format_amount(name: str, amount: int) -> str:
     """One amount as Kubernetes would print it."""
     if name == CPU:

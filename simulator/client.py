@@ -451,10 +451,6 @@ class SimulatorClient:
     async def list_pods(self, namespace: str | None = None, label_selector: str = "") -> builtins.list[Pod]:
         return [Pod.model_validate(item) for item in await self._list(POD, namespace, labels=label_selector)]
 
-    async def get_pod(self, namespace: str, name: str) -> Pod | None:
-        raw = await self._get(POD, name, namespace)
-        return None if raw is None else Pod.model_validate(raw)
-
     async def add_fault(self, fault: Fault) -> Fault:
         """Inject a fault into the simulated cloud; the stored fault has its id."""
         body = await self._call("POST", "/faults", fault.model_dump(mode="json", exclude_none=True))

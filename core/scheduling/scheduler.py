@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,13 +84,6 @@ class SchedulingOptions:
     """Karpenter's PREFERENCE_POLICY=Respect; False ignores preferred affinities and ScheduleAnyway spread."""
     min_values_best_effort: bool = False
     """Karpenter's MIN_VALUES_POLICY=BestEffort."""
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """Why each NodePool refused a pod on its last attempt."""
-
-    reasons: list[str] = field(default_factory=list)
 
 
 UNSEEN_DOMAIN = 1 << 62
