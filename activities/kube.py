@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from core import labels
-from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_terminal, tolerates
+from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_node_ready, is_terminal, tolerates
 from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import StatusCondition
@@ -160,7 +160,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
     node = await cluster.get_node(request.node)
     if node is None:
         return NodeState(name=request.node, exists=False)
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    ready = is_node_ready(node)
     taint_keys = {taint.key for taint in node.spec.taints}
     allocatable = parse_resources(node.status.allocatable)
     return NodeState(

@@ -27,14 +27,16 @@ from core.api.kube import (
     NodeSystemInfo,
     Pod,
     PodPhase,
+    is_node_ready,
     is_terminal,
 )
+from core.api.kube import is_pod_ready as is_ready
 from core.api.meta import ObjectMeta
 from core.errors import ConflictError
 from core.resources import format_resources
 from core.scheduling.requirements import Operator
 from simulator.compute import Compute, Machine
-from simulator.state import NODE, NODECLAIM, POD, ClusterState, Write, is_node_ready, is_ready, set_condition
+from simulator.state import NODE, NODECLAIM, POD, ClusterState, Write, set_condition
 
 STARTUP_TAINTS_TAG = "nodewright_startup-taints"
 """A LaunchRequest tag listing startup taint keys (comma-separated), for VMs launched without a NodeClaim;

@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 
 from core import labels
-from core.api.kube import Condition, Node, Pod, is_terminal
+from core.api.kube import Condition, Node, Pod, is_node_ready, is_terminal
 from core.api.meta import TaintEffect
 from core.resources import parse_resources
 from core.scheduling.scheduler import NodeSnapshot, Scheduler
-from simulator.state import POD, ClusterState, Write, is_node_ready, set_condition
+from simulator.state import POD, ClusterState, Write, set_condition
 
 DEFAULT_SCHEDULER = "default-scheduler"
 COST_SPACING = 2.0

@@ -55,6 +55,7 @@ from core.api.kube import (
     selects,
     tolerates,
 )
+from core.api.kube import is_pod_ready as is_ready
 from core.api.manifests import MAX_REPLICAS, without_nulls, workload_pods
 from core.api.meta import InvalidObjectError, ObjectMeta, OwnerReference, TaintEffect, problems_of
 from core.api.nodeclaim import NodeClaim
@@ -187,20 +188,6 @@ def kind_of(document: Any) -> Kind:
 
 def key_of(obj: KubeObject) -> Key:
     return obj.metadata.namespace or "", obj.metadata.name
-
-
-def is_ready(pod: Pod) -> bool:
-    """Whether the pod's Ready condition is True."""
-    return any(
-        condition.type == "Ready" and condition.status == "True" for condition in pod.status.conditions
-    )
-
-
-def is_node_ready(node: Node) -> bool:
-    """Whether the node's Ready condition is True."""
-    return any(
-        condition.type == "Ready" and condition.status == "True" for condition in node.status.conditions
-    )
 
 
 def revision(obj: KubeObject) -> KubeObject:

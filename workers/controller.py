@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from core.api.kube import Node, Pod, is_daemonset_pod, is_terminal, pod_key
+from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.messages import DeletionRequested, NodeEvent, PodsPending, ProvisionerInput
@@ -36,10 +36,6 @@ def is_provisionable(pod: Pod) -> bool:
     return any(
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable" for c in conditions
     )
-
-
-def is_ready(node: Node) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
 
 
 class Controller:
@@ -114,7 +110,7 @@ class Controller:
             return
         event = NodeEvent(
             node=node.metadata.name,
-            ready=is_ready(node),
+            ready=is_node_ready(node),
             deleting=node.metadata.deletion_timestamp is not None,
         )
         await self._signal(nodeclaim_id(claim), "node_event", event)

@@ -474,6 +474,20 @@ def is_daemonset_pod(pod: Pod) -> bool:
     return owner_kind(pod) == "DaemonSet"
 
 
+def _condition_true(conditions: list[Condition], kind: str) -> bool:
+    return any(condition.type == kind and condition.status == "True" for condition in conditions)
+
+
+def is_pod_ready(pod: Pod) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return _condition_true(pod.status.conditions, "Ready")
+
+
+def is_node_ready(node: Node) -> bool:
+    """Whether the node's Ready condition is True."""
+    return _condition_true(node.status.conditions, "Ready")
+
+
 def is_terminal(pod: Pod) -> bool:
     """Whether the pod has finished (Succeeded or Failed) and holds no resources any more."""
     return pod.status.phase in (PodPhase.SUCCEEDED, PodPhase.FAILED)

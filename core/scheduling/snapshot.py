@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_terminal
+from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
 from core.api.nodeclaim import NodeClaim
@@ -128,7 +128,7 @@ def _nodepool(pool: NodePool) -> NodePoolSpec:
 
 
 def _node(node: Node, pods: list[Pod]) -> NodeSnapshot:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+    ready = is_node_ready(node)
     node_labels = dict(node.metadata.labels)
     node_labels.setdefault(labels.HOSTNAME, node.metadata.name)
     return NodeSnapshot(

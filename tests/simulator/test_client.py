@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from core import labels
-from core.api.kube import Pod, PodPhase
+from core.api.kube import Pod, PodPhase, is_node_ready
+from core.api.kube import is_pod_ready as is_ready
 from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import StatusCondition
@@ -27,7 +28,6 @@ from core.errors import (
 from simulator.client import SimulatorClient
 from simulator.compute import Fault, FaultType
 from simulator.server import SimulatorSettings
-from simulator.state import is_node_ready, is_ready
 from tests.simulator.conftest import (
     UNREGISTERED,
     Running,

@@ -6,12 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from core import labels
-from core.api.kube import Node, PodPhase
+from core.api.kube import Node, PodPhase, is_node_ready
+from core.api.kube import is_pod_ready as is_ready
 from core.api.meta import Taint, TaintEffect
 from core.resources import format_resources
 from simulator.compute import Compute, ComputeSettings, Fault, FaultType, shipped_instance_types
 from simulator.kubelet import STARTUP_TAINTS_TAG, Kubelet, KubeletSettings
-from simulator.state import NODE, POD, ClusterState, is_node_ready, is_ready
+from simulator.state import NODE, POD, ClusterState
 from tests.simulator.conftest import UNREGISTERED, FakeClock, deployment, launch_request, nodeclaim, stored
 
 STARTUP = Taint(key="node.cilium.io/agent-not-ready", value="true", effect=TaintEffect.NO_EXECUTE)

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from core.api.kube import Condition, Node, Pod, PodPhase
+from core.api.kube import is_pod_ready as is_ready
 from core.api.manifests import workload_pods
 from core.api.nodeclaim import NodeClaim
 from core.cluster import EventType
 from core.errors import ConflictError, InvalidError, NotFoundError, PDBViolationError
-from simulator.state import DEPLOYMENT, NODE, NODECLAIM, POD, ClusterState, Write, is_ready, set_condition
+from simulator.state import DEPLOYMENT, NODE, NODECLAIM, POD, ClusterState, Write, set_condition
 from tests.simulator.conftest import deployment, nodeclaim, pdb, stored
 
 
