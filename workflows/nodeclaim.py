@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
     from core.errors import OFFERING_ERROR_KINDS
@@ -39,13 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import search_attributes as attributes
 
-RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
-
-
-def log(message: str, **fields: Any) -> None:
-    """A Karpenter-style log line: the message Karpenter writes, with its fields (silent during replay)."""
-    workflow.logger.info(message, extra={"karpenter": fields})
 
 
 @workflow.defn(name="NodeClaim")

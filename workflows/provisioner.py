@@ -11,10 +11,10 @@ while and excluded from planning. The workflow continues as new every so many ba
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
     from core.messages import (
@@ -25,12 +25,6 @@ with workflow.unsafe.imports_passed_through():
         ProvisionerInput,
         UnavailableOffering,
     )
-
-RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
-
-
-def log(message: str, **fields: Any) -> None:
-    workflow.logger.info(message, extra={"karpenter": fields})
 
 
 def provisioner_id(cluster: str) -> str:
