@@ -22,17 +22,15 @@ from core.errors import (
 )
 from core.messages import LaunchFailure, OfferingChoice
 
-INSUFFICIENT_CAPACITY = ErrorKind.INSUFFICIENT_CAPACITY.value
-QUOTA_EXCEEDED = ErrorKind.QUOTA_EXCEEDED.value
-INVALID = ErrorKind.INVALID.value
-NOT_FOUND = ErrorKind.NOT_FOUND.value
-THROTTLED = ErrorKind.THROTTLED.value
-
 
 def launch_failure(error: CloudError, offering: OfferingChoice) -> ApplicationError:
     """A launch error as Temporal should see it; capacity and quota failures carry the offering they rule out."""
     if isinstance(error, InsufficientCapacityError | QuotaExceededError):
-        kind = INSUFFICIENT_CAPACITY if isinstance(error, InsufficientCapacityError) else QUOTA_EXCEEDED
+        kind = (
+            ErrorKind.INSUFFICIENT_CAPACITY
+            if isinstance(error, InsufficientCapacityError)
+            else ErrorKind.QUOTA_EXCEEDED
+        )
         failure = LaunchFailure(
             instance_type=offering.instance_type,
             zone=offering.zone,
@@ -49,11 +47,11 @@ def as_application_error(error: CloudError) -> ApplicationError:
     if isinstance(error, ThrottledError):
         return ApplicationError(
             str(error),
-            type=THROTTLED,
+            type=ErrorKind.THROTTLED,
             next_retry_delay=timedelta(seconds=max(1.0, error.retry_after_seconds)),
         )
     if isinstance(error, InvalidError):
-        return ApplicationError(str(error), type=INVALID, non_retryable=True)
+        return ApplicationError(str(error), type=ErrorKind.INVALID, non_retryable=True)
     if isinstance(error, NotFoundError):
-        return ApplicationError(str(error), type=NOT_FOUND, non_retryable=True)
+        return ApplicationError(str(error), type=ErrorKind.NOT_FOUND, non_retryable=True)
     return ApplicationError(str(error), type=type(error).__name__)
