@@ -5,7 +5,7 @@ One representation for requests, capacity, allocatable and limits keeps arithmet
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from core.quantity import format_bytes, format_millis, to_milli, to_units
 
@@ -53,6 +53,12 @@ def max_each(lists: Iterable[Mapping[str, int]]) -> Resources:
             if amount > result.get(name, amount - 1):
                 result[name] = amount
     return result
+
+
+def min_each(lists: Sequence[Mapping[str, int]]) -> Resources:
+    """The smallest amount of each resource across lists (a resource missing from one counts as zero)."""
+    names: set[str] = set().union(*lists) if lists else set()
+    return {name: min(resources.get(name, 0) for resources in lists) for name in names}
 
 
 def format_amount(name: str, amount: int) -> str:

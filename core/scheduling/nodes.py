@@ -162,9 +162,12 @@ class NodeClaimTemplate:
     """Allocatable minus DaemonSet overhead, per type."""
     min_values_best_effort: bool = False
     """Karpenter's MIN_VALUES_POLICY=BestEffort: launch with fewer values than minValues asks rather than fail."""
+    allowed_undefined: frozenset[str] = field(init=False)
+    """Keys a pod may constrain without the NodePool declaring them: well-known ones and those the types
+    define. Computed once, since every try of a pod on a NodeClaim asks."""
 
-    def allowed_undefined(self) -> frozenset[str]:
-        return labels.WELL_KNOWN_LABELS | frozenset(self.instance_types.defined_keys())
+    def __post_init__(self) -> None:
+        self.allowed_undefined = labels.WELL_KNOWN_LABELS | frozenset(self.instance_types.defined_keys())
 
 
 @dataclass(eq=False)
@@ -192,7 +195,7 @@ class SimNodeClaim:
         """The claim's requirements and remaining types after adding the pod (raises `Rejection`)."""
         template = self.template
         check_taints_and_ports(template.taints, self.host_ports, pod, constraints)
-        reason = self.requirements.compatible(pod_requirements, template.allowed_undefined())
+        reason = self.requirements.compatible(pod_requirements, template.allowed_undefined)
         if reason is not None:
             raise Rejection(Stage.REQUIREMENTS, reason)
         merged = self.requirements.copy()

@@ -20,7 +20,7 @@ from core.api.nodepool import NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
-from core.resources import Resources, parse_resources
+from core.resources import min_each, parse_resources
 from core.scheduling.requirements import Operator
 from core.scheduling.scheduler import NodePoolSpec, NodeSnapshot
 
@@ -140,12 +140,6 @@ def _node(node: Node, pods: list[Pod]) -> NodeSnapshot:
         pods=tuple(pods),
         initialized=ready and node_labels.get(labels.INITIALIZED, "true") == "true",
     )
-
-
-def min_each(lists: Sequence[Resources]) -> Resources:
-    """The smallest amount of each resource across lists (a resource missing from one counts as zero)."""
-    names = set().union(*lists) if lists else set()
-    return {name: min(resources.get(name, 0) for resources in lists) for name in names}
 
 
 def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot | None:
