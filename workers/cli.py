@@ -19,6 +19,8 @@ import yaml
 
 from core.api.manifests import Manifests, load_yaml, parse_manifests
 from core.api.meta import InvalidObjectError, Taint
+from core.disruption.options import DisruptionOptions
+from core.disruption.plan import DisruptionPlan, plan_disruption
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
 from core.instancetypes.types import dollars
@@ -151,9 +153,41 @@ def render_table(results: SchedulingResults, out: TextIO) -> None:
     print(f"Total for new NodeClaims: ${dollars(results.total_price_micros):.4f}/hour", file=out)
 
 
-def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, InstanceTypeProvider]:
+    """The manifests and instance types the arguments name; invalid objects are reported on `err`."""
     manifests = read_manifests(args.filename)
     provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    for problem in manifests.problems:
+        print(f"error: {problem}", file=err)
+    return manifests, provider
+
+
+def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -> None:
+    """A command's JSON answer, with the invalid objects it left out under `errors`."""
+    document["errors"] = manifests.problems
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def render_disruption_table(plan: DisruptionPlan, out: TextIO, err: TextIO) -> None:
+    """A person's view of a disruption plan: the commands in order, every node kept and why, the savings."""
+    if plan.commands:
+        print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
+        for command in plan.commands:
+            print(f"  {command.log_line()}", file=out)
+    else:
+        print("Disruption commands: none", file=out)
+    if plan.blocked:
+        print(f"Nodes kept ({len(plan.blocked)}):", file=out)
+        for blocked in plan.blocked:
+            print(f"  {blocked.node}: {'; '.join(reason.message for reason in blocked.reasons)}", file=out)
+    for note in plan.notes:
+        print(f"note: {note}", file=err)
+    print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
+
+
+def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    manifests, provider = read_inputs(args, err)
     snapshot = build_snapshot(manifests, provider)
     options = SchedulingOptions(
         respect_preferences=args.preference_policy == "Respect",
@@ -163,16 +197,12 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         snapshot.nodepools, snapshot.instance_types, snapshot.nodes, snapshot.daemonsets, options
     )
     results = scheduler.solve(snapshot.pending)
-    for problem in manifests.problems:
-        print(f"error: {problem}", file=err)
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
     if args.output == "json":
         document = results.to_json()
-        document["errors"] = manifests.problems
         document["notes"] = snapshot.notes
-        json.dump(document, out, indent=2)
-        out.write("\n")
+        write_json(document, manifests, out)
     else:
         render_table(results, out)
     return 1 if manifests.problems else 0
@@ -180,11 +210,7 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """What disruption would do now to the cluster in these manifests, and why every other node stays."""
-    from core.disruption.options import DisruptionOptions
-    from core.disruption.plan import plan_disruption
-
-    manifests = read_manifests(args.filename)
-    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    manifests, provider = read_inputs(args, err)
     options = DisruptionOptions(
         spot_to_spot_consolidation=args.spot_to_spot,
         nodepools=frozenset(args.nodepool) if args.nodepool else None,
@@ -193,29 +219,10 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     plan = plan_disruption(manifests, provider, options, now)
-    for problem in manifests.problems:
-        print(f"error: {problem}", file=err)
     if args.output == "json":
-        document = plan.to_json()
-        document["errors"] = manifests.problems
-        json.dump(document, out, indent=2)
-        out.write("\n")
+        write_json(plan.to_json(), manifests, out)
     else:
-        if plan.commands:
-            print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
-            for command in plan.commands:
-                print(f"  {command.log_line()}", file=out)
-        else:
-            print("Disruption commands: none", file=out)
-        if plan.blocked:
-            print(f"Nodes kept ({len(plan.blocked)}):", file=out)
-            for blocked in plan.blocked:
-                print(
-                    f"  {blocked.node}: {'; '.join(reason.message for reason in blocked.reasons)}", file=out
-                )
-        for note in plan.notes:
-            print(f"note: {note}", file=err)
-        print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
+        render_disruption_table(plan, out, err)
     return 1 if manifests.problems else 0
 
 
@@ -290,6 +297,27 @@ def simulator(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every command that plans on manifests takes: the manifests, the catalog, unavailable offerings
+    and the output format."""
+    parser.add_argument(
+        "-f", "--filename", action="append", required=True, help="manifest file or directory (repeatable)"
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
+    )
+    source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see README)")
+    parser.add_argument(
+        "--unavailable",
+        action="append",
+        default=[],
+        metavar="SKU:ZONE:CAPACITY-TYPE",
+        help="treat this offering as unavailable (repeatable)",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nodewright", description="Karpenter for AKS, on durable workflows."
@@ -301,22 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate Karpenter's provisioning for the manifests: pods on existing nodes, new NodeClaims, "
         "unschedulable pods with reasons. Changes nothing.",
     )
-    plan.add_argument(
-        "-f", "--filename", action="append", required=True, help="manifest file or directory (repeatable)"
-    )
-    source = plan.add_mutually_exclusive_group()
-    source.add_argument(
-        "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
-    )
-    source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see README)")
-    plan.add_argument(
-        "--unavailable",
-        action="append",
-        default=[],
-        metavar="SKU:ZONE:CAPACITY-TYPE",
-        help="treat this offering as unavailable (repeatable)",
-    )
-    plan.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    add_snapshot_arguments(plan)
     plan.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
     plan.add_argument("--min-values-policy", choices=("Strict", "BestEffort"), default="Strict")
     plan.set_defaults(handler=schedule)
@@ -328,19 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
         "consolidation) on a cluster snapshot: the commands in order with savings, and why every other node stays. "
         "Changes nothing.",
     )
-    disrupt.add_argument(
-        "-f", "--filename", action="append", required=True, help="manifest file or directory"
-    )
-    disrupt_source = disrupt.add_mutually_exclusive_group()
-    disrupt_source.add_argument(
-        "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
-    )
-    disrupt_source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see README)")
-    disrupt.add_argument("--unavailable", action="append", default=[], metavar="SKU:ZONE:CAPACITY-TYPE")
+    add_snapshot_arguments(disrupt)
     disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
     disrupt.add_argument("--spot-to-spot", action="store_true", help="allow spot-to-spot consolidation")
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
-    disrupt.add_argument("-o", "--output", choices=("table", "json"), default="table")
     disrupt.set_defaults(handler=plan_disruption_command)
 
     walk = commands.add_parser(
