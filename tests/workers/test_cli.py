@@ -158,6 +158,7 @@ def test_the_shipped_examples_answer(tmp_path: Path) -> None:
             assert claim["capacity_type"] == "on-demand"
             assert claim["zone"] == "eastus-2"
     assert [entry["pod"] for entry in document["unschedulable"]] == ["default/too-big"]
+    assert document["existing"] == []  # the what-if folder holds workloads only, no nodes
 
 
 def test_bad_input_names_object_and_field_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -189,7 +190,7 @@ def test_table_output_lists_claims_and_total(tmp_path: Path) -> None:
 
 
 def test_plan_disruption_deletes_the_empty_node_and_consolidates_the_rest() -> None:
-    snapshot = str(ROOT / "deploy" / "what-if" / "cluster-snapshot.yaml")
+    snapshot = str(ROOT / "deploy" / "snapshots" / "cluster.yaml")
     code, out, err = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z", "-o", "json")
     assert code == 0, err
     plan = json.loads(out)
@@ -203,7 +204,7 @@ def test_plan_disruption_deletes_the_empty_node_and_consolidates_the_rest() -> N
 
 
 def test_plan_disruption_in_a_table_reads_like_karpenter_logs() -> None:
-    snapshot = str(ROOT / "deploy" / "what-if" / "cluster-snapshot.yaml")
+    snapshot = str(ROOT / "deploy" / "snapshots" / "cluster.yaml")
     code, out, _ = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z")
     assert code == 0
     assert "disrupting via emptiness delete, terminating 1 nodes" in out
