@@ -265,3 +265,159 @@ class DrainInput(BaseModel):
     node: str
     force: bool = False
     """The NodeClaim's terminationGracePeriod has elapsed: delete what is left, PDBs or not."""
+
+
+# ------------------------------------------------------------------------------------------------ disruption
+# The disruption and manual-consolidation workflows (workflows/disruption.py) and their activities
+# (activities/disruption.py). A pass's record is the history's account of what was considered, what was chosen
+# and why; `nodewright explain` reads these records back out of the histories.
+
+
+class DisruptionMode(StrEnum):
+    AUTOMATIC = "automatic"
+    """Karpenter's disruption loop: every method, forever, one command at a time."""
+    MANUAL = "manual"
+    """`nodewright consolidate`: one consolidation pass, planned, shown, confirmed, executed."""
+
+
+class DisruptionSettings(BaseModel):
+    """Timings of the disruption workflows; every one is an input so tests can shrink it."""
+
+    poll_seconds: float = 10.0
+    """Between passes of the automatic loop (Karpenter polls every 10 s)."""
+    validation_seconds: float = 15.0
+    """How long a consolidation decision must hold before it executes (Karpenter's 15 s)."""
+    replacement_timeout_seconds: float = 600.0
+    """How long replacements may take to initialize before the command is rolled back."""
+    confirmation_timeout_seconds: float = 600.0
+    """How long a manual consolidation waits for `--yes` / confirmation before it gives up."""
+    activity_timeout_seconds: float = 60.0
+    passes_before_continue_as_new: int = 100
+    spot_to_spot_consolidation: bool = False
+
+
+class DisruptionInput(BaseModel):
+    cluster: str
+    mode: DisruptionMode = DisruptionMode.AUTOMATIC
+    nodepools: list[str] = Field(default_factory=list)
+    """Only these NodePools (empty: all)."""
+    dry_run: bool = False
+    """Manual mode: plan and record, change nothing."""
+    settings: DisruptionSettings = Field(default_factory=DisruptionSettings)
+    lifecycle: LifecycleSettings | None = None
+    """Settings for the replacements' lifecycle workflows."""
+    passes: int = 0
+    """Passes run by earlier runs of this workflow (continue-as-new carries it)."""
+
+
+class DisruptedCandidate(BaseModel):
+    """A node a command disrupts."""
+
+    node: str
+    nodeclaim: str
+    nodepool: str
+    instance_type: str | None = None
+    zone: str | None = None
+    capacity_type: str | None = None
+    price_micros: int | None = None
+    pods: int = 0
+    detail: str | None = None
+
+
+class PlannedReplacement(BaseModel):
+    """A NodeClaim a command launches before its candidates go (as `core.disruption.Replacement.to_json()`)."""
+
+    nodepool: str
+    instance_type: str | None = None
+    capacity_type: str | None = None
+    price_micros: int | None = None
+    instance_type_options: list[str] = Field(default_factory=list)
+    capacity_types: list[str] = Field(default_factory=list)
+    requirements: list[dict[str, object]] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    pods: list[str] = Field(default_factory=list)
+
+
+class DisruptionCommand(BaseModel):
+    """One command of a plan: what Karpenter's disruption controller would start."""
+
+    method: str
+    """`core.disruption.Method` value: expiration, emptiness, drift, multi-/single-node-consolidation."""
+    reason: str
+    """Karpenter's disruption reason: Empty, Drifted, Underutilized, Expired."""
+    decision: str
+    """delete or replace."""
+    candidates: list[DisruptedCandidate]
+    replacements: list[PlannedReplacement] = Field(default_factory=list)
+    savings_micros: int = 0
+    pods_moved: int = 0
+    message: str = ""
+    """Karpenter's log line for it ("disrupting via consolidation replace, terminating 1 nodes ...")."""
+
+
+class KeptReason(BaseModel):
+    code: str
+    """`core.disruption.BlockReason` value."""
+    message: str
+    method: str | None = None
+
+
+class KeptNode(BaseModel):
+    """A node a pass considered and kept, with every reason."""
+
+    node: str
+    nodeclaim: str | None = None
+    nodepool: str | None = None
+    reasons: list[KeptReason] = Field(default_factory=list)
+
+
+class DisruptionPassRecord(BaseModel):
+    """What one planning pass saw and decided: the plan activity's result, so it is in the history."""
+
+    at: datetime
+    commands: list[DisruptionCommand] = Field(default_factory=list)
+    kept: list[KeptNode] = Field(default_factory=list)
+    budgets: list[str] = Field(default_factory=list)
+    """One line per NodePool and reason, e.g. "default/Underutilized: 1 of 10% allowed (1 disrupting)"."""
+    notes: list[str] = Field(default_factory=list)
+    savings_micros: int = 0
+
+
+class CommandOutcome(StrEnum):
+    EXECUTED = "executed"
+    ABANDONED = "abandoned"
+    """Validation found the cluster changed during the wait: nothing was done."""
+    ROLLED_BACK = "rolled-back"
+    """A replacement failed to initialize: the candidates were untainted and kept."""
+    DRY_RUN = "dry-run"
+    CANCELLED = "cancelled"
+
+
+class CommandResult(BaseModel):
+    command: DisruptionCommand
+    outcome: CommandOutcome
+    replacements: list[str] = Field(default_factory=list)
+    """Names of the NodeClaims launched to replace the candidates."""
+    detail: str = ""
+
+
+class DisruptionStatus(BaseModel):
+    """The `plan` query of a disruption workflow: the latest plan and what became of each command."""
+
+    cluster: str
+    mode: DisruptionMode
+    passes: int = 0
+    waiting_for: str = ""
+    """"confirmation", "validation", "replacements", "" when idle."""
+    plan: DisruptionPassRecord | None = None
+    results: list[CommandResult] = Field(default_factory=list)
+
+
+class DisruptNodeClaim(BaseModel):
+    """The `disrupt` signal of a NodeClaim workflow: terminate, because a disruption command chose it."""
+
+    reason: str
+    """Karpenter's disruption reason (Empty, Drifted, Underutilized, Expired)."""
+    command: str = ""
+    """The disruption workflow that sent it, for the NodeClaim's history."""
