@@ -235,6 +235,8 @@ class ActivityName(StrEnum):
     DELETE_NODE = "delete_node"
     DELETE_NODECLAIM = "delete_nodeclaim"
     DELETE_INSTANCE = "delete_instance"
+    PLAN_DISRUPTION = "plan_disruption"
+    """Returns a `DisruptionPassRecord`: the history's account of one disruption pass."""
 
 
 class LaunchInput(BaseModel):
@@ -382,6 +384,10 @@ class DisruptionPassRecord(BaseModel):
     """One line per NodePool and reason, e.g. "default/Underutilized: 1 of 10% allowed (1 disrupting)"."""
     notes: list[str] = Field(default_factory=list)
     savings_micros: int = 0
+    fingerprint: str = ""
+    """A digest of the commands and kept reasons, so an idle loop can skip recording an identical pass."""
+    unchanged: bool = False
+    """The pass matched the previous fingerprint: commands and kept are left empty and mean "as before"."""
 
 
 class CommandOutcome(StrEnum):
