@@ -1,8 +1,9 @@
 """How classified failures cross into Temporal: as `ApplicationError`s whose type is the error kind.
 
 Capacity, quota and invalid-request errors are non-retryable (retrying the same offering cannot help; the
-workflow moves to the next one); throttling retries after the cloud's Retry-After; everything else is left to
-the activity's retry policy.
+workflow moves to the next one); so is a conflict over a resource another cluster owns (`NotOwned`: it stays
+theirs however often we ask). Throttling retries after the cloud's Retry-After; everything else is left to the
+activity's retry policy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from core.errors import (
     CloudError,
+    ConflictError,
     ErrorKind,
     InsufficientCapacityError,
     InvalidError,
@@ -21,6 +23,9 @@ from core.errors import (
     ThrottledError,
 )
 from core.messages import LaunchFailure, OfferingChoice
+
+NOT_OWNED = "NotOwned"
+"""The code of a conflict over a resource another cluster owns (the Azure provider's delete and adopt)."""
 
 
 def launch_failure(error: CloudError, offering: OfferingChoice) -> ApplicationError:
@@ -54,4 +59,6 @@ def as_application_error(error: CloudError) -> ApplicationError:
         return ApplicationError(str(error), type=ErrorKind.INVALID, non_retryable=True)
     if isinstance(error, NotFoundError):
         return ApplicationError(str(error), type=ErrorKind.NOT_FOUND, non_retryable=True)
+    if isinstance(error, ConflictError) and error.code == NOT_OWNED:
+        return ApplicationError(str(error), type=ErrorKind.CONFLICT, non_retryable=True)
     return ApplicationError(str(error), type=type(error).__name__)

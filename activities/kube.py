@@ -145,6 +145,8 @@ async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
         status.capacity = dict(update.capacity)
     if update.allocatable is not None:
         status.allocatable = dict(update.allocatable)
+    if update.image_id is not None:
+        status.image_id = update.image_id
     await cluster.update_nodeclaim_status(claim)
     if update.labels:
         await cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)

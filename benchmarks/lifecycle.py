@@ -2,7 +2,8 @@
 system and launched to Initialized, at N = 200 and 1,000. Prints figures; asserts nothing.
 
 A run is the system as `make demo` wires it, with default settings (batching idle 1 s, max 10 s; lifecycle
-poll 5 s): the Temporal dev server (in memory), the simulated AKS with zero boot, registration and readiness
+poll 5 s): the Temporal dev server (in memory), the simulated AKS (and its ARM emulator, which the worker's
+Azure provider creates the VMs in through the real Azure SDK) with zero boot, registration and readiness
 delays and the controller, each in its own process, and one worker in this process. `deploy/examples/` is
 applied (without the NodePool's CPU limit, so N nodes fit), then a deployment of N replicas with required
 hostname anti-affinity: kube-scheduler marks the pods Unschedulable, the controller signals the provisioner,
@@ -62,11 +63,13 @@ with workflow.unsafe.imports_passed_through():
     from core.instancetypes.catalog import load_shipped_catalog
     from core.messages import PlanResult
     from simulator.client import SimulatorClient
+    from workers.azure import cloud_provider, emulator_config
     from workers.temporal_server import DevServer, free_port
     from workers.worker import build_worker, connect
     from workflows.provisioner import provisioner_id
 
 RUNS = [200, 1000]
+SIMULATOR = (sys.executable, "-m", "simulator", "--instant")
 SHAPES = ("pinned", "any")
 PINNED_INSTANCE_TYPE = "Standard_D2s_v5"
 TASK_QUEUE = "bench-lifecycle"
@@ -410,11 +413,19 @@ async def run_one(count: int, shape: str) -> dict[str, Any]:
     simulator = SimulatorClient(f"http://127.0.0.1:{sim_port}")
     async with (
         DevServer() as temporal,
-        child_process([sys.executable, "-m", "simulator", "--instant", "--port", str(sim_port)]) as sim_pid,
+        child_process(
+            [*SIMULATOR, "--port", str(sim_port), "--arm-port", "0", "--cluster-name", CLUSTER]
+        ) as sim_pid,
         simulator,
+        contextlib.AsyncExitStack() as stack,
     ):
         client = await connect(temporal.target)
         await simulator.wait_until_ready()
+        catalog = load_shipped_catalog("eastus")
+        # The worker's Azure provider against the simulator's ARM emulator, polling its operations at once.
+        cloud = await stack.enter_async_context(
+            cloud_provider(simulator, emulator_config(await simulator.cluster_info(), timedelta(0)), catalog)
+        )
         pids = {"worker": os.getpid(), "simulator": sim_pid, "temporal": temporal_pid()}
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         trivial_per_second = await trivial_rate(client, count)
@@ -429,7 +440,7 @@ async def run_one(count: int, shape: str) -> dict[str, Any]:
             "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
             "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
         }
-        worker = build_worker(client, TASK_QUEUE, simulator, simulator, load_shipped_catalog("eastus"))
+        worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalog)
         controller = child_process([sys.executable, "-m", "workers.cli", "controller"], settings)
         async with worker, controller as pids["controller"], asyncio.TaskGroup() as group:
             # Pods turn pending within milliseconds: the controller must be watching by then.

@@ -50,6 +50,8 @@ class Instance(BaseModel):
     state: InstanceState = InstanceState.RUNNING
     tags: dict[str, str] = Field(default_factory=dict)
     created_at: datetime | None = None
+    image_id: str = ""
+    """The image the instance booted (the NodeClaim's `status.imageID`); empty when the cloud does not say."""
 
 
 class CloudProvider(Protocol):

@@ -12,10 +12,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Event, Node, Pod
 from core.api.manifests import Manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import NodePool
 
 
 class EventType(StrEnum):
@@ -93,4 +95,15 @@ class ClusterAPI(Protocol):
 
     def watch(self, since: int = 0) -> AsyncIterator[WatchEvent]:
         """Changes after resource version `since`, forever."""
+        ...
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's data, base64-decoded (None when there is none). Callers keep the values out of every
+        log line, error message and workflow payload."""
+        ...
+
+    async def get_nodepool(self, name: str) -> NodePool | None: ...
+
+    async def get_nodeclass(self, name: str) -> AKSNodeClass | None:
+        """The AKSNodeClass with its status (the images and Kubernetes version its controller resolved)."""
         ...

@@ -107,6 +107,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
 from simulator.arm_tls import server_tls
+from simulator.retail_prices import add_retail_prices
 
 logger = logging.getLogger(__name__)
 
@@ -517,6 +518,8 @@ class RequestRecord:
     status: int
     at: float
     """The emulator's monotonic clock when the request arrived."""
+    client_port: int | None = None
+    """The client's TCP port: requests on one kept-alive connection share it."""
 
 
 class ResourceType(StrEnum):
@@ -1602,7 +1605,17 @@ class _Arm:
         except ArmError as error:
             response = error.response()
         state.counters.requests[f"{request.method} {call.resource or '?'}"] += 1
-        state.requests.append(RequestRecord(call.method, call.resource, call.name, response.status, arrived))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        state.requests.append(
+            RequestRecord(
+                call.method,
+                call.resource,
+                call.name,
+                response.status,
+                arrived,
+                peer[1] if isinstance(peer, tuple) else None,
+            )
+        )
         drop = state.fire(call, (FaultAction.DROP_RESPONSE,)) is not None
         logger.debug(
             "ARM emulator: %s %s -> %d%s",
@@ -1833,6 +1846,7 @@ def create_arm_app(state: ArmState) -> web.Application:
     """The aiohttp application serving ARM (and the `/_emulator` control API) from `state`."""
     app = web.Application()
     app[STATE_KEY] = state
+    add_retail_prices(app, state.catalog)  # prices.azure.com's API, on this host (before the catch-all)
     app.router.add_route("*", "/{tail:.*}", _Arm(state).handle)
     return app
 

@@ -1,5 +1,6 @@
-"""An HTTP client of the simulated AKS that is both a `core.cluster.ClusterAPI` and a
-`core.cloudprovider.CloudProvider`, plus the helpers the demo and tests use (apply, scale, faults, counters).
+"""An HTTP client of the simulated AKS: a `core.cluster.ClusterAPI`, plus the helpers the demo and tests use
+(apply, scale, the cluster's facts, ARM faults and counters). The cloud itself is reached through ARM with the
+Azure SDK (`activities.azure`), never through this client.
 
 Errors come back as the typed errors of `core.errors`, rebuilt from the server's JSON (`code` names the
 class). Changes to a Node or a NodeClaim's metadata are read-modify-write with the object's resourceVersion
@@ -10,7 +11,10 @@ Deleting or evicting something that is already gone counts as done.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import builtins
+import collections
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
@@ -21,11 +25,12 @@ from urllib.parse import quote
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Event, Node, Pod
 from core.api.manifests import Manifests, parse_manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
-from core.cloudprovider import Instance, LaunchRequest
+from core.api.nodepool import NodePool
 from core.cluster import WatchEvent
 from core.errors import (
     CloudError,
@@ -39,9 +44,21 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
-from simulator.compute import Counters, Fault
-from simulator.server import SimulatorSettings
-from simulator.state import EVENT, KINDS, NODE, NODECLAIM, POD, Kind, KubeObject
+from simulator.arm import Counters, Fault
+from simulator.server import ClusterInfo, SimulatorSettings
+from simulator.state import (
+    EVENT,
+    KINDS,
+    NODE,
+    NODECLAIM,
+    NODECLASS,
+    NODEPOOL,
+    POD,
+    SECRET,
+    Kind,
+    KubeObject,
+    Secret,
+)
 
 _ERRORS: dict[str, type[CloudError]] = {
     cls.__name__.removesuffix("Error"): cls
@@ -244,6 +261,31 @@ class SimulatorClient:
             Pod.model_validate(item) for item in await self._list(POD, fields=f"spec.nodeName={node_name}")
         ]
 
+    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's data, base64-decoded; `InvalidError` (naming the Secret and key, never a value) when a
+        value is not base64 text."""
+        raw = await self._get(SECRET, name, namespace)
+        if raw is None:
+            return None
+        secret = Secret.model_validate(raw)
+        data = {}
+        for key, value in secret.data.items():
+            try:
+                data[key] = base64.b64decode(value, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise InvalidError(
+                    f"Secret {namespace}/{name}: data.{key} is not base64-encoded text", code="Invalid"
+                ) from None
+        return data
+
+    async def get_nodepool(self, name: str) -> NodePool | None:
+        raw = await self._get(NODEPOOL, name)
+        return None if raw is None else NodePool.parse(raw)
+
+    async def get_nodeclass(self, name: str) -> AKSNodeClass | None:
+        raw = await self._get(NODECLASS, name)
+        return None if raw is None else AKSNodeClass.parse(raw)
+
     async def record_event(self, event: Event) -> None:
         """Publish an Event; failures are swallowed, as an event recorder's are."""
         with contextlib.suppress(CloudError):
@@ -377,29 +419,6 @@ class SimulatorClient:
                     pass
             await asyncio.sleep(0)
 
-    # --- CloudProvider -----------------------------------------------------------------------------------
-
-    async def create(self, request: LaunchRequest) -> Instance:
-        """Create the instance, or return it if one with this name exists."""
-        body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return Instance.model_validate(await self._call("POST", "/cloud/instances", body))
-
-    async def get(self, name: str) -> Instance:
-        """The instance with this name; `NotFoundError` when there is none."""
-        return Instance.model_validate(await self._call("GET", f"/cloud/instances/{quote(name, safe='')}"))
-
-    async def list(self) -> builtins.list[Instance]:
-        """Every instance this cluster owns (by tag)."""
-        body = await self._call("GET", "/cloud/instances")
-        return [Instance.model_validate(item) for item in body["items"]]
-
-    async def delete(self, name: str) -> None:
-        """Delete the instance; one that is already gone counts as done."""
-        try:
-            await self._call("DELETE", f"/cloud/instances/{quote(name, safe='')}")
-        except NotFoundError:
-            return
-
     # --- demo and test helpers ---------------------------------------------------------------------------
 
     async def wait_until_ready(self, timeout: float = 30.0) -> None:
@@ -452,7 +471,7 @@ class SimulatorClient:
         return [Pod.model_validate(item) for item in await self._list(POD, namespace, labels=label_selector)]
 
     async def add_fault(self, fault: Fault) -> Fault:
-        """Inject a fault into the simulated cloud; the stored fault has its id."""
+        """Inject a fault into the simulated ARM; the stored fault has its id."""
         body = await self._call("POST", "/faults", fault.model_dump(mode="json", exclude_none=True))
         return Fault.model_validate(body)
 
@@ -467,8 +486,23 @@ class SimulatorClient:
         await self._call("DELETE", "/faults")
 
     async def counters(self) -> Counters:
-        """What the simulated cloud was asked to do and did (creates attempted, instances created, ...)."""
-        return Counters.model_validate(await self._call("GET", "/cloud/counters"))
+        """What the simulated ARM was asked to do and did (VMs created and deleted, requests by kind, ...)."""
+        body = dict(await self._call("GET", "/counters"))
+        body["requests"] = collections.Counter(body.get("requests") or {})
+        return Counters(**body)
+
+    async def cluster_info(self) -> ClusterInfo:
+        """Where the simulated ARM is and what a worker must know about the cluster (no secrets)."""
+        return ClusterInfo.model_validate(await self._call("GET", "/aks"))
+
+    async def never_register(self, vm_name: str) -> None:
+        """Make the kubelet of this VM never register its Node (a node whose boot fails)."""
+        await self._call("POST", "/kubelet/never-register", {"vm": vm_name})
+
+    async def custom_data(self, vm_name: str) -> str:
+        """The base64 custom data the VM was created with, as its agent would read it on boot (tests only)."""
+        body = await self._call("GET", f"/arm/custom-data/{quote(vm_name, safe='')}")
+        return str(body["customData"])
 
     async def settings(self) -> SimulatorSettings:
         return SimulatorSettings.model_validate(await self._call("GET", "/settings"))

@@ -1,8 +1,14 @@
-"""The simulated AKS as one HTTP server: the Kubernetes API (objects, watch, eviction, scale), the Azure
-compute (`/cloud`), fault injection (`/faults`) and the simulation loop that moves VMs, nodes and pods on.
+"""The simulated AKS: the Kubernetes API (objects, watch, eviction, scale) over HTTP, the Azure Resource Manager
+its VMs live in (the ARM emulator, `simulator.arm`, over HTTPS), and the simulation loop that boots VMs into
+Nodes and moves pods on.
 
 It plays the part Karpenter's KWOK provider plays for Karpenter: a cluster and a cloud that behave like the
-real ones, in one process, so that workers can be killed and restarted without losing the cluster.
+real ones, in one process, so that workers can be killed and restarted without losing the cluster. The cloud
+is reached only through ARM, with the real Azure SDK, exactly as on Azure; the HTTP API adds what a test or
+the demo needs around it: `/aks` (where ARM is and what the worker must be told about the cluster), ARM faults
+(`/faults`), ARM counters (`/counters`), a VM whose kubelet never registers (`/kubelet/never-register`), the
+custom data a VM received (`/arm/custom-data/{vm}`, what a test checks the bootstrap against) and `/settings`.
+At start the cluster gets its bootstrap token Secret (`simulator.nodeboot`).
 
 Kubernetes paths follow the API server (`/api/v1/namespaces/default/pods`, `/apis/karpenter.sh/v1/nodeclaims`,
 `.../status`, `.../eviction`, `.../scale`). Objects are JSON manifests; PUT takes `metadata.resourceVersion`
@@ -16,10 +22,12 @@ import asyncio
 import contextlib
 import functools
 import logging
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.api.manifests import ManifestError, load_yaml
 from core.api.meta import problems_of
-from core.cloudprovider import LaunchRequest
 from core.errors import (
     CloudError,
     ConflictError,
@@ -39,14 +46,26 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
-from simulator.compute import Compute, ComputeSettings, Fault, shipped_instance_types
+from simulator.arm import ArmSettings, ArmState, Fault, start_arm
 from simulator.kubelet import Kubelet, KubeletSettings
 from simulator.kubescheduler import KubeScheduler
-from simulator.state import KINDS, POD, SCALABLE, SNAPSHOT_KINDS, ClusterState, Kind, Write, kind_of
+from simulator.nodeboot import BOOTSTRAP_NAMESPACE, bootstrap_token_secret, cluster_tokens
+from simulator.state import (
+    KINDS,
+    POD,
+    SCALABLE,
+    SECRET,
+    SNAPSHOT_KINDS,
+    ClusterState,
+    Kind,
+    Write,
+    kind_of,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8181
+DEFAULT_ARM_PORT = 8182
 STEP_GAP = 0.01
 """The shortest time between two simulation steps: a burst of requests is handled in one step."""
 
@@ -63,7 +82,13 @@ class SimulatorSettings(BaseModel):
     """An idle watch stream sends an empty line this often, so clients notice a dead connection."""
     history_limit: int = Field(default=200_000, ge=1)
     """Watch events kept; a watch from an older version gets 410 Expired."""
-    compute: ComputeSettings = Field(default_factory=ComputeSettings)
+    cluster_name: str = "nodewright"
+    """The cluster whose VMs (by the `karpenter.azure.com_cluster` tag) boot into Nodes."""
+    kubernetes_version: str = Field(default="1.33.5", pattern=r"^\d+\.\d+\.\d+$")
+    """The API server's version (what a worker's `NODEWRIGHT_KUBERNETES_VERSION` should say)."""
+    node_image_version: str = "202512.18.0"
+    """The AKS node image version a worker boots when the AKSNodeClass status names no images."""
+    arm: ArmSettings = Field(default_factory=ArmSettings)
     kubelet: KubeletSettings = Field(default_factory=KubeletSettings)
 
     @classmethod
@@ -73,9 +98,13 @@ class SimulatorSettings(BaseModel):
         return cls(
             seed=seed,
             scheduler_interval=zero,
-            compute=ComputeSettings(boot_delay=zero, delete_delay=zero),
+            arm=ArmSettings(seed=seed),
             kubelet=KubeletSettings(
-                registration_delay=zero, node_ready_delay=zero, startup_taint_delay=zero, pod_ready_delay=zero
+                boot_delay=zero,
+                registration_delay=zero,
+                node_ready_delay=zero,
+                startup_taint_delay=zero,
+                pod_ready_delay=zero,
             ),
         )
 
@@ -83,10 +112,14 @@ class SimulatorSettings(BaseModel):
 FIXED_SETTINGS = (
     ("seed",),
     ("history_limit",),
-    ("compute", "cluster_name"),
-    ("compute", "subscription_id"),
-    ("compute", "resource_group"),
-    ("compute", "region"),
+    ("cluster_name",),
+    ("kubernetes_version",),
+    ("arm", "subscription_id"),
+    ("arm", "resource_group"),
+    ("arm", "resource_groups"),
+    ("arm", "region"),
+    ("arm", "token"),
+    ("arm", "seed"),
 )
 """Settings that name the cluster or shape its history; only delays and intervals change at run time."""
 
@@ -126,8 +159,30 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+class ClusterInfo(BaseModel):
+    """What a worker must be told about the simulated cluster and its Azure (`GET /aks`); never a secret."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster_name: str
+    subscription_id: str
+    resource_group: str
+    location: str
+    subnet_id: str
+    kubernetes_version: str
+    node_image_version: str
+    api_server: str
+    bootstrap_token_secret: str
+    """`<namespace>/<name>` of the bootstrap token Secret."""
+    arm_endpoint: str | None = None
+    """The ARM emulator's base URL (https), once it is served."""
+    arm_ca_file: str | None = None
+    """The CA certificate (PEM) that signs the emulator's certificate."""
+
+
 class Simulator:
-    """The cluster state, the cloud, the kubelet model and the kube-scheduler, and the loop that drives them."""
+    """The cluster state, the ARM emulator's state, the kubelet model and the kube-scheduler, and the loop that
+    drives them."""
 
     def __init__(
         self, settings: SimulatorSettings | None = None, clock: Callable[[], float] = time.monotonic
@@ -135,18 +190,44 @@ class Simulator:
         self.settings = settings or SimulatorSettings()
         seed = self.settings.seed
         self.state = ClusterState(seed=seed, history_limit=self.settings.history_limit)
-        self.compute = Compute(
-            self.settings.compute,
-            shipped_instance_types(self.settings.compute.region),
-            seed=seed,
-            clock=clock,
+        self.arm = ArmState(self.settings.arm, clock=clock)
+        token_secret = bootstrap_token_secret(seed)
+        self.state.create(SECRET.name, token_secret)
+        self.bootstrap_token_secret = f"{BOOTSTRAP_NAMESPACE}/{token_secret.metadata.name}"
+        self.kubelet = Kubelet(
+            self.state, self.arm, self.settings.kubelet, self.settings.cluster_name, self._bootstrap_tokens
         )
-        self.kubelet = Kubelet(self.state, self.compute, self.settings.kubelet)
         self.scheduler = KubeScheduler(self.state)
+        self.arm_endpoint: str | None = None
+        self.arm_ca_file: str | None = None
         self._clock = clock
         self._wake = asyncio.Event()
         self.state.add_listener(self.wake)
-        self.compute.on_change = self.wake
+        self.arm.on_change = self.wake
+
+    def _bootstrap_tokens(self) -> frozenset[str]:
+        secrets = self.state.objects(SECRET.name, BOOTSTRAP_NAMESPACE)
+        return cluster_tokens({secret.metadata.name: secret for secret in secrets})
+
+    def info(self) -> ClusterInfo:
+        settings = self.settings
+        arm = settings.arm
+        return ClusterInfo(
+            cluster_name=settings.cluster_name,
+            subscription_id=arm.subscription_id,
+            resource_group=arm.resource_group,
+            location=arm.region,
+            subnet_id=(
+                f"/subscriptions/{arm.subscription_id}/resourceGroups/{arm.resource_group}/providers/"
+                "Microsoft.Network/virtualNetworks/aks-vnet-12345678/subnets/aks-subnet"
+            ),
+            kubernetes_version=settings.kubernetes_version,
+            node_image_version=settings.node_image_version,
+            api_server=f"{settings.cluster_name}-dns-12345678.hcp.{arm.region}.azmk8s.io",
+            bootstrap_token_secret=self.bootstrap_token_secret,
+            arm_endpoint=self.arm_endpoint,
+            arm_ca_file=self.arm_ca_file,
+        )
 
     def wake(self) -> None:
         """Step soon: something changed (an object, a VM, or the delays that decide what is due)."""
@@ -156,7 +237,7 @@ class Simulator:
         """Move everything that is due; when the next thing falls due, if anything waits."""
         now = self._clock()
         interval = self.settings.scheduler_interval.total_seconds()
-        due = [self.compute.advance(now), self.kubelet.step(now), self.scheduler.step(now, interval)]
+        due = [self.kubelet.step(now), self.scheduler.step(now, interval)]
         return min((at for at in due if at is not None), default=None)
 
     async def run(self) -> None:
@@ -306,7 +387,7 @@ class _Api:
     def __init__(self, simulator: Simulator) -> None:
         self.simulator = simulator
         self.state = simulator.state
-        self.compute = simulator.compute
+        self.arm = simulator.arm
 
     def routes(self) -> list[web.RouteDef]:
         routes = [
@@ -314,11 +395,10 @@ class _Api:
             web.get("/snapshot", self.snapshot),
             web.post("/apply", self.apply),
             web.get("/watch", self.watch),
-            web.get("/cloud/instances", self.list_instances),
-            web.post("/cloud/instances", self.create_instance),
-            web.get("/cloud/instances/{name}", self.get_instance),
-            web.delete("/cloud/instances/{name}", self.delete_instance),
-            web.get("/cloud/counters", self.counters),
+            web.get("/aks", self.cluster_info),
+            web.get("/arm/custom-data/{vm}", self.custom_data),
+            web.post("/kubelet/never-register", self.never_register),
+            web.get("/counters", self.counters),
             web.get("/faults", self.list_faults),
             web.post("/faults", self.add_fault),
             web.delete("/faults", self.clear_faults),
@@ -536,36 +616,41 @@ class _Api:
 
     # --- the cloud ---------------------------------------------------------------------------------------
 
-    async def list_instances(self, request: web.Request) -> web.Response:
-        return web.json_response({"items": [_dump(instance) for instance in self.compute.list()]})
+    async def cluster_info(self, request: web.Request) -> web.Response:
+        return web.json_response(self.simulator.info().model_dump(mode="json"))
 
-    async def create_instance(self, request: web.Request) -> web.Response:
-        launch: LaunchRequest = _model(LaunchRequest, await _json(request))
-        return web.json_response(_dump(self.compute.create(launch)))
+    async def custom_data(self, request: web.Request) -> web.Response:
+        """The base64 custom data a VM was created with (ARM never returns it; a VM's agent reads it on boot)."""
+        vm = self.arm.vm(request.match_info["vm"])
+        if vm is None or vm.custom_data is None:
+            raise NotFoundError(f"no VM {request.match_info['vm']!r} with custom data", code="NotFound")
+        return web.json_response({"customData": vm.custom_data})
 
-    async def get_instance(self, request: web.Request) -> web.Response:
-        return web.json_response(_dump(self.compute.get(request.match_info["name"])))
-
-    async def delete_instance(self, request: web.Request) -> web.Response:
-        self.compute.delete(request.match_info["name"])
-        return web.json_response({}, status=202)
+    async def never_register(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        vm = body.get("vm") if isinstance(body, Mapping) else None
+        if not isinstance(vm, str) or not vm:
+            raise InvalidError("never-register: 'vm' (a VM name) is required", code="Invalid")
+        self.simulator.kubelet.never_register(vm)
+        return web.json_response({})
 
     async def counters(self, request: web.Request) -> web.Response:
-        return web.json_response(_dump(self.compute.counters))
+        return web.json_response(self.arm.counters.to_json())
 
     async def list_faults(self, request: web.Request) -> web.Response:
-        return web.json_response({"items": [_dump(fault) for fault in self.compute.faults()]})
+        return web.json_response({"items": [_dump(fault) for fault in self.arm.faults()]})
 
     async def add_fault(self, request: web.Request) -> web.Response:
         fault: Fault = _model(Fault, await _json(request))
-        return web.json_response(_dump(self.compute.add_fault(fault)), status=201)
+        return web.json_response(_dump(self.arm.add_fault(fault)), status=201)
 
     async def clear_faults(self, request: web.Request) -> web.Response:
-        self.compute.clear_faults()
+        self.arm.clear_faults()
         return web.json_response({})
 
     async def remove_fault(self, request: web.Request) -> web.Response:
-        self.compute.remove_fault(request.match_info["id"])
+        if not self.arm.remove_fault(request.match_info["id"]):
+            raise NotFoundError(f"no fault with id {request.match_info['id']!r}", code="NotFound")
         return web.json_response({})
 
     async def get_settings(self, request: web.Request) -> web.Response:
@@ -607,27 +692,49 @@ def create_app(simulator: Simulator) -> web.Application:
 
 @contextlib.asynccontextmanager
 async def serve(
-    settings: SimulatorSettings | None = None, host: str = "127.0.0.1", port: int = 0
+    settings: SimulatorSettings | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    arm_port: int = 0,
+    ca_dir: Path | None = None,
 ) -> AsyncIterator[str]:
-    """Serve the simulated AKS while the block runs; yields its base URL (port 0 picks a free port)."""
+    """Serve the simulated AKS (HTTP) and its ARM (HTTPS) while the block runs; yields the AKS base URL.
+
+    Port 0 picks a free port. The ARM emulator's CA certificate goes to `ca_dir` (a temporary directory, removed
+    afterwards, when unset); `GET /aks` tells where both are.
+    """
     simulator = Simulator(settings)
-    runner = web.AppRunner(create_app(simulator), access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound_host, bound_port = runner.addresses[0][:2]
-        logger.info(
-            "simulated AKS listening on %s:%d (seed %d)", bound_host, bound_port, simulator.settings.seed
-        )
-        yield f"http://{host}:{bound_port}"
-    finally:
-        await runner.cleanup()
+    with contextlib.ExitStack() as stack:
+        directory = ca_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="simulated-aks-")))
+        arm = await start_arm(simulator.arm, directory, host, arm_port)
+        simulator.arm_endpoint, simulator.arm_ca_file = arm.url, str(arm.ca_pem)
+        runner = web.AppRunner(create_app(simulator), access_log=None, shutdown_timeout=1.0)
+        try:
+            await runner.setup()
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+            bound_host, bound_port = runner.addresses[0][:2]
+            logger.info(
+                "simulated AKS listening on %s:%d (seed %d), its ARM on %s (CA certificate %s)",
+                bound_host,
+                bound_port,
+                simulator.settings.seed,
+                arm.url,
+                arm.ca_pem,
+            )
+            yield f"http://{host}:{bound_port}"
+        finally:
+            await runner.cleanup()
+            await arm.close()
 
 
 async def run(
-    settings: SimulatorSettings | None = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT
+    settings: SimulatorSettings | None = None,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    arm_port: int = DEFAULT_ARM_PORT,
+    ca_dir: Path | None = None,
 ) -> None:
-    """Serve the simulated AKS on `host:port` until cancelled."""
-    async with serve(settings, host, port):
+    """Serve the simulated AKS on `host:port` and its ARM on `host:arm_port` until cancelled."""
+    async with serve(settings, host, port, arm_port, ca_dir):
         await asyncio.Event().wait()

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
@@ -57,7 +57,7 @@ from core.api.kube import (
 )
 from core.api.kube import is_pod_ready as is_ready
 from core.api.manifests import MAX_REPLICAS, without_nulls, workload_pods
-from core.api.meta import InvalidObjectError, ObjectMeta, OwnerReference, TaintEffect, problems_of
+from core.api.meta import InvalidObjectError, KubeModel, ObjectMeta, OwnerReference, TaintEffect, problems_of
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cluster import EventType, WatchEvent
@@ -138,6 +138,17 @@ JOB = Kind("Job", "batch/v1", "jobs", True, Job)
 PDB = Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", True, PodDisruptionBudget)
 NODEPOOL = Kind("NodePool", "karpenter.sh/v1", "nodepools", False, NodePool, NodePool.parse)
 NODECLAIM = Kind("NodeClaim", "karpenter.sh/v1", "nodeclaims", False, NodeClaim, NodeClaim.parse)
+
+
+class Secret(KubeModel):
+    """A core/v1 Secret: `data` values are base64, as the API serves them. Only the simulator writes them."""
+
+    metadata: ObjectMeta
+    type: str = "Opaque"
+    data: dict[str, str] = Field(default_factory=dict)
+
+
+SECRET = Kind("Secret", "v1", "secrets", True, Secret)
 NODECLASS = Kind(
     "AKSNodeClass",
     "karpenter.azure.com/v1beta1",
@@ -163,6 +174,7 @@ KINDS: dict[str, Kind] = {
         NODEPOOL,
         NODECLAIM,
         NODECLASS,
+        SECRET,
     )
 }
 WORKLOADS = frozenset({DEPLOYMENT.name, REPLICASET.name, STATEFULSET.name, JOB.name})

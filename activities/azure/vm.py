@@ -17,7 +17,8 @@ from typing import Any
 
 from activities.azure.names import NodeNames
 from core import labels
-from core.api.aksnodeclass import ImageFamily
+from core.api.aksnodeclass import ImageFamily, NodeImage
+from core.api.meta import NodeSelectorOperator
 from core.errors import InvalidError
 from core.instancetypes.azure import ARM64, REGIONAL_ZONE, ephemeral_os_max_size_gb
 from core.instancetypes.catalog import AzureSku
@@ -251,6 +252,71 @@ def image_reference(
             f"/CommunityGalleries/{gallery.community_name}/images/{definition.name}/versions/{version}"
         )
     }
+
+
+def _sku_values(sku: AzureSku) -> dict[str, set[str]]:
+    """The image-matching label values of a size (architecture, Hyper-V generations `1`/`2`); a size whose
+    generations are unknown has no value for that key, so it matches on architecture alone."""
+    values = {labels.ARCH: {sku.architecture}}
+    if sku.hyperv_generations:
+        values[labels.SKU_HYPERV_GENERATION] = {
+            gen.upper().removeprefix("V") for gen in sku.hyperv_generations
+        }
+    return values
+
+
+def boots_on(image: NodeImage, sku: AzureSku) -> bool:
+    """Whether the size satisfies every requirement of an AKSNodeClass status image (keys it has no value
+    for are not held against it)."""
+    values = _sku_values(sku)
+    for requirement in image.requirements:
+        have = values.get(requirement.key)
+        if have is None:
+            continue
+        wanted = set(requirement.values)
+        match requirement.operator:
+            case NodeSelectorOperator.IN:
+                if not have & wanted:
+                    return False
+            case NodeSelectorOperator.NOT_IN:
+                if have <= wanted:
+                    return False
+            case NodeSelectorOperator.DOES_NOT_EXIST:
+                return False
+    return True
+
+
+def status_image(images: Sequence[NodeImage], sku: AzureSku) -> str | None:
+    """The image a size boots from an AKSNodeClass status: the first (in priority order) it can boot, as the
+    AKS provider picks it; None when no image fits."""
+    return next((image.id for image in images if boots_on(image, sku)), None)
+
+
+def image_reference_for(image_id: str) -> Json:
+    """The `imageReference` of an image version ID: a Community Gallery ID, or an ARM ID (Shared Image Gallery)."""
+    if image_id.lower().startswith("/communitygalleries/"):
+        return {"communityGalleryImageId": image_id}
+    return {"id": image_id}
+
+
+def image_id_of(reference: Mapping[str, Any]) -> str:
+    """The image version ID an `imageReference` points at ("" for a marketplace image)."""
+    return str(reference.get("communityGalleryImageId") or reference.get("id") or "")
+
+
+_IMAGE_ID = re.compile(
+    r"(?i)/(?:galleries|CommunityGalleries)/(?P<gallery>[^/]+)/images/(?P<definition>[^/]+)/versions/(?P<version>[^/]+)$"
+)
+
+
+def node_image_version(image_id: str) -> str:
+    """AKS's node image version name of an image ID, e.g. `AKSUbuntu-2204gen2containerd-202512.18.0` (the
+    Community Gallery's name without its GUID suffix); the ID itself when it is not a gallery image."""
+    match = _IMAGE_ID.search(image_id)
+    if match is None:
+        return image_id
+    gallery = match["gallery"].split("-")[0]
+    return f"{gallery}-{match['definition']}-{match['version']}"
 
 
 # --- tags, zones, NIC and VM ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Durability: NodeClaims survive a worker killed with SIGKILL mid-launch, and a Temporal server restart.
 
-The system runs as `nodewright demo` runs it, except that the worker is a real `nodewright worker` process (so
-SIGKILL loses whatever it held in memory) and the dev server keeps its state in a database file (so it can
+The system runs as `nodewright demo` runs it, except that the worker is a real `nodewright worker` process
+(configured through the environment, its Azure provider pointed at the simulated AKS's ARM; SIGKILL loses
+whatever it held in memory, including a VM create it was polling) and the dev server keeps its state in a database file (so it can
 die and come back). The simulated AKS and the controller run in the test process: they are the cluster and
 its watch, which outlive any worker. A deployment whose pods refuse to share a node makes one NodeClaim per
 replica; while they launch, a process dies. Afterwards every NodeClaim must be Initialized with its workflow
@@ -28,11 +29,13 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from core.api.nodeclaim import NodeClaim
+from core.cloudprovider import CloudProvider
 from core.messages import LifecycleSettings, LifecycleStatus, Phase, ProvisionerInput
+from simulator.arm import ArmSettings, Counters
 from simulator.client import SimulatorClient
-from simulator.compute import ComputeSettings, Counters
 from simulator.kubelet import KubeletSettings
 from simulator.server import SimulatorSettings, serve
+from workers.azure import cloud_provider, emulator_config, emulator_environment
 from workers.controller import Controller
 from workers.settings import env_var
 from workers.temporal_server import DevServer
@@ -56,13 +59,16 @@ T = TypeVar("T")
 
 
 def simulator_settings() -> SimulatorSettings:
-    """A cloud slow enough to interrupt between a launch and its node turning Ready, fast enough for CI."""
+    """A cloud slow enough to interrupt between a launch and its node turning Ready, fast enough for CI: VM
+    creates take a few polls of the worker's provider (0.1 s apart), then the VM boots."""
     delay = timedelta(seconds=0.5)
     return SimulatorSettings(
         seed=3,
         scheduler_interval=timedelta(seconds=0.1),
-        compute=ComputeSettings(boot_delay=delay, delete_delay=delay),
+        cluster_name=CLUSTER,
+        arm=ArmSettings(seed=3, create_polls=3, delete_polls=3),
         kubelet=KubeletSettings(
+            boot_delay=delay,
             registration_delay=delay,
             node_ready_delay=delay,
             startup_taint_delay=delay,
@@ -189,6 +195,8 @@ class System:
     temporal: DevServer
     client: Client
     sim: SimulatorClient
+    cloud: CloudProvider
+    """The Azure provider on the simulated ARM, in this process: to list what the worker made."""
     worker: WorkerProcess
     controller: asyncio.Task[None]
 
@@ -214,7 +222,7 @@ class System:
 
     async def report(self) -> str:
         """Each NodeClaim's conditions and what its workflow waits for (pending activities)."""
-        lines = [f"cloud: {await self.sim.counters()}", "NodeClaims:"]
+        lines = [f"ARM: {await self.sim.counters()}", "NodeClaims:"]
         for claim in sorted(await self.sim.list_nodeclaims(), key=lambda c: c.name):
             description = await self.client.get_workflow_handle(nodeclaim_id(claim.name)).describe()
             pending = [
@@ -236,11 +244,13 @@ async def running_system(tmp_path: Path) -> AsyncIterator[System]:
     async with (
         DevServer(db_filename=tmp_path / "temporal.db", log_path=tmp_path / "temporal.log") as temporal,
         serve(simulator_settings()) as url,
+        SimulatorClient(url) as sim,
+        cloud_provider(sim, emulator_config(await sim.cluster_info())) as cloud,
     ):
-        sim = SimulatorClient(url)
         worker = WorkerProcess(
             env={
                 **os.environ,
+                **emulator_environment(await sim.cluster_info()),
                 env_var("temporal_address"): temporal.target,
                 env_var("simulator_url"): url,
                 env_var("task_queue"): task_queue,
@@ -253,7 +263,7 @@ async def running_system(tmp_path: Path) -> AsyncIterator[System]:
         try:
             worker.start()
             await sim.apply(nodepool())
-            yield System(temporal, client, sim, worker, controller)
+            yield System(temporal, client, sim, cloud, worker, controller)
         finally:
             worker.kill()
             controller.cancel()
@@ -271,9 +281,9 @@ async def launch_and_interrupt(system: System, interrupt: Callable[[], Awaitable
     await system.sim.apply([one_pod_per_node(APP, REPLICAS)])
 
     async def launching() -> bool:
-        return (await system.sim.counters()).instances_created >= 1
+        return (await system.sim.counters()).vms_created >= 1
 
-    await system.wait("the first instance created", launching)
+    await system.wait("the first VM created", launching)
     claims = await system.sim.list_nodeclaims()
     assert not all(_initialized(claim) for claim in claims), "every NodeClaim was Initialized already"
     await interrupt()
@@ -304,11 +314,11 @@ async def assert_end_state(system: System) -> None:
         await system.wait(f"workflow {nodeclaim_id(name)} in phase Running", in_phase_running)
 
     counters: Counters = await system.sim.counters()
-    assert counters.instances_created == REPLICAS, (
-        f"{counters.instances_created} instances created for {REPLICAS} NodeClaims, one twice: {counters}"
+    assert counters.vms_created == REPLICAS, (
+        f"{counters.vms_created} VMs created for {REPLICAS} NodeClaims, one twice: {counters}"
     )
-    assert counters.instances_deleted == 0, f"an instance was deleted: {counters}"
-    instances = sorted(instance.name for instance in await system.sim.list())
+    assert counters.vms_deleted == 0, f"a VM was deleted: {counters}"
+    instances = sorted(instance.name for instance in await system.cloud.list())
     assert instances == names, f"instances {instances} are not the NodeClaims {names}: one leaked"
     nodes = sorted(node.spec.provider_id or "" for node in await system.sim.list_nodes())
     assert nodes == sorted(claim.status.provider_id or "" for claim in claims), (

@@ -1,9 +1,11 @@
-"""Builders and fixtures for the simulated AKS: a fake clock for step-by-step tests, a launch request, small
+"""Builders and fixtures for the simulated AKS: a fake clock for step-by-step tests, a launch request, a VM made
+in the ARM emulator's state the way the Azure provider makes it (NIC, VM with the bootstrap custom data), small
 manifests, a simulator served on a real port with its client, and `eventually` for what the loop does."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -13,12 +15,18 @@ from typing import Any, TypeVar
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
+from activities.azure.bootstrap import BootstrapRequest, render_script
+from activities.azure.names import NodeNames, nic_id, provider_id
+from activities.azure.vm import azure_zones, nic_body, node_tags, vm_body
 from core import labels
 from core.api.meta import Taint, TaintEffect
 from core.cloudprovider import LaunchRequest
+from core.instancetypes.catalog import load_shipped_catalog
+from simulator.arm import DEFAULT_SUBSCRIPTION, ArmState, Call, OperationStatus, Resource
 from simulator.client import SimulatorClient
+from simulator.nodeboot import BOOTSTRAP_NAMESPACE, token_of
 from simulator.server import Simulator, SimulatorSettings, create_app
-from simulator.state import ClusterState
+from simulator.state import SECRET, ClusterState
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
@@ -59,6 +67,98 @@ def launch_request(
         taints=[UNREGISTERED] if taints is None else taints,
         tags=tags or {},
     )
+
+
+CLUSTER = "nodewright"
+"""The simulator's default cluster name."""
+SUBNET = (
+    f"/subscriptions/{DEFAULT_SUBSCRIPTION}/resourceGroups/MC_nodewright_nodewright_eastus/providers/"
+    "Microsoft.Network/virtualNetworks/aks-vnet-12345678/subnets/aks-subnet"
+)
+IMAGE_VERSION = "AKSUbuntu-2204gen2containerd-202512.18.0"
+IMAGE = {
+    "communityGalleryImageId": "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/"
+    "2204gen2containerd/versions/202512.18.0"
+}
+
+
+def create_vm(
+    arm: ArmState,
+    request: LaunchRequest,
+    token: str,
+    *,
+    cluster: str = CLUSTER,
+    custom_data: str | None = None,
+    finish: bool = True,
+) -> Resource:
+    """A NIC and a VM for the launch, with the bodies and bootstrap the Azure provider sends, made directly in
+    the emulator's state; `finish` runs the VM's create to its end. `custom_data` replaces the bootstrap."""
+    names = NodeNames.of(request.name)
+    group = arm.settings.resource_group
+    region = arm.settings.region
+    sku = load_shipped_catalog(region).sku(request.instance_type)
+    tags = node_tags(cluster, request.nodepool, request.name, request.tags)
+    script = render_script(
+        BootstrapRequest(request, "1.33.5", IMAGE_VERSION, max_pods=250), f"{cluster}.hcp.azmk8s.io", token
+    )
+    nic = nic_body(name=names.nic, location=region, subnet_id=SUBNET, accelerated_networking=False, tags=tags)
+    arm.put_nic(group, names.nic, nic, Call("PUT", "networkInterfaces", names.nic))
+    body = vm_body(
+        names=names,
+        location=region,
+        sku=sku,
+        zone=request.zone,
+        capacity_type=request.capacity_type,
+        os_disk_size_gb=30,
+        image=IMAGE,
+        nic_id=nic_id(arm.settings.subscription_id, group, names.nic),
+        admin_username="azureuser",
+        ssh_public_key="ssh-ed25519 AAAA test",
+        custom_data=custom_data if custom_data is not None else base64.b64encode(script.encode()).decode(),
+        tags=tags,
+    )
+    zones = azure_zones(request.zone, region)
+    call = Call(
+        "PUT",
+        "virtualMachines",
+        names.vm,
+        vm_size=request.instance_type,
+        zone=zones[0] if zones else "",
+        capacity_type=request.capacity_type,
+    )
+    _, vm, operation = arm.put_vm(group, names.vm, body, call)
+    while finish and arm.poll(operation.id).status is OperationStatus.IN_PROGRESS:
+        pass
+    return vm
+
+
+def cluster_token(simulator: Simulator) -> str:
+    """The bootstrap token of the simulated cluster (from its Secret)."""
+    [secret] = simulator.state.objects(SECRET.name, BOOTSTRAP_NAMESPACE)
+    token = token_of(secret)
+    assert token is not None
+    return token
+
+
+def launch(sim: Running, request: LaunchRequest) -> str:
+    """A VM for the launch in the served simulator's ARM, as the provider makes it; its Node's provider ID."""
+    simulator = sim.simulator
+    create_vm(simulator.arm, request, cluster_token(simulator), cluster=simulator.settings.cluster_name)
+    arm = simulator.arm.settings
+    return provider_id(arm.subscription_id, arm.resource_group, NodeNames.of(request.name).vm)
+
+
+def delete_vm(arm: ArmState, name: str) -> None:
+    """Delete a launch's VM (and with it its NIC) and run the delete to its end."""
+    vm_name = NodeNames.of(name).vm
+    group = arm.settings.resource_group
+    operation = (
+        arm.begin_delete(vm.type, group, vm_name, Call("DELETE", "virtualMachines", vm_name))
+        if (vm := arm.vm(vm_name))
+        else None
+    )
+    while operation is not None and arm.poll(operation.id).status is OperationStatus.IN_PROGRESS:
+        pass
 
 
 def deployment(name: str, replicas: int, cpu: str = "1", **spec: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ the NodeClaim lifecycle takes (launch, register, initialize, drain, delete) and 
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 import pytest
@@ -17,23 +18,23 @@ from core.api.nodepool import StatusCondition
 from core.cloudprovider import LaunchRequest
 from core.cluster import EventType, WatchEvent
 from core.errors import (
-    InsufficientCapacityError,
     InvalidError,
     NotFoundError,
     Offering,
     PDBViolationError,
-    QuotaExceededError,
-    ThrottledError,
 )
+from simulator.arm import Fault
 from simulator.client import SimulatorClient
-from simulator.compute import Fault, FaultType
 from simulator.server import SimulatorSettings
 from tests.simulator.conftest import (
     UNREGISTERED,
     Running,
+    cluster_token,
+    delete_vm,
     deployment,
     eventually,
     example_manifests,
+    launch,
     launch_request,
     nodeclaim,
     pdb,
@@ -45,7 +46,22 @@ ARM_NODE = Offering("Standard_D4ps_v5", "eastus-2", "on-demand")
 
 
 def arm_request(name: str, taints: list[Taint] | None = None) -> LaunchRequest:
-    return launch_request(name, ARM_NODE.instance_type, ARM_NODE.zone, ARM_NODE.capacity_type, taints=taints)
+    """A launch of the arm64 offering, with the labels the lifecycle gives such a node."""
+    identity = {
+        labels.INSTANCE_TYPE: ARM_NODE.instance_type,
+        labels.ZONE: ARM_NODE.zone,
+        labels.CAPACITY_TYPE: ARM_NODE.capacity_type,
+        labels.ARCH: "arm64",
+        labels.OS: "linux",
+    }
+    return launch_request(
+        name,
+        ARM_NODE.instance_type,
+        ARM_NODE.zone,
+        ARM_NODE.capacity_type,
+        taints=taints,
+        node_labels=identity,
+    )
 
 
 def unschedulable(pod: Pod) -> bool:
@@ -63,15 +79,17 @@ async def app_pods(client: SimulatorClient, app: str) -> list[Pod]:
     return await client.list_pods("default", label_selector=f"app={app}")
 
 
-async def ready_node(client: SimulatorClient, name: str, **request: Any) -> None:
-    """Launch an instance without taints and wait for its node to be Ready."""
-    await client.create(launch_request(name, taints=[], **request))
+async def ready_node(sim: Running, name: str, **request: Any) -> str:
+    """Launch a VM without taints and wait for its node to be Ready; the node's name."""
+    launch(sim, launch_request(name, taints=[], **request))
+    node_name = f"aks-{name}"
 
     async def ready() -> bool:
-        node = await client.get_node(name)
+        node = await sim.client.get_node(node_name)
         return node is not None and is_node_ready(node)
 
     await eventually(ready)
+    return node_name
 
 
 async def test_scaled_example_pods_are_pending_and_unschedulable_without_nodes(sim: Running) -> None:
@@ -97,25 +115,25 @@ async def test_a_launched_instance_registers_and_takes_the_pods_that_fit_once_re
     client = sim.client
     await client.apply(example_manifests())
     await client.scale("Deployment", "default", "inflate", 5)
-    instance = await client.create(arm_request("default-x"))
+    provider_id = launch(sim, arm_request("default-x"))
 
-    node = await eventually(lambda: client.find_node_by_provider_id(instance.provider_id))
+    node = await eventually(lambda: client.find_node_by_provider_id(provider_id))
     assert node is not None
-    assert node.metadata.name == "default-x"
+    assert node.metadata.name == "aks-default-x"
     assert node.metadata.labels[labels.INSTANCE_TYPE] == "Standard_D4ps_v5"
     assert node.metadata.labels[labels.ARCH] == "arm64"
     assert node.spec.taints == [UNREGISTERED]
 
     async def daemon_running() -> bool:
-        return any(running(pod) for pod in await client.list_pods_on_node("default-x"))
+        return any(running(pod) for pod in await client.list_pods_on_node("aks-default-x"))
 
     await eventually(daemon_running)
-    assert [pod.metadata.labels["app"] for pod in await client.list_pods_on_node("default-x")] == [
+    assert [pod.metadata.labels["app"] for pod in await client.list_pods_on_node("aks-default-x")] == [
         "log-agent"
     ]
 
     await client.patch_node(
-        "default-x", labels={labels.REGISTERED: "true"}, remove_taint_keys=[UNREGISTERED.key]
+        "aks-default-x", labels={labels.REGISTERED: "true"}, remove_taint_keys=[UNREGISTERED.key]
     )
 
     async def placed() -> list[Pod]:
@@ -123,54 +141,54 @@ async def test_a_launched_instance_registers_and_takes_the_pods_that_fit_once_re
         return pods if sum(map(running, pods)) == 3 and sum(map(unschedulable, pods)) == 2 else []
 
     pods = await eventually(placed)
-    assert {pod.spec.node_name for pod in pods if running(pod)} == {"default-x"}
+    assert {pod.spec.node_name for pod in pods if running(pod)} == {"aks-default-x"}
 
 
-async def test_creating_an_instance_twice_makes_one(sim: Running) -> None:
-    first = await sim.client.create(launch_request("default-x"))
-    second = await sim.client.create(launch_request("default-x"))
-    assert first == second
-    counters = await sim.client.counters()
-    assert (counters.creates_attempted, counters.instances_created) == (2, 1)
-    assert [instance.name for instance in await sim.client.list()] == ["default-x"]
+async def test_the_cluster_holds_a_bootstrap_token_secret_and_says_where_its_arm_is(sim: Running) -> None:
+    info = await sim.client.cluster_info()
+    namespace, _, name = info.bootstrap_token_secret.partition("/")
+    secret = await sim.client.get_secret(namespace, name)
+
+    assert secret is not None and namespace == "kube-system"
+    assert name == f"bootstrap-token-{secret['token-id']}"
+    assert f"{secret['token-id']}.{secret['token-secret']}" == cluster_token(sim.simulator)
+    assert secret["usage-bootstrap-authentication"] == "true"
+    assert secret["token-secret"] not in info.model_dump_json()
+    assert (info.cluster_name, info.location, info.kubernetes_version) == ("nodewright", "eastus", "1.33.5")
+    assert await sim.client.get_secret("kube-system", "missing") is None
 
 
-async def test_injected_faults_arrive_as_typed_errors(sim: Running) -> None:
+async def test_arm_faults_and_counters_go_through_the_client(sim: Running) -> None:
     client = sim.client
-    capacity = Fault(
-        type=FaultType.INSUFFICIENT_CAPACITY,
-        instance_type=ARM_NODE.instance_type,
-        zone=ARM_NODE.zone,
-        capacity_type=ARM_NODE.capacity_type,
-        times=1,
-    )
-    await client.add_fault(capacity)
-    await client.add_fault(Fault(type=FaultType.QUOTA_EXCEEDED, scope="spot", capacity_type="spot", times=1))
-    await client.add_fault(
-        Fault(type=FaultType.THROTTLED, operations=["get"], retry_after_seconds=3, times=1)
-    )
-    assert [fault.id for fault in await client.faults()] == ["f1", "f2", "f3"]
-
-    with pytest.raises(InsufficientCapacityError) as capacity_error:
-        await client.create(arm_request("default-x"))
-    assert capacity_error.value.offering == ARM_NODE
-    with pytest.raises(QuotaExceededError) as quota_error:
-        await client.create(launch_request("default-y", capacity_type="spot"))
-    assert quota_error.value.scope == "spot"
-    with pytest.raises(ThrottledError) as throttled:
-        await client.get("default-x")
-    assert throttled.value.retry_after_seconds == 3
+    first = await client.add_fault(Fault.sku_not_available(ARM_NODE.instance_type, ARM_NODE.zone, times=1))
+    second = await client.add_fault(Fault.throttle(3.0, times=1))
+    assert [fault.id for fault in await client.faults()] == [first.id, second.id] == ["f1", "f2"]
+    assert [fault.id for fault in sim.simulator.arm.faults()] == ["f1", "f2"]
+    await client.remove_fault(first.id)
+    assert [fault.id for fault in await client.faults()] == ["f2"]
     with pytest.raises(NotFoundError):
-        await client.get("default-x")
-    assert (await client.counters()).instances_created == 0
+        await client.remove_fault(first.id)
+    await client.clear_faults()
+    assert await client.faults() == []
 
-    throttle_everything = await client.add_fault(Fault(type=FaultType.THROTTLED))
-    await client.remove_fault(throttle_everything.id)
-    await client.add_fault(Fault(type=FaultType.NEVER_REGISTER, name="default-silent"))
-    await client.create(launch_request("default-silent"))
-    await ready_node(client, "default-loud")
-    assert await client.get_node("default-silent") is None
-    assert (await client.get("default-silent")).state == "Running"
+    launch(sim, launch_request("default-x"))
+    counters = await client.counters()
+    assert (counters.vms_created, counters.nics_created) == (1, 1)
+
+
+async def test_a_vm_told_never_to_register_gets_no_node(sim: Running) -> None:
+    await sim.client.never_register("aks-default-silent")
+    launch(sim, launch_request("default-silent", taints=[]))
+    await ready_node(sim, "default-loud")
+    assert await sim.client.get_node("aks-default-silent") is None
+
+
+async def test_a_vms_custom_data_can_be_read_back_for_tests(sim: Running) -> None:
+    launch(sim, launch_request("default-x"))
+    custom_data = await sim.client.custom_data("aks-default-x")
+    assert cluster_token(sim.simulator) in base64.b64decode(custom_data).decode()
+    with pytest.raises(NotFoundError):
+        await sim.client.custom_data("aks-missing")
 
 
 async def test_eviction_is_refused_while_the_budget_is_spent_and_allowed_once_it_recovers(
@@ -178,7 +196,7 @@ async def test_eviction_is_refused_while_the_budget_is_spent_and_allowed_once_it
 ) -> None:
     client = sim.client
     await client.apply([deployment("web", 2, cpu="100m"), pdb("web", "web", minAvailable=1)])
-    await ready_node(client, "default-x")
+    await ready_node(sim, "default-x")
 
     async def all_running() -> list[Pod]:
         pods = await app_pods(client, "web")
@@ -235,18 +253,18 @@ async def test_a_nodeclaim_with_a_finalizer_lives_until_the_finalizer_is_removed
 async def test_deleting_a_node_waits_for_its_finalizer_then_its_pods_are_rescheduled(sim: Running) -> None:
     client = sim.client
     await client.apply([deployment("web", 2, cpu="100m")])
-    await ready_node(client, "default-x")
-    await client.patch_node("default-x", add_finalizers=[labels.TERMINATION_FINALIZER])
+    name = await ready_node(sim, "default-x")
+    await client.patch_node(name, add_finalizers=[labels.TERMINATION_FINALIZER])
 
-    await client.delete_node("default-x")
-    node = await client.get_node("default-x")
+    await client.delete_node(name)
+    node = await client.get_node(name)
     assert node is not None and node.metadata.deletion_timestamp is not None
     with pytest.raises(InvalidError, match="no new finalizers"):
-        await client.patch_node("default-x", add_finalizers=["example.com/late"])
-    assert len(await client.list_pods_on_node("default-x")) == 2
+        await client.patch_node(name, add_finalizers=["example.com/late"])
+    assert len(await client.list_pods_on_node(name)) == 2
 
-    await client.patch_node("default-x", remove_finalizers=[labels.TERMINATION_FINALIZER])
-    assert await client.get_node("default-x") is None
+    await client.patch_node(name, remove_finalizers=[labels.TERMINATION_FINALIZER])
+    assert await client.get_node(name) is None
 
     async def pending_again() -> list[Pod]:
         pods = await app_pods(client, "web")
@@ -257,9 +275,9 @@ async def test_deleting_a_node_waits_for_its_finalizer_then_its_pods_are_resched
 
 async def test_concurrent_node_patches_all_land(sim: Running) -> None:
     client = sim.client
-    await ready_node(client, "default-x")
-    await asyncio.gather(*(client.patch_node("default-x", labels={f"patch-{i}": "yes"}) for i in range(8)))
-    node = await client.get_node("default-x")
+    name = await ready_node(sim, "default-x")
+    await asyncio.gather(*(client.patch_node(name, labels={f"patch-{i}": "yes"}) for i in range(8)))
+    node = await client.get_node(name)
     assert node is not None
     assert {f"patch-{i}" for i in range(8)} <= set(node.metadata.labels)
 
@@ -296,19 +314,17 @@ async def test_scaling_down_deletes_pods(sim: Running) -> None:
     assert len(await app_pods(client, "web")) == 1
 
 
-async def test_deleting_an_instance_makes_its_node_not_ready_and_deleting_again_is_done(sim: Running) -> None:
+async def test_deleting_a_vm_makes_its_node_not_ready(sim: Running) -> None:
     client = sim.client
-    await ready_node(client, "default-x")
-    await client.delete("default-x")
+    name = await ready_node(sim, "default-x")
+    delete_vm(sim.simulator.arm, "default-x")
 
-    async def gone() -> bool:
-        node = await client.get_node("default-x")
-        return node is not None and not is_node_ready(node) and await client.list() == []
+    async def not_ready() -> bool:
+        node = await client.get_node(name)
+        return node is not None and not is_node_ready(node)
 
-    await eventually(gone)
-    await client.delete("default-x")
-    with pytest.raises(NotFoundError):
-        await client.get("default-x")
+    await eventually(not_ready)
+    assert sim.simulator.arm.vm(name) is None
 
 
 async def test_bad_requests_are_typed_errors_that_name_the_problem(sim: Running) -> None:
@@ -321,8 +337,8 @@ async def test_bad_requests_are_typed_errors_that_name_the_problem(sim: Running)
         await client.scale("Gadget", "default", "web", 1)
     with pytest.raises(NotFoundError):
         await client.scale("Deployment", "default", "missing", 1)
-    with pytest.raises(InvalidError, match="not offered"):
-        await client.create(launch_request(instance_type="Standard_Nope"))
+    with pytest.raises(InvalidError, match="a VM name"):
+        await client._call("POST", "/kubelet/never-register", {})
     assert await client.get_nodeclaim("missing") is None
     assert await client.get_node("missing") is None
 
@@ -333,16 +349,16 @@ async def scenario(seed: int) -> tuple[dict[str, str], str, str]:
         client = sim.client
         await client.apply(example_manifests())
         await client.scale("Deployment", "default", "inflate", 2)
-        instance = await client.create(arm_request("default-x", taints=[]))
+        provider_id = launch(sim, arm_request("default-x", taints=[]))
 
         async def settled() -> list[Pod]:
             pods = await client.list_pods()
             return pods if len(pods) == 3 and all(map(running, pods)) else []
 
         pods = await eventually(settled)
-        node = await client.get_node("default-x")
+        node = await client.get_node("aks-default-x")
         assert node is not None
-        return {pod.metadata.name: pod.metadata.uid for pod in pods}, node.metadata.uid, instance.provider_id
+        return {pod.metadata.name: pod.metadata.uid for pod in pods}, node.metadata.uid, provider_id
 
 
 async def test_the_same_seed_gives_the_same_cluster() -> None:

@@ -1,16 +1,22 @@
 """The HTTP surface of the simulated AKS: Kubernetes-style paths and selectors, merge patches and
-subresources, errors on the wire, settings at run time, watch expiry, and the `run` entry point."""
+subresources, errors on the wire, settings at run time, watch expiry, the `run` entry point, and its ARM served
+over HTTPS, where a launch through the real Azure provider boots into a Node."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from core import labels
+from core.api.kube import is_node_ready
+from core.api.meta import Taint, TaintEffect
+from core.cloudprovider import LaunchRequest
 from core.errors import (
     CloudError,
     ConflictError,
@@ -25,7 +31,9 @@ from core.errors import (
 )
 from simulator.client import SimulatorClient, decode_error
 from simulator.server import SimulatorSettings, error_response, merge_patch, run
+from simulator.server import serve as serve_simulator
 from tests.simulator.conftest import Running, deployment, eventually, example_manifests, serve
+from workers.azure import cloud_provider, emulator_config
 
 
 async def request(sim: Running, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -141,13 +149,18 @@ async def test_the_scale_subresource_reads_and_sets_replicas(sim: Running) -> No
 
 async def test_settings_change_delays_at_run_time_but_not_the_cluster_identity(sim: Running) -> None:
     client = sim.client
-    settings = await client.update_settings({"compute": {"boot_delay": 2.5}, "scheduler_interval": 0.1})
-    assert settings.compute.boot_delay.total_seconds() == 2.5
-    assert sim.simulator.compute.settings.boot_delay.total_seconds() == 2.5
+    settings = await client.update_settings(
+        {"kubelet": {"boot_delay": 2.5}, "arm": {"create_polls": 3}, "scheduler_interval": 0.1}
+    )
+    assert settings.kubelet.boot_delay.total_seconds() == 2.5
+    assert sim.simulator.kubelet.settings.boot_delay.total_seconds() == 2.5
+    assert sim.simulator.arm.settings.create_polls == 3
     assert (await client.settings()).scheduler_interval.total_seconds() == 0.1
 
-    with pytest.raises(InvalidError, match=r"compute\.cluster_name cannot change"):
-        await client.update_settings({"compute": {"cluster_name": "other"}})
+    with pytest.raises(InvalidError, match=r"cluster_name cannot change"):
+        await client.update_settings({"cluster_name": "other"})
+    with pytest.raises(InvalidError, match=r"arm\.resource_group cannot change"):
+        await client.update_settings({"arm": {"resource_group": "other"}})
     with pytest.raises(InvalidError, match=r"kubelet\.pod_ready_delay"):
         await client.update_settings({"kubelet": {"pod_ready_delay": "soon"}})
 
@@ -185,7 +198,7 @@ def free_port() -> int:
 
 async def test_run_serves_until_cancelled() -> None:
     port = free_port()
-    server = asyncio.create_task(run(SimulatorSettings.instant(), "127.0.0.1", port))
+    server = asyncio.create_task(run(SimulatorSettings.instant(), "127.0.0.1", port, arm_port=0))
     async with SimulatorClient(f"http://127.0.0.1:{port}") as client:
         await client.wait_until_ready(timeout=10)
         await client.apply([deployment("web", 1)])
@@ -195,3 +208,42 @@ async def test_run_serves_until_cancelled() -> None:
             await server
         with pytest.raises(TransientError):
             await client.list_pods()
+
+
+async def test_a_launch_through_the_azure_provider_boots_into_a_node_with_the_bootstrap_identity() -> None:
+    async with serve_simulator(SimulatorSettings.instant(seed=3)) as url, SimulatorClient(url) as client:
+        info = await client.cluster_info()
+        assert info.arm_endpoint is not None and info.arm_endpoint.startswith("https://")
+        assert info.arm_ca_file is not None and Path(info.arm_ca_file).is_file()
+        await client.apply(example_manifests())
+        taint = Taint(key="example.com/special", value="yes", effect=TaintEffect.NO_SCHEDULE)
+        request = LaunchRequest(
+            name="default-abcde",
+            nodepool="default",
+            instance_type="Standard_D4ps_v5",
+            zone="eastus-2",
+            capacity_type="on-demand",
+            labels={labels.NODEPOOL: "default", labels.ARCH: "arm64"},
+            taints=[taint],
+        )
+        async with cloud_provider(client, emulator_config(info, timedelta(0))) as cloud:
+            instance = await cloud.create(request)
+
+            node = await eventually(lambda: client.find_node_by_provider_id(instance.provider_id))
+            assert node.metadata.name == "aks-default-abcde"
+            assert node.spec.taints == [taint]
+            assert node.metadata.labels[labels.ARCH] == "arm64"
+            assert node.metadata.labels["kubernetes.azure.com/node-image-version"] == (
+                "AKSUbuntu-2204gen2arm64containerd-202512.18.0"
+            ), "the image of the AKSNodeClass status in deploy/examples"
+            assert node.status.node_info is not None and node.status.node_info.kubelet_version == "v1.33.5"
+            assert "2204gen2arm64containerd/versions/202512.18.0" in instance.image_id
+
+            await cloud.delete("default-abcde")
+            assert await cloud.list() == []
+
+        async def not_ready() -> bool:
+            current = await client.get_node("aks-default-abcde")
+            return current is not None and not is_node_ready(current)
+
+        await eventually(not_ready)

@@ -22,9 +22,11 @@ from azure.mgmt.network.aio import NetworkManagementClient
 from azure.mgmt.network.models import NetworkInterface
 
 from activities.azure import AzureCloudProvider, AzureSettings, AzureSettingsError
+from activities.azure.bootstrap import BootstrapRequest
 from activities.azure.names import NodeNames
 from activities.azure.vm import nic_body, node_tags, vm_body
-from core.api.aksnodeclass import AKSNodeClassSpec
+from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassSpec
+from core.api.meta import ObjectMeta
 from core.cloudprovider import InstanceState, LaunchRequest
 from core.errors import (
     ConflictError,
@@ -50,6 +52,7 @@ TOKEN = "abcdef.0123456789abcdef"
 """The join token inside the bootstrap; it must never leave the provider."""
 SCRIPT = f"#!/bin/bash\nexport TLS_BOOTSTRAP_TOKEN={TOKEN}\n/opt/azure/containers/provision.sh\n"
 SECRETS = (TOKEN, base64.b64encode(SCRIPT.encode()).decode())
+UBUNTU = "AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2"
 ZONE_1 = f"{REGION}-1"
 ZONE_2 = f"{REGION}-2"
 OD = "on-demand"
@@ -66,6 +69,8 @@ def settings(**overrides: Any) -> AzureSettings:
         "kubernetes_version": "1.33.2",
         "node_image_version": "202512.18.0",
         "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAItest",
+        "cluster_endpoint": "test-cluster-dns-1.hcp.southcentralus.azmk8s.io",
+        "bootstrap_token_secret": "kube-system/bootstrap-token-abcdef",
         "kubelet_identity_id": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/"
         "Microsoft.ManagedIdentity/userAssignedIdentities/kubelet",
         "poll_interval": timedelta(0),
@@ -75,7 +80,7 @@ def settings(**overrides: Any) -> AzureSettings:
     return AzureSettings.load(values)
 
 
-async def fixed_bootstrap(request: LaunchRequest) -> str:
+async def fixed_bootstrap(request: BootstrapRequest) -> str:
     return SCRIPT
 
 
@@ -102,7 +107,7 @@ class World:
     arm: RunningArm
     provider: AzureCloudProvider
     heartbeats: list[str] = field(default_factory=list)
-    bootstraps: list[str] = field(default_factory=list)
+    bootstraps: list[BootstrapRequest] = field(default_factory=list)
     creating_vm: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a VM create was accepted and is being polled."""
 
@@ -135,12 +140,12 @@ async def world(arm: RunningArm, client_options: dict[str, Any]) -> AsyncIterato
         ComputeManagementClient(credential, SUBSCRIPTION, **options) as compute,
         NetworkManagementClient(credential, SUBSCRIPTION, **options) as network,
     ):
-        bootstraps: list[str] = []
+        bootstraps: list[BootstrapRequest] = []
         heartbeats: list[str] = []
         creating_vm = asyncio.Event()
 
-        async def bootstrap(request: LaunchRequest) -> str:
-            bootstraps.append(request.name)
+        async def bootstrap(request: BootstrapRequest) -> str:
+            bootstraps.append(request)
             return SCRIPT
 
         def heartbeat(detail: str) -> None:
@@ -192,6 +197,83 @@ async def test_launch_makes_a_nic_and_a_vm_and_reports_the_instance(world: World
     }
     assert (state.counters.vms_created, state.counters.nics_created) == (1, 1)
     assert any(beat.startswith("creating VM aks-default-abc12") for beat in world.heartbeats)
+    assert instance.image_id == (
+        "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/"
+        "202512.18.0"
+    )
+    [bootstrap] = world.bootstraps
+    assert (bootstrap.kubernetes_version, bootstrap.node_image_version) == (
+        "1.33.2",
+        "AKSUbuntu-2204gen2containerd-202512.18.0",
+    )
+
+
+STATUS_IMAGES = {
+    "kubernetesVersion": "1.33.5",
+    "images": [
+        {
+            "id": f"/CommunityGalleries/{UBUNTU}/images/2204gen2containerd/versions/202601.10.0",
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.azure.com/sku-hyperv-generation", "operator": "In", "values": ["2"]},
+            ],
+        },
+        {
+            "id": f"/CommunityGalleries/{UBUNTU}/images/2204gen2arm64containerd/versions/202601.10.0",
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]},
+                {"key": "karpenter.azure.com/sku-hyperv-generation", "operator": "In", "values": ["2"]},
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "definition"),
+    [("Standard_D4s_v3", "2204gen2containerd"), ("Standard_D4ps_v5", "2204gen2arm64containerd")],
+)
+async def test_the_image_and_version_come_from_the_nodeclass_status_when_it_has_images(
+    world: World, instance_type: str, definition: str
+) -> None:
+    nodeclass = AKSNodeClass.parse({"metadata": {"name": "default"}, "spec": {}, "status": STATUS_IMAGES})
+    seen: list[BootstrapRequest] = []
+
+    async def node_class(request: LaunchRequest) -> AKSNodeClass:
+        return nodeclass
+
+    async def bootstrap(request: BootstrapRequest) -> str:
+        seen.append(request)
+        return SCRIPT
+
+    provider = AzureCloudProvider(
+        world.provider.compute, world.provider.network, settings(), bootstrap, node_class=node_class
+    )
+    instance = await provider.create(launch(instance_type=instance_type))
+
+    image_id = f"/CommunityGalleries/{UBUNTU}/images/{definition}/versions/202601.10.0"
+    assert world.vm_body("default-abc12")["properties"]["storageProfile"]["imageReference"] == {
+        "communityGalleryImageId": image_id
+    }
+    assert instance.image_id == image_id
+    assert [(b.kubernetes_version, b.node_image_version) for b in seen] == [
+        ("1.33.5", f"AKSUbuntu-{definition}-202601.10.0")
+    ]
+
+
+async def test_a_size_no_status_image_boots_on_is_refused_without_calling_azure(world: World) -> None:
+    only_arm = {**STATUS_IMAGES, "images": STATUS_IMAGES["images"][1:]}
+    nodeclass = AKSNodeClass.parse({"metadata": {"name": "default"}, "spec": {}, "status": only_arm})
+
+    async def node_class(request: LaunchRequest) -> AKSNodeClass:
+        return nodeclass
+
+    provider = AzureCloudProvider(
+        world.provider.compute, world.provider.network, settings(), fixed_bootstrap, node_class=node_class
+    )
+    with pytest.raises(InvalidError, match=r"AKSNodeClass default: no image in status\.images boots on"):
+        await provider.create(launch())
+    assert world.requests("PUT virtualMachines") == 0
 
 
 async def test_a_spot_launch_asks_for_spot_with_eviction_by_deletion_and_no_price_cap(world: World) -> None:
@@ -240,8 +322,8 @@ async def test_the_nodeclass_sets_subnet_disk_size_image_and_tags(arm: RunningAr
         }
     )
 
-    async def node_class(request: LaunchRequest) -> AKSNodeClassSpec:
-        return spec
+    async def node_class(request: LaunchRequest) -> AKSNodeClass:
+        return AKSNodeClass(metadata=ObjectMeta(name="default"), spec=spec)
 
     provider = AzureCloudProvider(
         world.provider.compute,
@@ -270,7 +352,7 @@ async def test_launching_again_returns_the_same_vm_without_a_second_put(world: W
     assert second == first
     assert world.arm.state.counters.vms_created == 1
     assert world.requests("PUT virtualMachines") == 1
-    assert world.bootstraps == ["default-abc12"], "an adopted VM needs no bootstrap"
+    assert [b.launch.name for b in world.bootstraps] == ["default-abc12"], "an adopted VM needs no bootstrap"
 
 
 async def crash_mid_launch(world: World, *faults: Fault, polls_after: int = 0) -> None:
@@ -301,7 +383,7 @@ async def test_a_launch_interrupted_mid_operation_resumes_on_the_same_vm(world: 
     assert instance.state is InstanceState.RUNNING
     assert world.arm.state.counters.vms_created == 1
     assert world.requests("PUT virtualMachines") == 1
-    assert world.bootstraps == ["default-abc12"]
+    assert [b.launch.name for b in world.bootstraps] == ["default-abc12"]
 
 
 async def test_a_vm_that_failed_after_a_crash_is_replaced(world: World) -> None:

@@ -1,0 +1,46 @@
+"""The AKSNodeClass a launch builds its VM from: the one its NodePool references, read from the cluster.
+
+The provider reads the whole object, spec and status, because the image and Kubernetes version come from the
+status that the AKS provider's image controller keeps (`status.images`, `status.kubernetesVersion`).
+"""
+
+from __future__ import annotations
+
+from core.api.aksnodeclass import AKSNodeClass
+from core.cloudprovider import LaunchRequest
+from core.cluster import ClusterAPI
+from core.errors import InvalidError, TransientError
+
+NODECLASS_GROUP = "karpenter.azure.com"
+NODECLASS_KIND = "AKSNodeClass"
+
+
+class ClusterNodeClasses:
+    """The provider's `NodeClassLookup` over a ClusterAPI."""
+
+    def __init__(self, cluster: ClusterAPI) -> None:
+        self._cluster = cluster
+
+    async def __call__(self, request: LaunchRequest) -> AKSNodeClass | None:
+        """The launch's AKSNodeClass; None for a launch of no NodePool in the cluster (it gets the defaults).
+
+        A reference to another kind is an `InvalidError`; a missing AKSNodeClass a `TransientError` (the
+        launch succeeds once it exists, as Karpenter waits for a NodeClass).
+        """
+        nodepool = await self._cluster.get_nodepool(request.nodepool)
+        if nodepool is None:
+            return None
+        reference = nodepool.spec.template.spec.node_class_ref
+        if reference.kind != NODECLASS_KIND or reference.group != NODECLASS_GROUP:
+            raise InvalidError(
+                f"NodePool {request.nodepool}: spec.template.spec.nodeClassRef is a {reference.group}/"
+                f"{reference.kind}, not a {NODECLASS_GROUP}/{NODECLASS_KIND}",
+                code="InvalidNodeClassRef",
+            )
+        nodeclass = await self._cluster.get_nodeclass(reference.name)
+        if nodeclass is None:
+            raise TransientError(
+                f"AKSNodeClass {reference.name} (of NodePool {request.nodepool}) not found",
+                code="NodeClassNotFound",
+            )
+        return nodeclass

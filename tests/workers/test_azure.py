@@ -1,0 +1,115 @@
+"""The worker's Azure settings from the environment: one message naming every missing or invalid variable
+(workload identity's included on Azure), the emulator's endpoint instead of Azure's, and `nodewright worker`
+stopping with exit code 2 and no traceback when they are wrong."""
+
+from __future__ import annotations
+
+import io
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from activities.azure import AzureSettingsError
+from workers.azure import load_azure
+from workers.cli import main
+from workers.settings import load_settings
+
+SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
+GROUP = "MC_rg_cluster_westus2"
+AZURE = {
+    "NODEWRIGHT_AZURE_SUBSCRIPTION_ID": SUBSCRIPTION,
+    "NODEWRIGHT_AZURE_RESOURCE_GROUP": GROUP,
+    "NODEWRIGHT_AZURE_SUBNET_ID": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/"
+    "Microsoft.Network/virtualNetworks/aks-vnet-1/subnets/aks-subnet",
+    "NODEWRIGHT_KUBERNETES_VERSION": "1.33.5",
+    "NODEWRIGHT_NODE_IMAGE_VERSION": "202512.18.0",
+    "NODEWRIGHT_SSH_PUBLIC_KEY": "ssh-ed25519 AAAA admin",
+    "NODEWRIGHT_CLUSTER_ENDPOINT": "cluster-dns-1.hcp.westus2.azmk8s.io",
+    "NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET": "kube-system/bootstrap-token-abcdef",
+}
+WORKLOAD_IDENTITY = {
+    "AZURE_CLIENT_ID": "client",
+    "AZURE_TENANT_ID": "tenant",
+    "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token",
+}
+REQUIRED = list(AZURE)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("NODEWRIGHT_", "AZURE_")):
+            monkeypatch.delenv(name)
+
+
+def test_every_missing_variable_is_named_in_one_message() -> None:
+    with pytest.raises(AzureSettingsError) as raised:
+        load_azure(load_settings(), environ={})
+    message = str(raised.value)
+    for name in REQUIRED:
+        assert name in message
+    assert (
+        "missing workload identity variables: AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_FEDERATED_TOKEN_FILE"
+        in (message)
+    )
+
+
+def test_invalid_values_are_named_with_the_rule() -> None:
+    environ = {
+        **AZURE,
+        **WORKLOAD_IDENTITY,
+        "NODEWRIGHT_AZURE_SUBNET_ID": "aks-subnet",
+        "NODEWRIGHT_AZURE_POLL_SECONDS": "soon",
+    }
+    with pytest.raises(AzureSettingsError) as raised:
+        load_azure(load_settings(), environ=environ)
+    assert "invalid Azure setting NODEWRIGHT_AZURE_SUBNET_ID" in str(raised.value)
+    assert "NODEWRIGHT_AZURE_POLL_SECONDS: not a number of seconds" in str(raised.value)
+
+
+def test_on_azure_the_region_and_cluster_come_from_the_common_settings() -> None:
+    config = load_azure(
+        load_settings(region="westus2", cluster_name="prod"),
+        environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_POLL_SECONDS": "1.5"},
+    )
+    assert config.endpoint is None
+    settings = config.settings
+    assert (settings.location, settings.cluster_name, settings.subscription_id) == (
+        "westus2",
+        "prod",
+        SUBSCRIPTION,
+    )
+    assert settings.bootstrap_token_secret == "kube-system/bootstrap-token-abcdef"
+    assert settings.poll_interval == timedelta(seconds=1.5)
+
+
+def test_an_emulator_needs_no_workload_identity_but_an_https_endpoint(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    emulator = {
+        **AZURE,
+        "NODEWRIGHT_ARM_ENDPOINT": "https://127.0.0.1:8766/",
+        "NODEWRIGHT_ARM_CA_FILE": str(ca),
+    }
+    config = load_azure(load_settings(), environ=emulator)
+    assert config.endpoint is not None
+    assert (config.endpoint.url, config.endpoint.ca_file) == ("https://127.0.0.1:8766", str(ca))
+
+    with pytest.raises(AzureSettingsError, match="expected an https URL"):
+        load_azure(load_settings(), environ={**emulator, "NODEWRIGHT_ARM_ENDPOINT": "http://127.0.0.1:8766"})
+    with pytest.raises(AzureSettingsError, match="NODEWRIGHT_ARM_CA_FILE: no file"):
+        load_azure(load_settings(), environ={**emulator, "NODEWRIGHT_ARM_CA_FILE": str(tmp_path / "missing")})
+
+
+def test_the_worker_stops_with_exit_code_2_and_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEWRIGHT_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION)
+    out, err = io.StringIO(), io.StringIO()
+
+    assert main(["worker"], out, err) == 2
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: missing Azure settings: ")
+    assert "NODEWRIGHT_AZURE_RESOURCE_GROUP" in lines[0] and "AZURE_FEDERATED_TOKEN_FILE" in lines[0]
+    assert "NODEWRIGHT_AZURE_SUBSCRIPTION_ID" not in lines[0]
+    assert "Traceback" not in err.getvalue() + out.getvalue()

@@ -1,0 +1,189 @@
+"""The worker's Azure: its settings from the environment, its credential, and the cloud provider built on them.
+
+Variables (see README): `NODEWRIGHT_AZURE_SUBSCRIPTION_ID`, `NODEWRIGHT_AZURE_RESOURCE_GROUP` (the node resource
+group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWRIGHT_CLUSTER_NAME`,
+`NODEWRIGHT_AZURE_SUBNET_ID`, `NODEWRIGHT_KUBERNETES_VERSION`, `NODEWRIGHT_NODE_IMAGE_VERSION`,
+`NODEWRIGHT_SSH_PUBLIC_KEY`, `NODEWRIGHT_KUBELET_IDENTITY_ID` (optional), `NODEWRIGHT_CLUSTER_ENDPOINT`,
+`NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` (optional), and `NODEWRIGHT_ARM_ENDPOINT` /
+`NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On Azure the credential is
+`DefaultAzureCredential`, which in the cluster uses workload identity, so `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`
+and `AZURE_FEDERATED_TOKEN_FILE` must be set; the emulator takes a static token. Whatever is missing or invalid
+is reported in one message that names every variable (`AzureSettingsError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from azure.core.credentials_async import AsyncTokenCredential
+from azure.identity.aio import DefaultAzureCredential
+
+from activities.azure import AzureCloudProvider, AzureSettings, AzureSettingsError
+from activities.azure.clients import ArmEndpoint, azure_cloud_provider
+from activities.azure.prices import PriceSettings
+from core.cluster import ClusterAPI
+from core.instancetypes.catalog import AzureCatalog
+from simulator.arm import StaticTokenCredential
+from simulator.server import ClusterInfo
+from workers.settings import ENV_PREFIX, Settings
+
+AZURE_VARIABLES: dict[str, str] = {
+    "subscription_id": "AZURE_SUBSCRIPTION_ID",
+    "resource_group": "AZURE_RESOURCE_GROUP",
+    "location": "AZURE_LOCATION",
+    "subnet_id": "AZURE_SUBNET_ID",
+    "kubernetes_version": "KUBERNETES_VERSION",
+    "node_image_version": "NODE_IMAGE_VERSION",
+    "ssh_public_key": "SSH_PUBLIC_KEY",
+    "kubelet_identity_id": "KUBELET_IDENTITY_ID",
+    "cluster_endpoint": "CLUSTER_ENDPOINT",
+    "bootstrap_token_secret": "BOOTSTRAP_TOKEN_SECRET",
+    "cluster_name": "CLUSTER_NAME",
+}
+"""AzureSettings fields and their variables (after `NODEWRIGHT_`)."""
+REGION_VARIABLE = "REGION"
+POLL_VARIABLE = "AZURE_POLL_SECONDS"
+ARM_ENDPOINT_VARIABLE = "ARM_ENDPOINT"
+ARM_CA_FILE_VARIABLE = "ARM_CA_FILE"
+WORKLOAD_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE")
+EMULATOR_SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmulatorKeyForTheSimulatedAKSOnly nodewright"
+"""A placeholder public key for VMs of the simulated AKS (nobody logs in to them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AzureConfig:
+    """How the worker reaches Azure: the provider's settings, and the emulator's endpoint when not Azure."""
+
+    settings: AzureSettings
+    endpoint: ArmEndpoint | None = None
+
+
+def _variable(field: str) -> str:
+    return ENV_PREFIX + AZURE_VARIABLES.get(field, field.upper())
+
+
+def load_azure(settings: Settings, environ: Mapping[str, str] | None = None) -> AzureConfig:
+    """The worker's Azure settings from the environment; `AzureSettingsError` naming every missing or invalid
+    variable at once (workload identity's included when the endpoint is Azure's)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {
+        field: env[ENV_PREFIX + variable]
+        for field, variable in AZURE_VARIABLES.items()
+        if env.get(ENV_PREFIX + variable)
+    }
+    values["cluster_name"] = settings.cluster_name
+    values.setdefault("location", settings.region)
+    problems: list[str] = []
+    poll = env.get(ENV_PREFIX + POLL_VARIABLE)
+    if poll:
+        try:
+            values["poll_interval"] = timedelta(seconds=float(poll))
+        except ValueError:
+            problems.append(f"invalid Azure setting {ENV_PREFIX}{POLL_VARIABLE}: not a number of seconds")
+    endpoint = _endpoint(env, problems)
+    if endpoint is None:
+        missing = [name for name in WORKLOAD_IDENTITY_VARIABLES if not env.get(name)]
+        if missing:
+            problems.append(f"missing workload identity variables: {', '.join(missing)}")
+    try:
+        azure = AzureSettings.load(values, name=_variable)
+    except AzureSettingsError as error:
+        problems.insert(0, str(error))
+        raise AzureSettingsError("; ".join(problems)) from None
+    if problems:
+        raise AzureSettingsError("; ".join(problems))
+    return AzureConfig(azure, endpoint)
+
+
+def _endpoint(env: Mapping[str, str], problems: list[str]) -> ArmEndpoint | None:
+    url = env.get(ENV_PREFIX + ARM_ENDPOINT_VARIABLE)
+    ca_file = env.get(ENV_PREFIX + ARM_CA_FILE_VARIABLE) or None
+    if not url:
+        if ca_file:
+            problems.append(
+                f"{ENV_PREFIX}{ARM_CA_FILE_VARIABLE} is set without {ENV_PREFIX}{ARM_ENDPOINT_VARIABLE}"
+            )
+        return None
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.netloc:
+        problems.append(
+            f"invalid Azure setting {ENV_PREFIX}{ARM_ENDPOINT_VARIABLE}: expected an https URL "
+            "(the Azure SDK sends its token only over HTTPS)"
+        )
+    if ca_file and not os.path.isfile(ca_file):
+        problems.append(f"invalid Azure setting {ENV_PREFIX}{ARM_CA_FILE_VARIABLE}: no file {ca_file}")
+    return ArmEndpoint(url.rstrip("/"), ca_file)
+
+
+def emulator_config(info: ClusterInfo, poll_interval: timedelta = timedelta(seconds=0.1)) -> AzureConfig:
+    """The Azure config for a simulated AKS, from what it says about itself (the demo and tests)."""
+    if info.arm_endpoint is None:
+        raise AzureSettingsError("the simulated AKS does not serve its ARM emulator")
+    settings = AzureSettings(
+        subscription_id=info.subscription_id,
+        resource_group=info.resource_group,
+        location=info.location,
+        cluster_name=info.cluster_name,
+        subnet_id=info.subnet_id,
+        kubernetes_version=info.kubernetes_version,
+        node_image_version=info.node_image_version,
+        ssh_public_key=EMULATOR_SSH_KEY,
+        cluster_endpoint=info.api_server,
+        bootstrap_token_secret=info.bootstrap_token_secret,
+        poll_interval=poll_interval,
+        heartbeat_interval=timedelta(seconds=1),
+    )
+    return AzureConfig(settings, ArmEndpoint(info.arm_endpoint, info.arm_ca_file))
+
+
+def emulator_environment(info: ClusterInfo, poll_seconds: float = 0.1) -> dict[str, str]:
+    """The `NODEWRIGHT_*` variables that point a `nodewright worker` at a simulated AKS's ARM (tests, benchmarks
+    and anyone running the processes by hand: `GET /aks` on the simulator gives `info`)."""
+    if info.arm_endpoint is None or info.arm_ca_file is None:
+        raise AzureSettingsError("the simulated AKS does not serve its ARM emulator")
+    values = {
+        "AZURE_SUBSCRIPTION_ID": info.subscription_id,
+        "AZURE_RESOURCE_GROUP": info.resource_group,
+        "AZURE_LOCATION": info.location,
+        "AZURE_SUBNET_ID": info.subnet_id,
+        "CLUSTER_NAME": info.cluster_name,
+        "KUBERNETES_VERSION": info.kubernetes_version,
+        "NODE_IMAGE_VERSION": info.node_image_version,
+        "SSH_PUBLIC_KEY": EMULATOR_SSH_KEY,
+        "CLUSTER_ENDPOINT": info.api_server,
+        "BOOTSTRAP_TOKEN_SECRET": info.bootstrap_token_secret,
+        POLL_VARIABLE: f"{poll_seconds:g}",
+        ARM_ENDPOINT_VARIABLE: info.arm_endpoint,
+        ARM_CA_FILE_VARIABLE: info.arm_ca_file,
+    }
+    return {ENV_PREFIX + name: value for name, value in values.items()}
+
+
+def price_settings(config: AzureConfig) -> PriceSettings:
+    """Where the worker reads live prices: Azure's public Retail Prices API, or the emulator's copy of it."""
+    if config.endpoint is None:
+        return PriceSettings()
+    ca_file = Path(config.endpoint.ca_file) if config.endpoint.ca_file else None
+    return PriceSettings(url=f"{config.endpoint.url}/api/retail/prices", ca_file=ca_file)
+
+
+@contextlib.asynccontextmanager
+async def cloud_provider(
+    cluster: ClusterAPI, config: AzureConfig, catalog: AzureCatalog | None = None
+) -> AsyncIterator[AzureCloudProvider]:
+    """The provider for the block, with `DefaultAzureCredential` on Azure and a static token on an emulator."""
+    credential: AsyncTokenCredential = (
+        StaticTokenCredential() if config.endpoint is not None else DefaultAzureCredential()
+    )
+    async with (
+        credential,
+        azure_cloud_provider(cluster, config.settings, credential, config.endpoint, catalog) as provider,
+    ):
+        yield provider
