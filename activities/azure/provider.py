@@ -10,6 +10,11 @@ the provider stays alive. Any failure after the NIC was sent cleans up what the 
 quota failures mark offerings in the unavailable-offerings cache with the provider's scopes and TTLs; a launch of
 an offering the cache rules out fails at once, without calling Azure.
 
+The image and Kubernetes version come from the launch's AKSNodeClass status (`status.images`: the first image the
+VM size can boot; `status.kubernetesVersion`) when its image controller has filled them, as the AKS provider
+does, and from the settings otherwise; the instance reports the image it booted (`Instance.image_id`, the
+NodeClaim's `status.imageID`).
+
 The bootstrap (the VM's custom data, which carries a cluster join token) is fetched through the injected
 `bootstrap` callable during the launch and exists only inside it: it is never logged, returned, or put in an
 error message (messages are scrubbed of it).
@@ -34,6 +39,7 @@ from azure.mgmt.network.aio import NetworkManagementClient
 from azure.mgmt.network.models import NetworkInterface
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from activities.azure.bootstrap import BootstrapRequest
 from activities.azure.errors import ArmError, arm_error, capacity_failure, classify, quota_limit_is_zero
 from activities.azure.names import NodeNames, nic_id, nodeclaim_of, provider_id
 from activities.azure.unavailable import UnavailableOfferings
@@ -44,13 +50,18 @@ from activities.azure.vm import (
     Json,
     Security,
     image_definition,
+    image_id_of,
     image_reference,
+    image_reference_for,
     nic_body,
+    node_image_version,
     node_tags,
+    status_image,
     vm_body,
 )
+from activities.errors import NOT_OWNED
 from core import labels
-from core.api.aksnodeclass import AKSNodeClassSpec, FIPSMode, NetworkPlugin, NetworkPluginMode
+from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, FIPSMode, NetworkPlugin, NetworkPluginMode
 from core.cloudprovider import Instance, InstanceState, LaunchRequest
 from core.errors import (
     CloudError,
@@ -69,10 +80,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-Bootstrap = Callable[[LaunchRequest], Awaitable[str]]
+Bootstrap = Callable[[BootstrapRequest], Awaitable[str]]
 """The node's bootstrap script (custom data, before base64) for a launch, built from the bootstrap secret."""
-NodeClassLookup = Callable[[LaunchRequest], Awaitable[AKSNodeClassSpec]]
-"""The AKSNodeClass spec of the launch's NodePool."""
+NodeClassLookup = Callable[[LaunchRequest], Awaitable[AKSNodeClass | None]]
+"""The AKSNodeClass of the launch's NodePool (None: the defaults)."""
 Heartbeat = Callable[[str], None]
 
 _SUBNET_ID = (
@@ -110,6 +121,12 @@ class AzureSettings(BaseModel):
     node_image_version: str = Field(min_length=1)
     """The node image version to boot, e.g. `202512.18.0`."""
     ssh_public_key: str = Field(min_length=1)
+    cluster_endpoint: str = Field(min_length=1)
+    """The API server's host name that nodes join (the AKS provider's `--cluster-endpoint`)."""
+    bootstrap_token_secret: str = Field(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+    )
+    """`<namespace>/<name>` of the kubeadm-style bootstrap token Secret nodes join with."""
     admin_username: str = "azureuser"
     kubelet_identity_id: str | None = None
     """Resource ID of the kubelet's user-assigned identity, attached to every VM."""
@@ -193,12 +210,21 @@ class AzureCloudProvider:
                 return adopted
         sku = self._sku(request.instance_type)
         self._raise_if_unavailable(sku, offering)
-        spec = await self._node_class(request) if self._node_class else AKSNodeClassSpec()
-        script = await self._bootstrap(request)
+        nodeclass = await self._node_class(request) if self._node_class else None
+        spec = nodeclass.spec if nodeclass is not None else AKSNodeClassSpec()
+        image_id, kubernetes_version = self._image(nodeclass, spec, sku)
+        settings = self.settings
+        script = await self._bootstrap(
+            BootstrapRequest(
+                launch=request,
+                kubernetes_version=kubernetes_version,
+                node_image_version=node_image_version(image_id),
+                max_pods=spec.resolved_max_pods(settings.network_plugin, settings.network_plugin_mode),
+            )
+        )
         custom_data = base64.b64encode(script.encode()).decode()
         secrets = (script, custom_data)
-        nic, vm_request = self._bodies(request, names, sku, spec, custom_data)
-        settings = self.settings
+        nic, vm_request = self._bodies(request, names, sku, spec, custom_data, image_reference_for(image_id))
         logger.info(
             "creating VM %s (%s, zone %s, %s)", names.vm, sku.name, request.zone, request.capacity_type
         )
@@ -257,7 +283,7 @@ class AzureCloudProvider:
         if vm is not None and not self._owned(vm):
             raise ConflictError(
                 f"VM {names.vm} is not tagged for cluster {self.settings.cluster_name}; not deleting it",
-                code="NotOwned",
+                code=NOT_OWNED,
             )
         try:
             await self._delete_resources(names, vm)
@@ -274,6 +300,37 @@ class AzureCloudProvider:
                 f"VM size {name!r} is not offered in {self.settings.location}", code="InvalidParameter"
             ) from None
 
+    def _image(
+        self, nodeclass: AKSNodeClass | None, spec: AKSNodeClassSpec, sku: AzureSku
+    ) -> tuple[str, str]:
+        """The image version ID and Kubernetes version a VM of this size boots: from the AKSNodeClass status when
+        its image controller resolved them, else from the image family and the settings."""
+        settings = self.settings
+        status = nodeclass.status if nodeclass is not None else None
+        version = (status.kubernetes_version if status else None) or settings.kubernetes_version
+        if nodeclass is not None and nodeclass.status.images:
+            chosen = status_image(nodeclass.status.images, sku)
+            if chosen is None:
+                generations = ", ".join(sku.hyperv_generations) or "unknown"
+                raise InvalidError(
+                    f"AKSNodeClass {nodeclass.name}: no image in status.images boots on {sku.name} "
+                    f"({sku.architecture}, Hyper-V generations {generations})",
+                    code="UnsupportedImage",
+                )
+            return chosen, version
+        security = _security(spec)
+        definition = image_definition(
+            spec.image_family,
+            version,
+            sku,
+            trusted_launch=security.trusted_launch,
+            fips=spec.fips_mode is FIPSMode.FIPS,
+        )
+        reference = image_reference(
+            definition, settings.node_image_version, settings.image_gallery_subscription_id
+        )
+        return image_id_of(reference), version
+
     def _bodies(
         self,
         request: LaunchRequest,
@@ -281,17 +338,11 @@ class AzureCloudProvider:
         sku: AzureSku,
         spec: AKSNodeClassSpec,
         custom_data: str,
+        image: Json,
     ) -> tuple[Json, Json]:
         """The NIC and VM create bodies of a launch."""
         settings = self.settings
         security = _security(spec)
-        definition = image_definition(
-            spec.image_family,
-            settings.kubernetes_version,
-            sku,
-            trusted_launch=security.trusted_launch,
-            fips=spec.fips_mode is FIPSMode.FIPS,
-        )
         tags = node_tags(
             settings.cluster_name,
             request.nodepool,
@@ -317,9 +368,7 @@ class AzureCloudProvider:
             zone=request.zone,
             capacity_type=request.capacity_type,
             os_disk_size_gb=spec.os_disk_size_gb,
-            image=image_reference(
-                definition, settings.node_image_version, settings.image_gallery_subscription_id
-            ),
+            image=image,
             nic_id=nic_id(settings.subscription_id, settings.resource_group, names.nic),
             admin_username=settings.admin_username,
             ssh_public_key=settings.ssh_public_key,
@@ -374,7 +423,7 @@ class AzureCloudProvider:
         if not self._owned(vm):
             raise ConflictError(
                 f"VM {names.vm} exists but is not tagged for cluster {self.settings.cluster_name}",
-                code="NotOwned",
+                code=NOT_OWNED,
             )
         while (state := _state(vm)) in _IN_PROGRESS:
             self._heartbeat(f"waiting for VM {names.vm}: {state}")
@@ -500,6 +549,8 @@ class AzureCloudProvider:
         zones = vm.zones or []
         size = properties.hardware_profile.vm_size if properties and properties.hardware_profile else None
         created: datetime | None = properties.time_created if properties else None
+        storage = properties.storage_profile if properties else None
+        reference = storage.image_reference if storage else None
         return Instance(
             name=tags.get(NODECLAIM_TAG) or nodeclaim_of(vm_name),
             provider_id=provider_id(settings.subscription_id, settings.resource_group, vm_name),
@@ -513,7 +564,34 @@ class AzureCloudProvider:
             state=_instance_state(_state(vm)),
             tags=tags,
             created_at=created,
+            image_id=(reference.community_gallery_image_id or reference.id or "") if reference else "",
         )
+
+    # --- garbage collection: the cluster's NICs ------------------------------------------------------------
+
+    async def list_nics(self) -> builtins.list[NetworkInterface]:
+        """The NICs in the node resource group tagged for this cluster, sorted by name."""
+        try:
+            nics = [
+                nic
+                async for nic in self.network.network_interfaces.list(self.settings.resource_group)
+                if (nic.tags or {}).get(CLUSTER_TAG) == self.settings.cluster_name
+            ]
+        except AzureError as error:
+            raise classify(error) from error
+        return sorted(nics, key=lambda nic: nic.name or "")
+
+    async def delete_nic(self, name: str) -> None:
+        """Delete a NIC and wait; one that is already gone counts as deleted."""
+        try:
+            await self._gone(
+                self.network.network_interfaces.begin_delete(
+                    self.settings.resource_group, name, polling_interval=self._poll_seconds
+                ),
+                f"deleting NIC {name}",
+            )
+        except AzureError as error:
+            raise classify(error) from error
 
 
 def _security(spec: AKSNodeClassSpec) -> Security:

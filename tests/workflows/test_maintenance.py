@@ -1,0 +1,159 @@
+"""The maintenance workflows on the dev server, with their activities against the ARM emulator and the simulated
+cluster, and the schedules that start them: created, updated in place, and really starting their workflow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest_asyncio
+from azure.mgmt.compute.aio import ComputeManagementClient
+from azure.mgmt.network.aio import NetworkManagementClient
+from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleIntervalSpec
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.azure.prices import PriceSettings
+from activities.azure.provider import AzureCloudProvider
+from activities.catalog_source import CatalogSource
+from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionInput
+from simulator.arm import RunningArm, serve_arm
+from simulator.client import SimulatorClient
+from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
+from simulator.server import SimulatorSettings, serve
+from tests.activities.azure.test_provider import (
+    GROUP,
+    REGION,
+    SUBSCRIPTION,
+    fixed_bootstrap,
+    launch,
+    settings,
+)
+from tests.workflows.conftest import eventually
+from workers.schedules import ensure_schedules, maintenance_activities, maintenance_workflows
+from workflows.maintenance import (
+    CatalogRefreshWorkflow,
+    GarbageCollectionWorkflow,
+    catalog_refresh_id,
+    garbage_collection_id,
+)
+
+
+@dataclass
+class Maintenance:
+    client: Client
+    task_queue: str
+    cluster: str
+    arm: RunningArm
+    provider: AzureCloudProvider
+    catalogs: CatalogSource
+
+
+@pytest_asyncio.fixture
+async def maintenance(temporal_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Maintenance]:
+    cluster = f"c-{uuid.uuid4().hex[:10]}"
+    async with (
+        serve_arm(REGION, SUBSCRIPTION, resource_group=GROUP) as arm,
+        serve(SimulatorSettings.instant(seed=7)) as url,
+        SimulatorClient(url) as sim,
+    ):
+        options = arm.client_options()
+        async with (
+            ComputeManagementClient(arm.credential(), SUBSCRIPTION, **options) as compute,
+            NetworkManagementClient(arm.credential(), SUBSCRIPTION, **options) as network,
+        ):
+            provider = AzureCloudProvider(compute, network, settings(cluster_name=cluster), fixed_bootstrap)
+            catalogs = CatalogSource.shipped(REGION)
+            prices = PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem, backoff=timedelta(0))
+            async with Worker(
+                temporal_env.client,
+                task_queue=task_queue,
+                workflows=maintenance_workflows(),
+                activities=maintenance_activities(sim, provider, catalogs, prices),
+            ):
+                yield Maintenance(temporal_env.client, task_queue, cluster, arm, provider, catalogs)
+
+
+async def test_the_catalog_refresh_workflow_makes_the_live_catalog_current(maintenance: Maintenance) -> None:
+    maintenance.arm.runner.app[RETAIL_PRICES_KEY].price_overrides["Standard_D4s_v5"] = 0.25
+
+    result = await maintenance.client.execute_workflow(
+        CatalogRefreshWorkflow.run,
+        CatalogRefreshInput(cluster=maintenance.cluster, timeout_seconds=60),
+        id=f"{catalog_refresh_id(maintenance.cluster)}-{uuid.uuid4().hex[:6]}",
+        task_queue=maintenance.task_queue,
+    )
+
+    assert result.refreshed and result.origin is CatalogOrigin.LIVE and result.failure is None
+    assert result.skus == len(maintenance.catalogs.current.skus) > 500
+    assert result.live_on_demand_prices > 500 and result.live_spot_prices > 0
+    assert maintenance.provider.catalog.sku("Standard_D4s_v5").on_demand_price_micros == 250_000
+
+
+async def test_the_garbage_collection_workflow_deletes_a_leaked_vm(maintenance: Maintenance) -> None:
+    await maintenance.provider.create(launch("leaked-1"))
+
+    result = await maintenance.client.execute_workflow(
+        GarbageCollectionWorkflow.run,
+        GarbageCollectionInput(cluster=maintenance.cluster, grace_seconds=0, timeout_seconds=60),
+        id=f"{garbage_collection_id(maintenance.cluster)}-{uuid.uuid4().hex[:6]}",
+        task_queue=maintenance.task_queue,
+    )
+
+    assert result.instances == ["leaked-1"] and result.failures == []
+    assert maintenance.arm.state.vm("aks-leaked-1") is None
+
+
+async def test_ensure_schedules_creates_then_updates_and_the_schedules_start_their_workflows(
+    maintenance: Maintenance,
+) -> None:
+    client, cluster = maintenance.client, maintenance.cluster
+    ids = (catalog_refresh_id(cluster), garbage_collection_id(cluster))
+    collect_now = GarbageCollectionInput(cluster=cluster, grace_seconds=0, timeout_seconds=60)
+    try:
+        await ensure_schedules(
+            client, cluster, maintenance.task_queue, timedelta(hours=12), timedelta(hours=1)
+        )
+        first = [await client.get_schedule_handle(id).describe() for id in ids]
+        await client.get_schedule_handle(ids[0]).pause(note="paused by the operator")
+        await ensure_schedules(
+            client,
+            cluster,
+            maintenance.task_queue,
+            timedelta(hours=6),
+            timedelta(hours=2),
+            garbage_collection=collect_now,
+        )
+        second = [await client.get_schedule_handle(id).describe() for id in ids]
+
+        def every(description: object) -> list[timedelta]:
+            spec = description.schedule.spec  # type: ignore[attr-defined]
+            return [
+                interval.every for interval in spec.intervals if isinstance(interval, ScheduleIntervalSpec)
+            ]
+
+        assert [every(d) for d in first] == [[timedelta(hours=12)], [timedelta(hours=1)]]
+        assert [every(d) for d in second] == [[timedelta(hours=6)], [timedelta(hours=2)]]
+        assert [(d.schedule.state.paused, d.schedule.state.note) for d in second] == [
+            (True, "paused by the operator"),
+            (False, None),
+        ]
+        actions = [d.schedule.action for d in second]
+        assert all(isinstance(a, ScheduleActionStartWorkflow) for a in actions)
+        assert [(a.workflow, a.task_queue, a.id) for a in actions] == [  # type: ignore[attr-defined]
+            ("CatalogRefresh", maintenance.task_queue, ids[0]),
+            ("GarbageCollection", maintenance.task_queue, ids[1]),
+        ]
+
+        await maintenance.provider.create(launch("leaked-2"))
+        await client.get_schedule_handle(ids[1]).trigger()
+
+        async def collected() -> bool:
+            return maintenance.arm.state.vm("aks-leaked-2") is None
+
+        await eventually(collected, timeout=30, what="the scheduled garbage collection")
+    finally:
+        for schedule_id in ids:
+            await client.get_schedule_handle(schedule_id).delete()

@@ -1,0 +1,135 @@
+"""The cluster's maintenance on Temporal Schedules, and what a worker hosts to run it.
+
+Two schedules per cluster, `catalog-refresh/<cluster>` and `garbage-collection/<cluster>`, start the
+maintenance workflows (workflows/maintenance.py) at fixed intervals: the provider refreshes instance types
+and prices every 12 hours and collects garbage every 2 minutes. A run still going when the next is due makes
+that one skip. `ensure_schedules` creates them, or brings existing ones up to date, so every process start
+may call it.
+
+The catalog a refresh replaces is the one of the worker that runs the refresh activity: each worker holds its
+own `CatalogSource`, and a worker that did not run the refresh keeps planning with the catalog it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+
+from activities.azure.catalog_refresh import CatalogRefreshActivities
+from activities.azure.garbage import GarbageCollectionActivities
+from activities.azure.prices import PriceSettings, RetailPricesClient
+from activities.azure.provider import AzureCloudProvider
+from activities.catalog_source import CatalogSource
+from core.cluster import ClusterAPI
+from core.instancetypes.catalog import AzureCatalog
+from core.messages import CatalogRefreshInput, GarbageCollectionInput
+from workflows.maintenance import (
+    CatalogRefreshWorkflow,
+    GarbageCollectionWorkflow,
+    catalog_refresh_id,
+    garbage_collection_id,
+)
+
+CATALOG_REFRESH_EVERY = timedelta(hours=12)
+GARBAGE_COLLECTION_EVERY = timedelta(minutes=2)
+
+
+def maintenance_workflows() -> list[type]:
+    return [CatalogRefreshWorkflow, GarbageCollectionWorkflow]
+
+
+def maintenance_activities(
+    cluster: ClusterAPI,
+    provider: AzureCloudProvider,
+    catalogs: CatalogSource,
+    prices: PriceSettings | None = None,
+) -> list[Any]:
+    """The maintenance activities of one worker. The provider follows `catalogs` from now on, as the planning
+    and lifecycle activities given the same source do."""
+
+    def use(catalog: AzureCatalog) -> None:
+        provider.catalog = catalog
+
+    provider.catalog = catalogs.current
+    catalogs.subscribe(use)
+    refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
+    garbage = GarbageCollectionActivities(cluster, provider)
+    return [refresh.refresh_catalog, garbage.collect_garbage]
+
+
+def _schedule(workflow: Any, request: Any, workflow_id: str, task_queue: str, every: timedelta) -> Schedule:
+    return Schedule(
+        action=ScheduleActionStartWorkflow(workflow, request, id=workflow_id, task_queue=task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_schedule(client: Client, schedule_id: str, schedule: Schedule) -> None:
+    """Create the schedule, or replace the action, spec and policy of the one with this id (its state, such as
+    an operator's pause and note, stays)."""
+    try:
+        await client.create_schedule(schedule_id, schedule)
+    except ScheduleAlreadyRunningError:
+
+        def replace(existing: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(
+                schedule=dataclasses.replace(schedule, state=existing.description.schedule.state)
+            )
+
+        await client.get_schedule_handle(schedule_id).update(replace)
+
+
+async def ensure_schedules(
+    client: Client,
+    cluster: str,
+    task_queue: str,
+    catalog_every: timedelta = CATALOG_REFRESH_EVERY,
+    gc_every: timedelta = GARBAGE_COLLECTION_EVERY,
+    *,
+    catalog_refresh: CatalogRefreshInput | None = None,
+    garbage_collection: GarbageCollectionInput | None = None,
+) -> None:
+    """Create or update the cluster's two maintenance schedules (inputs default to the provider's)."""
+    refresh_id, collection_id = catalog_refresh_id(cluster), garbage_collection_id(cluster)
+    await ensure_schedule(
+        client,
+        refresh_id,
+        _schedule(
+            CatalogRefreshWorkflow.run,
+            catalog_refresh or CatalogRefreshInput(cluster=cluster),
+            refresh_id,
+            task_queue,
+            catalog_every,
+        ),
+    )
+    await ensure_schedule(
+        client,
+        collection_id,
+        _schedule(
+            GarbageCollectionWorkflow.run,
+            garbage_collection or GarbageCollectionInput(cluster=cluster),
+            collection_id,
+            task_queue,
+            gc_every,
+        ),
+    )
+
+
+async def refresh_catalog_now(client: Client, cluster: str) -> None:
+    """Run the catalog refresh once now (a worker start), rather than wait for the schedule's next turn."""
+    await client.get_schedule_handle(catalog_refresh_id(cluster)).trigger()

@@ -1,0 +1,59 @@
+"""The scheduled maintenance workflows: one activity each, started by Temporal Schedules (workers/schedules.py).
+
+`CatalogRefreshWorkflow` refreshes the VM sizes and prices of the worker that runs its activity;
+`GarbageCollectionWorkflow` removes the cluster's leaked VMs and NICs and the NodeClaims whose VM is gone.
+Each returns what its activity did, so a schedule's recent runs say what was refreshed or collected. The
+activity is retried (a failed listing, say) until the input's timeout; then the run fails and the schedule's
+next run tries again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+from workflows.conventions import RETRY
+
+with workflow.unsafe.imports_passed_through():
+    from core.messages import (
+        CatalogRefreshInput,
+        CatalogRefreshResult,
+        GarbageCollectionInput,
+        GarbageCollectionResult,
+        MaintenanceActivity,
+    )
+
+
+def catalog_refresh_id(cluster: str) -> str:
+    return f"catalog-refresh/{cluster}"
+
+
+def garbage_collection_id(cluster: str) -> str:
+    return f"garbage-collection/{cluster}"
+
+
+@workflow.defn(name="CatalogRefresh")
+class CatalogRefreshWorkflow:
+    @workflow.run
+    async def run(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
+        return await workflow.execute_activity(
+            MaintenanceActivity.REFRESH_CATALOG,
+            request,
+            result_type=CatalogRefreshResult,
+            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
+            retry_policy=RETRY,
+        )
+
+
+@workflow.defn(name="GarbageCollection")
+class GarbageCollectionWorkflow:
+    @workflow.run
+    async def run(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
+        return await workflow.execute_activity(
+            MaintenanceActivity.COLLECT_GARBAGE,
+            request,
+            result_type=GarbageCollectionResult,
+            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
+            retry_policy=RETRY,
+        )
