@@ -3,6 +3,8 @@
 - A pod kube-scheduler marked Unschedulable is signalled to the provisioner (signal-with-start, so the
   provisioner exists as soon as it is needed), debounced, and signalled again every `requeue_seconds` while it
   stays pending, as Karpenter requeues provisionable pods.
+- The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
+  running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
   deleted asks the workflow to terminate.
 """
@@ -20,7 +22,8 @@ from temporalio.service import RPCError
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
-from core.messages import DeletionRequested, NodeEvent, PodsPending, ProvisionerInput
+from core.messages import DeletionRequested, DisruptionInput, NodeEvent, PodsPending, ProvisionerInput
+from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
 logger = logging.getLogger("nodewright.controller")
@@ -47,6 +50,7 @@ class Controller:
         task_queue: str,
         debounce_seconds: float = 0.2,
         requeue_seconds: float = 10.0,
+        disruption: DisruptionInput | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -54,6 +58,7 @@ class Controller:
         self.task_queue = task_queue
         self.debounce_seconds = debounce_seconds
         self.requeue_seconds = requeue_seconds
+        self.disruption = disruption
         self.provisionable: set[str] = set()
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
@@ -61,10 +66,25 @@ class Controller:
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
+        if self.disruption is not None:
+            await self._start_disruption(self.disruption)
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
+
+    async def _start_disruption(self, disruption: DisruptionInput) -> None:
+        try:
+            await self.client.start_workflow(
+                DisruptionWorkflow.run,
+                disruption,
+                id=disruption_id(disruption.cluster),
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+        except RPCError as error:
+            # Provisioning does not need it; the next controller start tries again.
+            logger.warning("could not start the disruption loop: %s", error)
 
     async def _watch(self) -> None:
         async for event in self.cluster.watch(0):

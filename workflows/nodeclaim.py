@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         ActivityName,
         ConditionUpdate,
         DeletionRequested,
+        DisruptNodeClaim,
         DrainInput,
         DrainResult,
         InitializeInput,
@@ -54,6 +55,7 @@ class NodeClaimWorkflow:
         self._node: str | None = None
         self._deletion: str | None = None
         self._deletion_requested: datetime | None = None
+        self._disruption: DisruptNodeClaim | None = None
         self._events = 0
 
     @workflow.signal
@@ -66,6 +68,14 @@ class NodeClaimWorkflow:
     @workflow.signal
     def delete(self, request: DeletionRequested) -> None:
         self._request_deletion(request.by)
+        self._events += 1
+
+    @workflow.signal
+    def disrupt(self, request: DisruptNodeClaim) -> None:
+        """A disruption command chose this NodeClaim: terminate it as a deletion would, with the reason."""
+        if self._deletion is None:
+            self._disruption = request
+        self._request_deletion(f"disruption ({request.reason})")
         self._events += 1
 
     def _request_deletion(self, by: str) -> None:
@@ -247,6 +257,8 @@ class NodeClaimWorkflow:
     async def _terminate(self) -> None:
         self._publish(Phase.TERMINATING)
         workflow.set_current_details(f"terminating: {self._deletion}")
+        if self._disruption is not None:
+            await self._disrupted(self._disruption)
         node = self._node
         if node is not None and await self._activity(ActivityName.TAINT_FOR_TERMINATION, node, bool):
             log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
@@ -257,6 +269,16 @@ class NodeClaimWorkflow:
             log("deleted node", Node=node)
         await self._delete_nodeclaim()
         self._publish(Phase.TERMINATED)
+
+    async def _disrupted(self, request: DisruptNodeClaim) -> None:
+        """Record why, as Karpenter does: the DisruptionReason condition and our search attribute."""
+        workflow.upsert_search_attributes([attributes.DISRUPTION_REASON.value_set(request.reason)])
+        await self._condition(
+            "DisruptionReason",
+            "True",
+            reason=request.reason,
+            message=f"disrupted by {request.command or 'a command'}",
+        )
 
     async def _drain(self, node: str) -> None:
         # Karpenter measures terminationGracePeriod from the moment deletion was asked for.

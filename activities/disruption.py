@@ -1,0 +1,304 @@
+"""The disruption workflow's activities: plan a pass, taint and untaint candidates, launch replacements and
+follow them, and record Karpenter's disruption events.
+
+The plan runs `core.disruption.plan_disruption` on a fresh snapshot; only its decisions reach the history, as
+a `DisruptionPassRecord`. Replacements are launched the way provisioning launches NodeClaims (the same
+NodeClaim objects, lifecycle annotation and lifecycle workflows), named after the command so that a retried
+launch finds what an earlier attempt created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.catalog_source import CatalogSource
+from activities.kube import DISRUPTED, kube_event
+from activities.planning import (
+    LifecycleStarter,
+    concurrently,
+    heartbeating,
+    lifecycle_nodeclaim,
+    nodeclaim_suffix,
+    planned,
+)
+from core import labels
+from core.api.nodeclaim import NodeClaimConditionType
+from core.api.nodepool import NodePool
+from core.cluster import ClusterAPI
+from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
+from core.disruption.budgets import BudgetStatus
+from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.types import InstanceType
+from core.messages import (
+    ActivityName,
+    DisruptedCandidate,
+    DisruptionActivity,
+    DisruptionCommand,
+    DisruptionEvent,
+    DisruptionMode,
+    DisruptionPassRecord,
+    DisruptionPlanInput,
+    KeptNode,
+    KeptReason,
+    LaunchReplacementsInput,
+    LifecycleInput,
+    LifecycleSettings,
+    PlannedReplacement,
+    ReplacementProgress,
+)
+from core.scheduling.instancetypeset import InstanceTypeSet, ResourceAxes
+from core.scheduling.requirements import Requirements
+from core.scheduling.results import Launch, NewNodeClaim, launch_order
+from core.scheduling.snapshot import InstanceTypeProvider, azure_provider
+
+CONSOLIDATION_METHODS = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
+"""What manual consolidation runs (`nodewright consolidate`)."""
+
+
+def command_message(command: Command) -> DisruptionCommand:
+    """A planned command as the history records it."""
+    return DisruptionCommand(
+        method=command.method.value,
+        reason=command.reason,
+        decision=command.decision.value,
+        candidates=[
+            DisruptedCandidate(
+                node=c.node,
+                nodeclaim=c.nodeclaim,
+                nodepool=c.nodepool,
+                instance_type=c.instance_type,
+                zone=c.zone,
+                capacity_type=c.capacity_type,
+                price_micros=c.price_micros,
+                pods=c.pods,
+                detail=c.detail,
+            )
+            for c in command.candidates
+        ],
+        replacements=[
+            PlannedReplacement(
+                nodepool=r.nodepool,
+                instance_type=r.instance_type,
+                capacity_type=r.capacity_type,
+                price_micros=r.price_micros,
+                instance_type_options=list(r.instance_type_options),
+                capacity_types=list(r.capacity_types),
+                requirements=list(r.requirements),
+                labels=r.labels,
+                taints=list(r.taints),
+                pods=list(r.pods),
+            )
+            for r in command.replacements
+        ],
+        savings_micros=command.savings_micros,
+        pods_moved=len(command.pods_moved),
+        message=command.log_line(),
+    )
+
+
+def budget_line(status: BudgetStatus) -> str:
+    """One NodePool and reason of a plan's budgets, e.g. "default/Underutilized: 0 of 2 nodes allowed (1
+    disrupting)"."""
+    limit = status.limit
+    allowed = limit.allowed(status.disrupting_before)
+    text = f"{limit.nodepool}/{limit.reason.value}: "
+    text += "no limit" if allowed is None else f"{allowed} of {limit.total} nodes allowed"
+    text += f" ({status.disrupting_before} disrupting"
+    if status.taken:
+        text += f", {status.taken} taken by this plan"
+    return text + ")"
+
+
+def pass_record(plan: DisruptionPlan, now: datetime, previous_fingerprint: str = "") -> DisruptionPassRecord:
+    """The history's account of a plan; when it says what the previous recorded pass said, only that."""
+    record = DisruptionPassRecord(
+        at=now,
+        commands=[command_message(command) for command in plan.commands],
+        kept=[
+            KeptNode(
+                node=blocked.node,
+                nodeclaim=blocked.nodeclaim,
+                nodepool=blocked.nodepool,
+                reasons=[
+                    KeptReason(
+                        code=reason.code.value,
+                        message=reason.message,
+                        method=reason.method.value if reason.method else None,
+                    )
+                    for reason in blocked.reasons
+                ],
+            )
+            for blocked in plan.blocked
+        ],
+        budgets=[budget_line(status) for status in plan.budgets if status.limit.limit is not None],
+        notes=list(plan.notes),
+        savings_micros=plan.savings_micros,
+    )
+    digest = hashlib.sha256()
+    for part in (record.commands, record.kept, record.budgets, record.notes):
+        for item in part:
+            digest.update(item.model_dump_json().encode() if not isinstance(item, str) else item.encode())
+        digest.update(b"\0")
+    record.fingerprint = digest.hexdigest()[:16]
+    if previous_fingerprint and record.fingerprint == previous_fingerprint:
+        return DisruptionPassRecord(
+            at=now, fingerprint=record.fingerprint, unchanged=True, savings_micros=record.savings_micros
+        )
+    return record
+
+
+def replacement_launches(
+    types: list[InstanceType], replacement: PlannedReplacement, limit: int
+) -> list[Launch]:
+    """The offerings a replacement may launch with, in the provider's order, from its instance-type options
+    and requirements (capacity type and zone as the plan narrowed them)."""
+    by_name = {instance_type.name: instance_type for instance_type in types}
+    options = [by_name[name] for name in replacement.instance_type_options if name in by_name]
+    if not options:
+        return []
+    catalog = InstanceTypeSet(options, ResourceAxes(()))
+    requirements = Requirements.from_dicts(replacement.requirements)
+    return launch_order(catalog, range(len(options)), requirements, limit)
+
+
+def replacement_claim(
+    replacement: PlannedReplacement, pool: NodePool, launches: list[Launch]
+) -> NewNodeClaim:
+    """A replacement as the scheduler would have made it, so it is planned like any other NodeClaim."""
+    first = launches[0]
+    return NewNodeClaim(
+        nodepool=replacement.nodepool,
+        instance_type=first.instance_type,
+        zone=first.offering.zone,
+        capacity_type=first.offering.capacity_type,
+        price_micros=first.offering.price_micros,
+        instance_type_options=list(replacement.instance_type_options),
+        pods=list(replacement.pods),
+        labels={},
+        taints=list(replacement.taints),
+        startup_taints=list(pool.spec.template.spec.startup_taints),
+        requirements=list(replacement.requirements),
+        requests={},
+        launch_candidates=launches,
+    )
+
+
+class DisruptionActivities:
+    """Plans disruption passes on a fresh snapshot and carries out the workflow's steps in the cluster."""
+
+    def __init__(
+        self, cluster: ClusterAPI, catalog: AzureCatalog | CatalogSource, start_lifecycle: LifecycleStarter
+    ) -> None:
+        self.cluster = cluster
+        self.start_lifecycle = start_lifecycle
+        self.catalogs = CatalogSource.of(catalog)
+        self._provider: tuple[int, InstanceTypeProvider] | None = None
+
+    def instance_types(self) -> InstanceTypeProvider:
+        """Instance types from the current catalog (a refreshed one takes effect at the next call)."""
+        version = self.catalogs.version
+        if self._provider is None or self._provider[0] != version:
+            self._provider = (version, azure_provider(self.catalogs.current))
+        return self._provider[1]
+
+    @activity.defn(name=ActivityName.PLAN_DISRUPTION)
+    async def plan_disruption(self, request: DisruptionPlanInput) -> DisruptionPassRecord:
+        """One pass of the planner over the cluster as it is now."""
+        options = DisruptionOptions(
+            spot_to_spot_consolidation=request.spot_to_spot_consolidation,
+            methods=CONSOLIDATION_METHODS if request.mode is DisruptionMode.MANUAL else frozenset(Method),
+            nodepools=frozenset(request.nodepools) if request.nodepools else None,
+        )
+        async with heartbeating():
+            snapshot = await self.cluster.snapshot()
+            now = datetime.now(UTC)
+            plan = await asyncio.to_thread(plan_disruption, snapshot, self.instance_types(), options, now)
+        return pass_record(plan, now, request.previous_fingerprint)
+
+    @activity.defn(name=DisruptionActivity.TAINT_CANDIDATES)
+    async def taint_candidates(self, nodes: list[str]) -> list[str]:
+        """Keep new pods off the candidates (`karpenter.sh/disrupted:NoSchedule`); the nodes still there."""
+        patched = [await self.cluster.patch_node(node, add_taints=[DISRUPTED]) for node in nodes]
+        return [node for node, result in zip(nodes, patched, strict=True) if result is not None]
+
+    @activity.defn(name=DisruptionActivity.UNTAINT_CANDIDATES)
+    async def untaint_candidates(self, nodes: list[str]) -> None:
+        """Give the candidates back after a rolled-back command."""
+        for node in nodes:
+            await self.cluster.patch_node(node, remove_taint_keys=[labels.DISRUPTED_TAINT])
+
+    @activity.defn(name=DisruptionActivity.LAUNCH_REPLACEMENTS)
+    async def launch_replacements(self, request: LaunchReplacementsInput) -> list[str]:
+        """Create the command's replacement NodeClaims and start their lifecycles; their names, in order."""
+        snapshot = await self.cluster.snapshot()
+        pools = {pool.name: pool for pool in snapshot.nodepools}
+        nodeclasses = {nodeclass.name: nodeclass for nodeclass in snapshot.nodeclasses}
+        command = request.command
+        made = []
+        for index, replacement in enumerate(command.replacements):
+            pool = pools.get(replacement.nodepool)
+            if pool is None:
+                raise ApplicationError(
+                    f"NodePool {replacement.nodepool} of a replacement no longer exists",
+                    type="NodePoolNotFound",
+                    non_retryable=True,
+                )
+            types = self.instance_types()(nodeclasses.get(pool.spec.template.spec.node_class_ref.name))
+            launches = replacement_launches(types, replacement, request.max_launch_candidates)
+            if not launches:
+                raise ApplicationError(
+                    f"no offering of {', '.join(replacement.instance_type_options[:5])} is available "
+                    f"for a replacement in NodePool {pool.name}",
+                    type="NoCompatibleInstanceTypes",
+                    non_retryable=True,
+                )
+            name = f"{pool.name}-{nodeclaim_suffix(request.key, 0, 0, index)}"
+            decision = planned(
+                replacement_claim(replacement, pool, launches), pool, name, request.max_launch_candidates
+            )
+            lifecycle = LifecycleInput(
+                cluster=request.cluster,
+                nodeclaim=decision,
+                settings=request.lifecycle or LifecycleSettings(),
+            )
+            made.append((lifecycle_nodeclaim(lifecycle, pool, replacement.requirements), lifecycle))
+        await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _ in made])
+        message = f"Launching NodeClaim: {command.reason}"
+        await concurrently(
+            [
+                self.cluster.record_event(kube_event("NodeClaim", n.name, "DisruptionLaunching", message))
+                for n, _ in made
+            ]
+        )
+        await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle in made])
+        return [nodeclaim.name for nodeclaim, _ in made]
+
+    @activity.defn(name=DisruptionActivity.REPLACEMENT_PROGRESS)
+    async def replacement_progress(self, names: list[str]) -> ReplacementProgress:
+        """Which replacements are initialized, which are gone (their lifecycle failed), which are coming."""
+        progress = ReplacementProgress()
+        for name in names:
+            claim = await self.cluster.get_nodeclaim(name)
+            if claim is None or claim.metadata.deletion_timestamp is not None:
+                progress.failed.append(name)
+            elif claim.is_true(NodeClaimConditionType.INITIALIZED):
+                progress.initialized.append(name)
+            else:
+                progress.waiting.append(name)
+        return progress
+
+    @activity.defn(name=DisruptionActivity.RECORD_EVENTS)
+    async def record_events(self, events: list[DisruptionEvent]) -> None:
+        await concurrently(
+            [
+                self.cluster.record_event(
+                    kube_event(event.kind, event.name, event.reason, event.message, warning=event.warning)
+                )
+                for event in events
+            ]
+        )

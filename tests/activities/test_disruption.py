@@ -1,0 +1,202 @@
+"""The disruption activities: pass records (and unchanged passes), replacements launched as lifecycles (and
+found again by a retry), their progress, tainting, and the plan activity on the simulated AKS."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.disruption import DisruptionActivities, command_message, pass_record, replacement_launches
+from activities.kube import apply_condition
+from activities.planning import LIFECYCLE_ANNOTATION
+from core import labels
+from core.instancetypes.azure import azure_instance_types
+from core.instancetypes.catalog import load_shipped_catalog
+from core.messages import (
+    ConditionUpdate,
+    DisruptionMode,
+    DisruptionPlanInput,
+    LaunchReplacementsInput,
+    LifecycleInput,
+    PlannedReplacement,
+)
+from simulator.client import SimulatorClient
+from simulator.server import SimulatorSettings, serve
+from tests.core.disruption.fixtures import NOW, bound, cluster, node_pair, nodepool, plan
+
+EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+CATALOG = load_shipped_catalog("eastus")
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatorClient]:
+    async with serve(SimulatorSettings.instant(9)) as url, SimulatorClient(url) as client:
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            await client.apply(path.read_text())
+        yield client
+
+
+# --- pass records --------------------------------------------------------------------------------------------
+
+
+def test_a_pass_record_holds_the_commands_and_why_the_other_nodes_stay() -> None:
+    result = plan(
+        cluster(
+            [nodepool()],
+            [node_pair("a"), node_pair("b")],
+            [bound("b", annotations={labels.DO_NOT_DISRUPT: "true"})],
+        )
+    )
+    record = pass_record(result, NOW)
+    [command] = record.commands
+    assert (command.method, command.reason, command.decision) == ("emptiness", "Empty", "delete")
+    assert [c.node for c in command.candidates] == ["a"]
+    assert command.message == result.commands[0].log_line()
+    [kept] = record.kept
+    assert (kept.node, kept.nodeclaim, [r.code for r in kept.reasons]) == (
+        "b",
+        "claim-b",
+        ["DoNotDisruptPod"],
+    )
+    assert record.savings_micros == result.savings_micros > 0
+    assert record.fingerprint and not record.unchanged
+
+
+def test_a_pass_like_the_previous_one_is_recorded_as_unchanged() -> None:
+    snapshot = cluster(
+        [nodepool()], [node_pair("b")], [bound("b", annotations={labels.DO_NOT_DISRUPT: "true"})]
+    )
+    first = pass_record(plan(snapshot), NOW)
+    again = pass_record(plan(snapshot), NOW, first.fingerprint)
+    assert again.unchanged and again.fingerprint == first.fingerprint
+    assert (again.commands, again.kept, again.budgets) == ([], [], [])
+    changed = pass_record(plan(cluster([nodepool()], [node_pair("b")])), NOW, first.fingerprint)
+    assert not changed.unchanged and changed.commands
+
+
+def test_a_replace_command_carries_what_its_replacement_launches_with() -> None:
+    result = plan(cluster([nodepool()], [node_pair("a")], [bound("a", cpu="2", memory="3Gi")]))
+    command = command_message(result.commands[0])
+    [replacement] = command.replacements
+    planned = result.commands[0].replacements[0]
+    assert replacement.instance_type_options == list(planned.instance_type_options)
+    assert replacement.capacity_types == ["spot"]
+    assert replacement.requirements == list(planned.requirements)
+    assert command.pods_moved == 1 and command.savings_micros == result.commands[0].savings_micros
+
+
+def test_replacement_launches_follow_the_requirements_cheapest_first() -> None:
+    types = azure_instance_types(CATALOG)
+    replacement = PlannedReplacement(
+        nodepool="default",
+        instance_type_options=["Standard_D2s_v5", "Standard_D2as_v5"],
+        requirements=[{"key": labels.CAPACITY_TYPE, "operator": "In", "values": ["spot"]}],
+    )
+    launches = replacement_launches(types, replacement, limit=20)
+    assert launches and {launch.offering.capacity_type for launch in launches} == {"spot"}
+    assert {launch.instance_type for launch in launches} <= {"Standard_D2s_v5", "Standard_D2as_v5"}
+    prices = [launch.offering.price_micros for launch in launches]
+    assert prices == sorted(prices)
+
+
+# --- against the simulated AKS --------------------------------------------------------------------------------
+
+
+def replace_command_input(key: str) -> LaunchReplacementsInput:
+    result = plan(cluster([nodepool()], [node_pair("a")], [bound("a", cpu="2", memory="3Gi")]))
+    command = command_message(result.commands[0])
+    # The example NodePool's instance types: the plan above used Catalog D's.
+    replacement = command.replacements[0].model_copy(
+        update={
+            "instance_type_options": ["Standard_D4s_v5", "Standard_D4as_v5"],
+            "requirements": [{"key": labels.CAPACITY_TYPE, "operator": "In", "values": ["spot"]}],
+        }
+    )
+    return LaunchReplacementsInput(
+        cluster="test", command=command.model_copy(update={"replacements": [replacement]}), key=key
+    )
+
+
+async def test_replacements_are_created_as_lifecycles_and_a_retry_finds_them(sim: SimulatorClient) -> None:
+    started: list[LifecycleInput] = []
+
+    async def start(request: LifecycleInput) -> None:
+        started.append(request)
+
+    activities = DisruptionActivities(sim, CATALOG, start)
+    request = replace_command_input("run-1/3/0")
+    names = await ActivityEnvironment().run(activities.launch_replacements, request)
+    again = await ActivityEnvironment().run(activities.launch_replacements, request)
+
+    assert names == again and len(names) == 1 and names[0].startswith("default-")
+    assert [c.name for c in await sim.list_nodeclaims()] == names
+    claim = await sim.get_nodeclaim(names[0])
+    assert claim is not None
+    lifecycle = LifecycleInput.model_validate_json(claim.metadata.annotations[LIFECYCLE_ANNOTATION])
+    assert [s.nodeclaim.name for s in started] == names * 2
+    assert lifecycle.nodeclaim == started[0].nodeclaim
+    candidates = lifecycle.nodeclaim.launch_candidates
+    assert candidates and {c.capacity_type for c in candidates} == {"spot"}
+    assert {c.instance_type for c in candidates} <= {"Standard_D4s_v5", "Standard_D4as_v5"}
+    launching = [e for e in await sim.list_objects("Event") if e["reason"] == "DisruptionLaunching"]
+    assert launching[0]["message"] == "Launching NodeClaim: Underutilized"
+    other = await ActivityEnvironment().run(
+        activities.launch_replacements, replace_command_input("run-1/4/0")
+    )
+    assert other != names
+
+
+async def test_replacement_progress_reads_the_nodeclaims(sim: SimulatorClient) -> None:
+    async def start(request: LifecycleInput) -> None:
+        return None
+
+    activities = DisruptionActivities(sim, CATALOG, start)
+    [coming] = await ActivityEnvironment().run(activities.launch_replacements, replace_command_input("k/1/0"))
+    [ready] = await ActivityEnvironment().run(activities.launch_replacements, replace_command_input("k/2/0"))
+    assert await apply_condition(sim, ConditionUpdate(name=ready, type="Initialized", status="True"))
+    progress = await ActivityEnvironment().run(activities.replacement_progress, [coming, ready, "gone-abcde"])
+    assert (progress.waiting, progress.initialized, progress.failed) == ([coming], [ready], ["gone-abcde"])
+
+
+async def test_candidates_are_tainted_and_untainted(sim: SimulatorClient) -> None:
+    _, node = node_pair("n1")
+    await sim.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                **node.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+        ]
+    )
+
+    async def start(request: LifecycleInput) -> None:
+        return None
+
+    activities = DisruptionActivities(sim, CATALOG, start)
+    tainted = await ActivityEnvironment().run(activities.taint_candidates, ["n1", "missing"])
+    assert tainted == ["n1"]
+    found = await sim.get_node("n1")
+    assert found is not None and labels.DISRUPTED_TAINT in [t.key for t in found.spec.taints]
+    await ActivityEnvironment().run(activities.untaint_candidates, ["n1"])
+    found = await sim.get_node("n1")
+    assert found is not None and labels.DISRUPTED_TAINT not in [t.key for t in found.spec.taints]
+
+
+async def test_the_plan_activity_plans_the_cluster_as_it_is(sim: SimulatorClient) -> None:
+    async def start(request: LifecycleInput) -> None:
+        return None
+
+    activities = DisruptionActivities(sim, CATALOG, start)
+    record = await ActivityEnvironment().run(
+        activities.plan_disruption, DisruptionPlanInput(cluster="test", mode=DisruptionMode.MANUAL)
+    )
+    assert record.commands == [] and record.kept == [] and record.fingerprint
+    again = await ActivityEnvironment().run(
+        activities.plan_disruption,
+        DisruptionPlanInput(cluster="test", previous_fingerprint=record.fingerprint),
+    )
+    assert again.unchanged

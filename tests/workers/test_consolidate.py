@@ -1,0 +1,151 @@
+"""`nodewright consolidate` against a stand-in workflow handle: the plan printed as `plan-disruption` prints it,
+the confirmation question, the answer signalled, the results and the exit codes."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from core.messages import (
+    CommandOutcome,
+    CommandResult,
+    DisruptedCandidate,
+    DisruptionCommand,
+    DisruptionInput,
+    DisruptionMode,
+    DisruptionPassRecord,
+    DisruptionStatus,
+    KeptNode,
+    KeptReason,
+)
+from workers.cli import build_parser
+from workers.consolidate import consolidate, disruption_input
+from workers.settings import SettingsError, load_settings
+
+COMMAND = DisruptionCommand(
+    method="single-node-consolidation",
+    reason="Underutilized",
+    decision="replace",
+    candidates=[DisruptedCandidate(node="big", nodeclaim="big", nodepool="default")],
+    savings_micros=512_000,
+    message="disrupting via consolidation replace, terminating 1 nodes (1 pods) big/Standard_D16s_v5/on-demand",
+)
+PLAN = DisruptionPassRecord(
+    at=datetime(2026, 1, 1, tzinfo=UTC),
+    commands=[COMMAND],
+    kept=[KeptNode(node="small", reasons=[KeptReason(code="Budget", message="budget is 0")])],
+    savings_micros=512_000,
+)
+
+
+class Handle:
+    """The manual workflow as the CLI sees it: a plan once planned, then the results for the answer."""
+
+    def __init__(self, request: DisruptionInput, outcome: CommandOutcome) -> None:
+        self.id = "consolidation/c/1"
+        self.request = request
+        self.outcome = outcome
+        self.queries = 0
+        self.signals: list[bool] = []
+
+    def _status(self, results: list[CommandResult]) -> DisruptionStatus:
+        return DisruptionStatus(cluster="c", mode=DisruptionMode.MANUAL, plan=PLAN, results=results)
+
+    async def query(self, query: Any) -> DisruptionStatus:
+        self.queries += 1
+        if self.queries == 1:  # not planned yet
+            return DisruptionStatus(cluster="c", mode=DisruptionMode.MANUAL, waiting_for="")
+        return self._status([])
+
+    async def signal(self, signal: Any, confirmed: bool) -> None:
+        self.signals.append(confirmed)
+
+    async def result(self) -> DisruptionStatus:
+        if self.request.dry_run:
+            return self._status([CommandResult(command=COMMAND, outcome=CommandOutcome.DRY_RUN)])
+        if not self.signals[-1]:
+            return self._status([CommandResult(command=COMMAND, outcome=CommandOutcome.CANCELLED)])
+        return self._status(
+            [CommandResult(command=COMMAND, outcome=self.outcome, replacements=["default-x"])]
+        )
+
+
+class Client:
+    def __init__(self, outcome: CommandOutcome = CommandOutcome.EXECUTED) -> None:
+        self.outcome = outcome
+        self.handle: Handle | None = None
+
+    async def start_workflow(self, run: Any, request: DisruptionInput, *, id: str, task_queue: str) -> Handle:
+        assert id.startswith("consolidation/c/") and task_queue == "q"
+        self.handle = Handle(request, self.outcome)
+        return self.handle
+
+
+def request(dry_run: bool = False) -> DisruptionInput:
+    return DisruptionInput(cluster="c", mode=DisruptionMode.MANUAL, dry_run=dry_run, nodepools=["default"])
+
+
+def never_asked(question: str) -> str:
+    raise AssertionError(f"asked {question!r}")
+
+
+async def test_a_dry_run_prints_the_plan_and_changes_nothing() -> None:
+    client, out = Client(), io.StringIO()
+    code = await consolidate(client, "q", request(dry_run=True), False, "table", out, never_asked)
+    assert code == 0
+    assert client.handle is not None and client.handle.signals == []
+    text = out.getvalue()
+    assert (
+        "Disruption commands (1), in the order they would start:\n  disrupting via consolidation replace"
+        in text
+    )
+    assert "Nodes kept (1):\n  small: budget is 0" in text
+    assert "Savings: $0.5120/hour" in text
+
+
+async def test_a_declined_plan_is_cancelled_and_exits_1() -> None:
+    client, out = Client(), io.StringIO()
+    questions: list[str] = []
+
+    def answer(question: str) -> str:
+        questions.append(question)
+        return "n"
+
+    code = await consolidate(client, "q", request(), False, "table", out, answer)
+    assert code == 1
+    assert questions == ["Execute 1 command(s) saving $0.512/h? [y/N] "]
+    assert client.handle is not None and client.handle.signals == [False]
+    assert "cancelled" in out.getvalue()
+
+
+async def test_yes_executes_without_asking_and_prints_the_results() -> None:
+    client, out = Client(), io.StringIO()
+    code = await consolidate(client, "q", request(), True, "table", out, never_asked)
+    assert code == 0
+    assert client.handle is not None and client.handle.signals == [True]
+    assert "executed (replacements: default-x) - disrupting via consolidation replace" in out.getvalue()
+
+
+async def test_a_command_that_did_not_execute_exits_1() -> None:
+    client, out = Client(CommandOutcome.ROLLED_BACK), io.StringIO()
+    assert await consolidate(client, "q", request(), False, "json", out, lambda question: "y") == 1
+    assert '"outcome": "rolled-back"' in out.getvalue()
+
+
+def test_the_command_line() -> None:
+    args = build_parser().parse_args(["consolidate", "--nodepool", "a", "--nodepool", "b", "--dry-run"])
+    assert (args.nodepool, args.dry_run, args.yes, args.output) == (["a", "b"], True, False, "table")
+
+
+def test_the_disruption_loop_takes_its_timings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEWRIGHT_DISRUPTION_POLL_SECONDS", "2.5")
+    monkeypatch.setenv("NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS", "4")
+    loop = disruption_input(load_settings(cluster_name="prod"))
+    assert (loop.cluster, loop.mode) == ("prod", DisruptionMode.AUTOMATIC)
+    assert (loop.settings.poll_seconds, loop.settings.validation_seconds) == (2.5, 4.0)
+    monkeypatch.setenv("NODEWRIGHT_DISRUPTION_POLL_SECONDS", "0")
+    with pytest.raises(SettingsError, match="NODEWRIGHT_DISRUPTION_POLL_SECONDS='0'"):
+        load_settings()

@@ -1,0 +1,163 @@
+"""The demo's disruption steps: consolidation and emptiness after scale-downs, drift under a PDB after a node
+image update, and a dry-run manual consolidation.
+
+They run after the scale-up steps (inflate on two arm64 nodes, inflate-wide on one 16-vCPU spot node), with the
+disruption loop started by the controller:
+
+- consolidateAfter is set to 0s (as `kubectl patch` would); `inflate` scaled to 2: whichever node is left with
+  the fewest pods has them fit on the other nodes, so consolidation deletes it;
+- both deployments scaled to 0: emptiness deletes the empty nodes;
+- `storefront` (three pods, one per `Standard_D4s_v5`, PDB minAvailable 2) is scaled up, the NodePool's budget set
+  to one node, and the AKSNodeClass status given newer node images (as the AKS image controller does when
+  a new image ships): drift replaces every node, one at a time, while the PDB keeps two storefront pods running;
+- `nodewright consolidate --dry-run` prints what a manual consolidation would do now.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from core import labels
+from core.api.kube import Node
+from core.api.nodeclaim import NodeClaim
+from core.messages import DisruptionInput, DisruptionMode, DisruptionSettings
+from workers.consolidate import consolidate
+
+if TYPE_CHECKING:
+    from workers.demo import Walkthrough
+
+WEB_REPLICAS = 3
+WEB_MIN_AVAILABLE = 2
+_VERSION = re.compile(r"/versions/(?P<version>[^/]+)$")
+
+
+def newer_image(image_id: str) -> str:
+    """The same gallery image one release later (`.../versions/202512.18.0` -> `.../versions/202512.19.0`)."""
+    match = _VERSION.search(image_id)
+    if match is None:
+        return f"{image_id}-next"
+    parts = match["version"].split(".")
+    parts[-2] = str(int(parts[-2]) + 1) if parts[-2].isdigit() else parts[-2] + "1"
+    return image_id[: match.start("version")] + ".".join(parts)
+
+
+def status_images(claims: list[NodeClaim], nodes: list[Node]) -> list[dict[str, Any]]:
+    """AKSNodeClass `status.images`: a newer version of every image the nodes run, for the architecture of the
+    nodes that run it."""
+    arch = {node.metadata.name: node.metadata.labels.get(labels.ARCH, "amd64") for node in nodes}
+    images: dict[str, str] = {}
+    for claim in claims:
+        if claim.status.image_id and claim.status.node_name in arch:
+            images.setdefault(claim.status.image_id, arch[claim.status.node_name])
+    return [
+        {
+            "id": newer_image(image),
+            "requirements": [{"key": labels.ARCH, "operator": "In", "values": [architecture]}],
+        }
+        for image, architecture in sorted(images.items())
+    ]
+
+
+async def _patch(walk: Walkthrough, path: str, patch: dict[str, Any], shown: str) -> None:
+    """A merge patch through the simulated API server, printed as the kubectl command that does it."""
+    print(f"$ {shown} -p '{json.dumps(patch, separators=(',', ':'))}'", file=walk.out, flush=True)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.patch(f"{walk.sim.base_url}{path}", json=patch) as response,
+    ):
+        response.raise_for_status()
+
+
+async def consolidation_steps(walk: Walkthrough) -> None:
+    """Scale down and watch consolidation, then emptiness, remove the nodes the pods no longer need."""
+    sim = walk.sim
+    await _patch(
+        walk,
+        "/apis/karpenter.sh/v1/nodepools/default",
+        {"spec": {"disruption": {"consolidateAfter": "0s"}}},
+        "kubectl patch nodepool default --type merge",
+    )
+    walk.say(
+        "3. Scale inflate to 2: the pods left on one node fit on the others, so consolidation removes it"
+    )
+    before = len(await sim.list_nodeclaims())
+    await sim.scale("Deployment", "default", "inflate", 2)
+
+    async def consolidated() -> bool:
+        return (
+            len(await sim.list_nodeclaims()) < before
+            and await walk.running("inflate", 2)
+            and await walk.running("inflate-wide", walk.options.wide_replicas)
+        )
+
+    await walk.until("a node consolidated away", consolidated)
+
+    walk.say("4. Scale inflate and inflate-wide to 0: emptiness deletes the empty nodes")
+    await sim.scale("Deployment", "default", "inflate", 0)
+    await sim.scale("Deployment", "default", "inflate-wide", 0)
+
+    async def empty() -> bool:
+        return not await sim.list_nodeclaims()
+
+    await walk.until("every empty node deleted", empty)
+
+
+async def drift_step(walk: Walkthrough) -> None:
+    """Ship a newer node image and watch drift replace the nodes one at a time while a PDB holds."""
+    sim = walk.sim
+    walk.say(
+        f"5. Scale storefront to {WEB_REPLICAS} (PDB minAvailable {WEB_MIN_AVAILABLE}), then ship a newer node "
+        "image: drift replaces the nodes one at a time"
+    )
+    await _patch(
+        walk,
+        "/apis/karpenter.sh/v1/nodepools/default",
+        {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}},
+        "kubectl patch nodepool default --type merge",
+    )
+    await sim.scale("Deployment", "default", "storefront", WEB_REPLICAS)
+    await walk.until("storefront running", lambda: walk.running("storefront", WEB_REPLICAS))
+    images = status_images(await sim.list_nodeclaims(), await sim.list_nodes())
+    wanted = {image["id"] for image in images}
+    await _patch(
+        walk,
+        "/apis/karpenter.azure.com/v1beta1/aksnodeclasses/default/status",
+        {"status": {"images": images}},
+        "kubectl patch aksnodeclass default --subresource status --type merge",
+    )
+    fewest_available = WEB_REPLICAS
+
+    async def drifted() -> bool:
+        nonlocal fewest_available
+        serving = [
+            pod for pod in await walk.pods("storefront") if pod.status and pod.status.phase == "Running"
+        ]
+        fewest_available = min(fewest_available, len(serving))
+        current = await sim.list_nodeclaims()
+        return (
+            bool(current)
+            and all(claim.status.image_id in wanted for claim in current)
+            and await walk.running("storefront", WEB_REPLICAS)
+        )
+
+    await walk.until("every node on the new image", drifted)
+    print(
+        f"Every node replaced; PDB storefront kept at least {fewest_available} of {WEB_REPLICAS} "
+        "storefront pods running.",
+        file=walk.out,
+        flush=True,
+    )
+
+
+async def dry_run_step(walk: Walkthrough, client: Any, cluster: str, task_queue: str, number: int) -> None:
+    """What `nodewright consolidate --dry-run` prints now: the plan, its savings, and why each node stays."""
+    walk.say(f"{number}. A manual consolidation, dry run")
+    print("$ nodewright consolidate --dry-run", file=walk.out, flush=True)
+    request = DisruptionInput(
+        cluster=cluster, mode=DisruptionMode.MANUAL, dry_run=True, settings=DisruptionSettings()
+    )
+    await consolidate(client, task_queue, request, False, "table", walk.out, lambda question: "n")

@@ -1,0 +1,445 @@
+"""Disruption as a durable workflow: Karpenter's disruption loop, and manual consolidation.
+
+Automatic (`disruption/<cluster>`): every `poll_seconds` a pass plans on a fresh snapshot (emptiness, drift,
+consolidation, expiration, within budgets and PDBs) and starts the first command. Emptiness and consolidation
+commands must still hold after `validation_seconds` (a fresh plan must choose the same candidates the same
+way, the replacement no dearer), else they are abandoned, as Karpenter validates them. A command taints its
+candidates, launches the replacements as NodeClaim lifecycles and waits until they are initialized, then
+signals each candidate's lifecycle to terminate; a replacement that fails rolls the command back (candidates
+untainted, other replacements deleted). Passes that find what the previous idle pass found are recorded as
+unchanged, so an idle loop's history stays small. It continues as new every so many passes.
+
+Manual (`consolidation/<cluster>/<time>`, `nodewright consolidate`): one pass of the consolidation methods
+only; a dry run ends there; otherwise it waits for `confirm`, then executes the commands one after another,
+each validated against a fresh plan first. The `plan` query answers in both modes, and the manual workflow
+returns the same status as its result, so the plan stays readable after it finished.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from workflows.conventions import RETRY, log
+
+with workflow.unsafe.imports_passed_through():
+    from core.disruption.commands import EXPIRED, BlockReason, Decision, Method
+    from core.messages import (
+        ActivityName,
+        CommandOutcome,
+        CommandResult,
+        DeletionRequested,
+        DisruptionActivity,
+        DisruptionCommand,
+        DisruptionEvent,
+        DisruptionInput,
+        DisruptionMode,
+        DisruptionPassRecord,
+        DisruptionPlanInput,
+        DisruptionStatus,
+        DisruptNodeClaim,
+        KeptNode,
+        LaunchReplacementsInput,
+        ReplacementProgress,
+    )
+    from workflows import search_attributes as attributes
+    from workflows.provisioner import nodeclaim_id
+
+VALIDATED = frozenset({Method.EMPTINESS, Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
+"""Methods whose commands wait and are validated before they execute (Karpenter's commandValidationDelay)."""
+
+UNCONSOLIDATABLE = frozenset(
+    {
+        BlockReason.PODS_UNSCHEDULABLE,
+        BlockReason.MULTIPLE_REPLACEMENTS,
+        BlockReason.NOT_CHEAPER,
+        BlockReason.SPOT_TO_SPOT_DISABLED,
+        BlockReason.SPOT_TO_SPOT_TOO_FEW_OPTIONS,
+        BlockReason.MIN_VALUES,
+        BlockReason.WHEN_EMPTY,
+        BlockReason.BALANCED,
+    }
+)
+"""Reasons consolidation gives for a candidate it looked at and kept: Karpenter's `Unconsolidatable` events."""
+BLOCKED = frozenset(
+    {
+        BlockReason.DO_NOT_DISRUPT_NODE,
+        BlockReason.DO_NOT_DISRUPT_POD,
+        BlockReason.POD_DISRUPTION_BUDGET,
+        BlockReason.BUDGET,
+        BlockReason.NOMINATED,
+        BlockReason.NODEPOOL_NOT_FOUND,
+        BlockReason.INSTANCE_TYPE_NOT_FOUND,
+        BlockReason.PRICE_UNKNOWN,
+    }
+)
+"""Reasons a node cannot be a candidate at all: Karpenter's `DisruptionBlocked` events. Other reasons
+(not managed, not initialized, already leaving, consolidateAfter not reached) are states, not news."""
+MAX_EVENTS_PER_PASS = 100
+MAX_RESULTS = 20
+"""Results the status query keeps (the history has them all)."""
+
+
+def disruption_id(cluster: str) -> str:
+    return f"disruption/{cluster}"
+
+
+def consolidation_id(cluster: str, stamp: str) -> str:
+    return f"consolidation/{cluster}/{stamp}"
+
+
+def kept_event(kept: KeptNode) -> tuple[str, str] | None:
+    """The event a kept node gets (reason, message), from the first reason that calls for one."""
+    for reason in kept.reasons:
+        if reason.code in UNCONSOLIDATABLE:
+            return "Unconsolidatable", reason.message
+        if reason.code in BLOCKED:
+            return "DisruptionBlocked", reason.message
+    return None
+
+
+def validate(command: DisruptionCommand, fresh: DisruptionPassRecord) -> tuple[DisruptionCommand | None, str]:
+    """The command as it may still execute after the validation wait, or None and why not.
+
+    Emptiness keeps the candidates a fresh plan still finds empty; consolidation needs the same candidates
+    chosen by the same method with the same decision, and a replacement no dearer than planned."""
+    nodes = {candidate.node for candidate in command.candidates}
+    if command.method == Method.EMPTINESS:
+        still = {
+            candidate.node
+            for planned in fresh.commands
+            if planned.method == Method.EMPTINESS
+            for candidate in planned.candidates
+        }
+        kept = [candidate for candidate in command.candidates if candidate.node in still]
+        if kept:
+            return command.model_copy(update={"candidates": kept}), ""
+        return None, _why_kept(nodes, fresh) or "the candidates are no longer empty"
+    for planned in fresh.commands:
+        if {c.node for c in planned.candidates} != nodes:
+            continue
+        if (planned.method, planned.decision) != (command.method, command.decision):
+            return None, f"a fresh plan would now {planned.decision} them by {planned.method}"
+        if command.decision == Decision.REPLACE:
+            before = command.replacements[0].price_micros if command.replacements else None
+            after = planned.replacements[0].price_micros if planned.replacements else None
+            if before is not None and after is not None and after > before:
+                return None, "the replacement would now cost more than planned"
+        return command, ""
+    return None, _why_kept(nodes, fresh) or "a fresh plan no longer chooses these candidates together"
+
+
+def _why_kept(nodes: set[str], fresh: DisruptionPassRecord) -> str:
+    for kept in fresh.kept:
+        if kept.node in nodes and kept.reasons:
+            return f"{kept.node}: {kept.reasons[0].message}"
+    return ""
+
+
+@workflow.defn(name="Disruption")
+class DisruptionWorkflow:
+    @workflow.init
+    def __init__(self, request: DisruptionInput) -> None:
+        self._status = DisruptionStatus(cluster=request.cluster, mode=request.mode, passes=request.passes)
+        self._confirmed: bool | None = None
+        self._commands = 0
+        """Commands this run carried out: with the run, it names their replacements."""
+        self._activity_timeout = timedelta(seconds=request.settings.activity_timeout_seconds)
+        self._event_reasons: dict[str, tuple[str, str]] = {}
+        """The last event each kept node got, so that one is emitted only when the reason changes."""
+
+    @workflow.query
+    def plan(self) -> DisruptionStatus:
+        return self._status
+
+    @workflow.signal
+    def confirm(self, execute: bool) -> None:
+        """Manual mode: go ahead (True) or cancel (False)."""
+        self._confirmed = execute
+
+    @workflow.run
+    async def run(self, request: DisruptionInput) -> DisruptionStatus:
+        if request.mode is DisruptionMode.MANUAL:
+            return await self._manual(request)
+        await self._automatic(request)
+        return self._status
+
+    # ---------------------------------------------------------------------------------------------- modes
+
+    async def _automatic(self, request: DisruptionInput) -> None:
+        settings = request.settings
+        fingerprint = ""
+        for _ in range(settings.passes_before_continue_as_new):
+            self._waiting("")
+            self._status.passes += 1
+            record = await self._plan(request, fingerprint)
+            if not record.unchanged:
+                self._status.plan = record
+                await self._explain(record)
+            # Only an idle pass may be summarized by the next: a pass with a command must be planned in full.
+            fingerprint = record.fingerprint if not record.commands else ""
+            executed = False
+            if record.commands:
+                result = await self._execute(
+                    request, record.commands[0], validate_after=settings.validation_seconds
+                )
+                executed = result.outcome is CommandOutcome.EXECUTED
+            if workflow.info().is_continue_as_new_suggested():
+                break
+            if not executed:
+                # Karpenter looks again at once after starting a command, else after its poll period.
+                workflow.set_current_details("waiting for the next disruption pass")
+                await workflow.sleep(timedelta(seconds=settings.poll_seconds))
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(request.model_copy(update={"passes": self._status.passes}))
+
+    async def _manual(self, request: DisruptionInput) -> DisruptionStatus:
+        self._status.passes += 1
+        record = await self._plan(request, "")
+        self._status.plan = record
+        commands = record.commands
+        if request.dry_run:
+            self._status.results = [
+                CommandResult(command=c, outcome=CommandOutcome.DRY_RUN) for c in commands
+            ]
+        if request.dry_run or not commands:
+            return self._status
+        self._waiting("confirmation")
+        try:
+            await workflow.wait_condition(
+                lambda: self._confirmed is not None,
+                timeout=timedelta(seconds=request.settings.confirmation_timeout_seconds),
+            )
+        except TimeoutError:
+            self._confirmed = False
+        if not self._confirmed:
+            self._waiting("")
+            self._status.results = [
+                CommandResult(command=c, outcome=CommandOutcome.CANCELLED, detail="not confirmed")
+                for c in commands
+            ]
+            return self._status
+        for command in commands:
+            await self._execute(request, command, validate_after=0.0)
+        self._waiting("")
+        return self._status
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    async def _execute(
+        self, request: DisruptionInput, command: DisruptionCommand, validate_after: float
+    ) -> CommandResult:
+        """Validate (when the method calls for it), then carry out one command; its result is recorded."""
+        result = await self._carry_out(request, command, validate_after)
+        self._status.results = [*self._status.results, result][-MAX_RESULTS:]
+        self._waiting("")
+        workflow.upsert_search_attributes(
+            [attributes.DISRUPTION_REASON.value_unset(), attributes.DECISION.value_unset()]
+        )
+        return result
+
+    async def _carry_out(
+        self, request: DisruptionInput, command: DisruptionCommand, validate_after: float
+    ) -> CommandResult:
+        manual = request.mode is DisruptionMode.MANUAL
+        self._commands += 1
+        key = f"{workflow.info().run_id}/{self._commands}"
+        if command.reason != EXPIRED and (manual or command.method in VALIDATED):
+            if validate_after > 0:
+                self._waiting("validation")
+                await workflow.sleep(timedelta(seconds=validate_after))
+            validated, why = validate(command, await self._plan(request, ""))
+            if validated is None:
+                log(
+                    "abandoning disruption command, command is no longer valid",
+                    command=command.message,
+                    reason=why,
+                )
+                return CommandResult(command=command, outcome=CommandOutcome.ABANDONED, detail=why)
+            command = validated
+        log(command.message)
+        workflow.upsert_search_attributes(
+            [
+                attributes.DISRUPTION_REASON.value_set(command.reason),
+                attributes.DECISION.value_set(command.decision),
+            ]
+        )
+        nodes = [candidate.node for candidate in command.candidates]
+        await self._activity(DisruptionActivity.TAINT_CANDIDATES, nodes, list[str])
+        replacements: list[str] = []
+        if command.replacements:
+            try:
+                replacements = await self._activity(
+                    DisruptionActivity.LAUNCH_REPLACEMENTS,
+                    LaunchReplacementsInput(
+                        cluster=request.cluster,
+                        command=command,
+                        key=key,
+                        lifecycle=request.lifecycle,
+                    ),
+                    list[str],
+                )
+                failure = await self._await_replacements(request, replacements)
+            except ActivityError as error:
+                failure = str(error.cause or error)
+            if failure:
+                await self._roll_back(command, replacements, failure)
+                return CommandResult(
+                    command=command,
+                    outcome=CommandOutcome.ROLLED_BACK,
+                    replacements=replacements,
+                    detail=failure,
+                )
+        await self._terminate(command)
+        return CommandResult(command=command, outcome=CommandOutcome.EXECUTED, replacements=replacements)
+
+    async def _await_replacements(self, request: DisruptionInput, names: list[str]) -> str:
+        """Wait until every replacement is initialized; why not, when one failed or time ran out."""
+        self._waiting("replacements")
+        deadline = workflow.now() + timedelta(seconds=request.settings.replacement_timeout_seconds)
+        announced = False
+        while True:
+            progress: ReplacementProgress = await self._activity(
+                DisruptionActivity.REPLACEMENT_PROGRESS, names, ReplacementProgress
+            )
+            if progress.failed:
+                return f"replacement nodeclaim(s) {', '.join(progress.failed)} failed to launch or register"
+            if not progress.waiting:
+                return ""
+            if workflow.now() >= deadline:
+                return (
+                    f"replacement nodeclaim(s) {', '.join(progress.waiting)} not initialized within "
+                    f"{request.settings.replacement_timeout_seconds:g}s"
+                )
+            if not announced:
+                announced = True
+                await self._events(
+                    [
+                        DisruptionEvent(
+                            kind="NodeClaim",
+                            name=name,
+                            reason="DisruptionWaitingReadiness",
+                            message="Waiting on readiness to continue disruption",
+                        )
+                        for name in progress.waiting
+                    ]
+                )
+            workflow.set_current_details(f"waiting for {len(progress.waiting)} replacement(s) to initialize")
+            await workflow.sleep(timedelta(seconds=request.settings.poll_seconds))
+
+    async def _roll_back(self, command: DisruptionCommand, replacements: list[str], failure: str) -> None:
+        """Karpenter's rollback: the candidates are untainted and kept, the replacements deleted."""
+        log("failed to disrupt nodes, rolling back", command=command.message, error=failure)
+        await self._activity(DisruptionActivity.UNTAINT_CANDIDATES, [c.node for c in command.candidates])
+        for name in replacements:
+            await self._signal(name, "delete", DeletionRequested(by=f"disruption rolled back: {failure}"))
+
+    async def _terminate(self, command: DisruptionCommand) -> None:
+        """Hand every candidate to its lifecycle's termination, as Karpenter deletes their NodeClaims."""
+        self._waiting("")
+        events = []
+        for candidate in command.candidates:
+            events.append(
+                DisruptionEvent(
+                    kind="Node",
+                    name=candidate.node,
+                    reason="DisruptionTerminating",
+                    message=f"Disrupting Node: {command.reason}",
+                )
+            )
+            events.append(
+                DisruptionEvent(
+                    kind="NodeClaim",
+                    name=candidate.nodeclaim,
+                    reason="DisruptionTerminating",
+                    message=f"Disrupting NodeClaim: {command.reason}",
+                )
+            )
+        await self._events(events)
+        sender = workflow.info().workflow_id
+        for candidate in command.candidates:
+            await self._signal(
+                candidate.nodeclaim, "disrupt", DisruptNodeClaim(reason=command.reason, command=sender)
+            )
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    async def _plan(self, request: DisruptionInput, fingerprint: str) -> DisruptionPassRecord:
+        workflow.set_current_details("planning")
+        record: DisruptionPassRecord = await self._activity(
+            ActivityName.PLAN_DISRUPTION,
+            DisruptionPlanInput(
+                cluster=request.cluster,
+                mode=request.mode,
+                nodepools=request.nodepools,
+                spot_to_spot_consolidation=request.settings.spot_to_spot_consolidation,
+                previous_fingerprint=fingerprint,
+            ),
+            DisruptionPassRecord,
+        )
+        return record
+
+    async def _explain(self, record: DisruptionPassRecord) -> None:
+        """Events for kept nodes whose reason changed since the last event: DisruptionBlocked or
+        Unconsolidatable, on the Node and its NodeClaim."""
+        current: dict[str, tuple[str, str]] = {}
+        events: list[DisruptionEvent] = []
+        for kept in record.kept:
+            event = kept_event(kept)
+            if event is None:
+                continue
+            if self._event_reasons.get(kept.node) == event:
+                current[kept.node] = event
+                continue
+            if len(events) + 2 > MAX_EVENTS_PER_PASS:
+                continue  # left for the next pass, which finds it still unannounced
+            current[kept.node] = event
+            reason, message = event
+            prefix = reason == "DisruptionBlocked"
+            events.append(
+                DisruptionEvent(
+                    kind="Node",
+                    name=kept.node,
+                    reason=reason,
+                    message=f"Cannot disrupt Node: {message}" if prefix else message,
+                )
+            )
+            if kept.nodeclaim:
+                events.append(
+                    DisruptionEvent(
+                        kind="NodeClaim",
+                        name=kept.nodeclaim,
+                        reason=reason,
+                        message=f"Cannot disrupt NodeClaim: {message}" if prefix else message,
+                    )
+                )
+        self._event_reasons = current
+        if events:
+            await self._events(events)
+
+    async def _events(self, events: list[DisruptionEvent]) -> None:
+        await self._activity(DisruptionActivity.RECORD_EVENTS, events)
+
+    async def _signal(self, nodeclaim: str, signal: str, argument: Any) -> None:
+        handle = workflow.get_external_workflow_handle(nodeclaim_id(nodeclaim))
+        try:
+            await handle.signal(signal, argument)
+        except Exception:  # the lifecycle already finished: the NodeClaim is gone anyway
+            workflow.logger.warning("could not signal %s to nodeclaim %s", signal, nodeclaim)
+
+    def _waiting(self, what: str) -> None:
+        self._status.waiting_for = what
+        if what:
+            workflow.set_current_details(f"waiting for {what}")
+
+    async def _activity(self, name: str, argument: Any, result_type: Any = None) -> Any:
+        return await workflow.execute_activity(
+            name,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=self._activity_timeout,
+            retry_policy=RETRY,
+        )
