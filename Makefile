@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-lifecycle clean
+.PHONY: demo test lint bench bench-lifecycle bench-disruption clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ bench: $(STAMP)
 
 bench-lifecycle: $(STAMP)
 	$(BIN)/python benchmarks/lifecycle.py
+
+bench-disruption: $(STAMP)
+	$(BIN)/python benchmarks/disruption.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
 from activities.kube import apply_condition, node_state, register_node
 from core import labels
@@ -18,6 +19,7 @@ from core.cluster import ClusterAPI
 from core.errors import CloudError, NotFoundError
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.types import InstanceType
 from core.messages import (
     ActivityName,
     ConditionUpdate,
@@ -34,10 +36,23 @@ UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUT
 
 
 class LifecycleActivities:
-    def __init__(self, cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog) -> None:
+    def __init__(
+        self, cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog | CatalogSource
+    ) -> None:
         self.cluster = cluster
         self.cloud = cloud
-        self.types = {instance_type.name: instance_type for instance_type in azure_instance_types(catalog)}
+        self.catalogs = CatalogSource.of(catalog)
+        """Read at every launch, so a refreshed catalog takes effect at the next one."""
+        self._types: tuple[int, dict[str, InstanceType]] | None = None
+
+    @property
+    def types(self) -> dict[str, InstanceType]:
+        """The instance types of the current catalog by name, rebuilt only when the catalog was replaced."""
+        version = self.catalogs.version
+        if self._types is None or self._types[0] != version:
+            types = azure_instance_types(self.catalogs.current)
+            self._types = (version, {instance_type.name: instance_type for instance_type in types})
+        return self._types[1]
 
     @activity.defn(name=ActivityName.LAUNCH_NODECLAIM)
     async def launch_nodeclaim(self, request: LaunchInput) -> LaunchResult:
@@ -90,6 +105,7 @@ class LifecycleActivities:
                 provider_id=result.provider_id,
                 capacity=result.capacity,
                 allocatable=result.allocatable,
+                image_id=instance.image_id or None,
                 labels={
                     labels.INSTANCE_TYPE: result.instance_type,
                     labels.ZONE: result.zone,

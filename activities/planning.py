@@ -15,13 +15,16 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.catalog_source import CatalogSource
 from activities.kube import nodeclaim_object, pod_event
 from core import labels
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.types import dollars
 from core.messages import (
+    MAX_RECORDED_PODS,
     ActivityName,
     LifecycleInput,
     LifecycleSettings,
@@ -72,8 +75,28 @@ def _instance_types_summary(options: list[str], shown: int = 5) -> str:
     return ", ".join(options[:shown]) + (f" and {others} other(s)" if others > 0 else "")
 
 
-def planned(claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidates: int) -> PlannedNodeClaim:
-    """A simulated NodeClaim as its lifecycle needs it."""
+def creation_reason(claim: NewNodeClaim) -> str:
+    """Why the scheduler chose this NodeClaim's launch, in one line: how many types fit, for which requests,
+    and the offering it is launched with first (the cheapest, in the provider's order)."""
+    requests = ", ".join(f"{name} {amount}" for name, amount in format_resources(claim.requests).items())
+    options = len(claim.instance_type_options)
+    fitting = f"{options} instance type{'s' if options != 1 else ''}"
+    pods = f"{len(claim.pods)} pod{'s' if len(claim.pods) != 1 else ''}"
+    head = f"cheapest of {fitting} that fit {pods} ({requests}) in NodePool {claim.nodepool}"
+    if not claim.launch_candidates:
+        return f"{head}: no offering available"
+    first = claim.launch_candidates[0]
+    price = dollars(first.offering.price_micros)
+    return (
+        f"{head}: {first.instance_type} {first.offering.capacity_type} in {first.offering.zone} "
+        f"at ${price:.4f}/h"
+    )
+
+
+def planned(
+    claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidates: int, batch: int = 0
+) -> PlannedNodeClaim:
+    """A simulated NodeClaim as its lifecycle needs it, with the pods it is for and why it was chosen."""
     template_labels = dict(pool.spec.template.metadata.labels) if pool else {}
     template_labels[labels.NODEPOOL] = claim.nodepool
     return PlannedNodeClaim(
@@ -94,9 +117,23 @@ def planned(claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidate
         requests=format_resources(claim.requests),
         instance_types=_instance_types_summary(claim.instance_type_options),
         pod_count=len(claim.pods),
+        pods=claim.pods[:MAX_RECORDED_PODS],
+        reason=creation_reason(claim),
+        batch=batch,
         expire_after_seconds=_seconds(pool, "expire"),
         termination_grace_period_seconds=_seconds(pool, "grace"),
     )
+
+
+def lifecycle_nodeclaim(
+    lifecycle: LifecycleInput, pool: NodePool | None, requirements: list[dict[str, object]]
+) -> NodeClaim:
+    """The NodeClaim object of a planned lifecycle (from provisioning or a disruption's replacement), carrying
+    its lifecycle input so that a retry can start the lifecycle an earlier attempt did not."""
+    nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
+    nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements)
+    nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
+    return nodeclaim
 
 
 async def concurrently(calls: Sequence[Awaitable[object]], limit: int = 32) -> None:
@@ -134,11 +171,14 @@ async def heartbeating(interval: float = 1.0) -> AsyncIterator[None]:
 class PlanningActivities:
     """Runs the scheduler on a snapshot of the cluster and carries out its decisions."""
 
-    def __init__(self, cluster: ClusterAPI, catalog: AzureCatalog, start_lifecycle: LifecycleStarter) -> None:
+    def __init__(
+        self, cluster: ClusterAPI, catalog: AzureCatalog | CatalogSource, start_lifecycle: LifecycleStarter
+    ) -> None:
         self.cluster = cluster
-        self.catalog = catalog
+        self.catalogs = CatalogSource.of(catalog)
+        """Read at every plan, so a refreshed catalog takes effect at the next one."""
         self.start_lifecycle = start_lifecycle
-        self._providers: dict[frozenset[tuple[str, str, str]], InstanceTypeProvider] = {}
+        self._providers: dict[tuple[int, frozenset[tuple[str, str, str]]], InstanceTypeProvider] = {}
 
     @activity.defn(name=ActivityName.PLAN_PROVISIONING)
     async def plan_provisioning(self, request: PlanInput) -> PlanResult:
@@ -171,17 +211,15 @@ class PlanningActivities:
         for index, claim in enumerate(c for c in results.nodeclaims if c.launch_candidates):
             pool = pools.get(claim.nodepool)
             name = f"{claim.nodepool}-{nodeclaim_suffix(run, request.batch, attempt, index)}"
-            decision = planned(claim, pool, name, request.max_launch_candidates)
+            decision = planned(claim, pool, name, request.max_launch_candidates, request.batch)
             lifecycle = LifecycleInput(
                 cluster=request.cluster,
                 nodeclaim=decision,
                 settings=request.lifecycle or LifecycleSettings(),
                 provisioner_workflow_id=request.provisioner_workflow_id or None,
             )
-            nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
-            nodeclaim = nodeclaim_object(decision, nodeclass, claim.requirements)
+            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements)
             nodeclaim.metadata.labels[PLAN_LABEL] = key
-            nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
             decisions.append((nodeclaim, lifecycle, claim.pods))
         # NodeClaims first (capacity the next plan counts on), then the pods' nominations, then lifecycles:
         # each stage concurrently, so a thousand NodeClaims exist within a second or two.
@@ -219,11 +257,12 @@ class PlanningActivities:
     def _provider(self, unavailable: frozenset[tuple[str, str, str]]) -> InstanceTypeProvider:
         # Building instance types from the catalog takes a tenth of a second; plans mostly repeat the same
         # unavailable offerings (usually none), so keep the last few.
-        provider = self._providers.get(unavailable)
+        key = (self.catalogs.version, unavailable)
+        provider = self._providers.get(key)
         if provider is None:
             if len(self._providers) >= 8:
                 self._providers.clear()
-            provider = self._providers[unavailable] = azure_provider(self.catalog, unavailable)
+            provider = self._providers[key] = azure_provider(self.catalogs.current, unavailable)
         return provider
 
     @staticmethod

@@ -43,6 +43,10 @@ class PlanInput(BaseModel):
     lifecycle: LifecycleSettings | None = None
 
 
+MAX_RECORDED_PODS = 50
+"""Pods named in a PlannedNodeClaim: enough to explain it, small enough for the lifecycle's start input."""
+
+
 class PlannedNodeClaim(BaseModel):
     """A NodeClaim the planning activity created, with what its lifecycle needs and nothing more.
 
@@ -59,6 +63,12 @@ class PlannedNodeClaim(BaseModel):
     instance_types: str = ""
     """The first few instance-type options and how many more, as Karpenter logs them."""
     pod_count: int = 0
+    pods: list[str] = Field(default_factory=list)
+    """The pods it was created for (namespace/name), the first `MAX_RECORDED_PODS`; `pod_count` has them all."""
+    reason: str = ""
+    """Why this NodeClaim and this launch, in one line, as `nodewright explain` shows it."""
+    batch: int = 0
+    """The provisioner batch that planned it."""
     expire_after_seconds: float | None = None
     termination_grace_period_seconds: float | None = None
 
@@ -202,6 +212,7 @@ class ConditionUpdate(BaseModel):
     event_reason: str = ""
     """When set, also record a Kubernetes Event on the NodeClaim with this reason and `message`."""
     event_type: str = "Normal"
+    image_id: str | None = None
 
 
 class LifecycleStatus(BaseModel):
@@ -427,3 +438,124 @@ class DisruptNodeClaim(BaseModel):
     """Karpenter's disruption reason (Empty, Drifted, Underutilized, Expired)."""
     command: str = ""
     """The disruption workflow that sent it, for the NodeClaim's history."""
+
+
+# ------------------------------------------------------------------------------------------ disruption (2)
+# What the disruption workflow sends its activities, and what they answer.
+
+
+class DisruptionPlanInput(BaseModel):
+    """The plan activity's input: which pass of which workflow, and what it may plan."""
+
+    cluster: str
+    mode: DisruptionMode = DisruptionMode.AUTOMATIC
+    nodepools: list[str] = Field(default_factory=list)
+    spot_to_spot_consolidation: bool = False
+    previous_fingerprint: str = ""
+    """The last recorded pass's fingerprint: an identical pass comes back `unchanged`, without its lists."""
+
+
+class LaunchReplacementsInput(BaseModel):
+    """Launch a command's replacements as NodeClaim lifecycles, named after the command (`key`) so that a
+    retried activity finds the NodeClaims an earlier attempt created."""
+
+    cluster: str
+    command: DisruptionCommand
+    key: str
+    lifecycle: LifecycleSettings | None = None
+    max_launch_candidates: int = 20
+
+
+class ReplacementProgress(BaseModel):
+    """Where a command's replacements are: initialized, gone (their launch failed), or still coming up."""
+
+    initialized: list[str] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
+    waiting: list[str] = Field(default_factory=list)
+
+
+class DisruptionEvent(BaseModel):
+    """A Kubernetes Event the disruption workflow records on a Node or NodeClaim."""
+
+    kind: str
+    """Node or NodeClaim."""
+    name: str
+    reason: str
+    """Karpenter's event reason: DisruptionBlocked, Unconsolidatable, DisruptionLaunching, ..."""
+    message: str
+    warning: bool = False
+
+
+class DisruptionActivity(StrEnum):
+    """The disruption workflow's activities besides `ActivityName.PLAN_DISRUPTION`."""
+
+    TAINT_CANDIDATES = "taint_disruption_candidates"
+    UNTAINT_CANDIDATES = "untaint_disruption_candidates"
+    LAUNCH_REPLACEMENTS = "launch_disruption_replacements"
+    REPLACEMENT_PROGRESS = "disruption_replacement_progress"
+    RECORD_EVENTS = "record_disruption_events"
+
+
+# ----------------------------------------------------------------------------------------------- maintenance
+# The scheduled maintenance workflows (workflows/maintenance.py): the catalog refresh, which replaces the
+# worker's VM sizes and prices with live ones from the Resource SKUs and Retail Prices APIs, and garbage
+# collection of the cluster's leaked VMs and NICs and of NodeClaims whose VM is gone.
+
+
+class MaintenanceActivity(StrEnum):
+    """The maintenance workflows' activities."""
+
+    REFRESH_CATALOG = "refresh_catalog"
+    COLLECT_GARBAGE = "collect_garbage"
+
+
+class CatalogOrigin(StrEnum):
+    """Where the VM sizes and prices a worker plans and launches with came from."""
+
+    SHIPPED = "shipped"
+    """The snapshot shipped as package data (until a live refresh succeeds, or after live calls failed)."""
+    LIVE = "live"
+    """The Resource SKUs and Retail Prices APIs, at `refreshed_at`."""
+
+
+class CatalogRefreshInput(BaseModel):
+    cluster: str
+    timeout_seconds: float = 300.0
+    """For the whole refresh: every page of both APIs (the Retail Prices API pages 1,000 items at a time)."""
+
+
+class CatalogRefreshResult(BaseModel):
+    """What one refresh did: replaced the catalog with live data, or kept the one in use and why."""
+
+    region: str
+    refreshed: bool
+    origin: CatalogOrigin
+    """Of the catalog in use after the refresh."""
+    refreshed_at: datetime | None = None
+    """When the catalog in use was built from live data (None: the shipped snapshot)."""
+    skus: int = 0
+    """VM sizes in the catalog in use."""
+    live_on_demand_prices: int = 0
+    live_spot_prices: int = 0
+    failure: str | None = None
+    """What failed, when the refresh kept the catalog in use."""
+
+
+class GarbageCollectionInput(BaseModel):
+    cluster: str
+    grace_seconds: float = 300.0
+    """A VM with no NodeClaim is left alone this long after its creation (the provider's 5 minutes): its
+    NodeClaim may not have its providerID yet."""
+    timeout_seconds: float = 300.0
+
+
+class GarbageCollectionResult(BaseModel):
+    """What one garbage collection removed, by name, and what it failed to remove."""
+
+    instances: list[str] = Field(default_factory=list)
+    """NodeClaim names of the VMs deleted (with their NICs and disks)."""
+    nodes: list[str] = Field(default_factory=list)
+    nics: list[str] = Field(default_factory=list)
+    nodeclaims: list[str] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+    """One line per deletion that failed; the next run tries again."""

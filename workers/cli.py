@@ -13,17 +13,18 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
 from core.api.manifests import Manifests, load_yaml, parse_manifests
 from core.api.meta import InvalidObjectError, Taint
 from core.disruption.options import DisruptionOptions
-from core.disruption.plan import DisruptionPlan, plan_disruption
+from core.disruption.plan import plan_disruption
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
 from core.instancetypes.types import dollars
+from core.messages import DisruptionPassRecord
 from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import (
@@ -33,6 +34,10 @@ from core.scheduling.snapshot import (
     fixed_provider,
     merge,
 )
+
+if TYPE_CHECKING:
+    from workers.azure import AzureConfig
+    from workers.settings import Settings
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -169,18 +174,20 @@ def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -
     out.write("\n")
 
 
-def render_disruption_table(plan: DisruptionPlan, out: TextIO, err: TextIO) -> None:
-    """A person's view of a disruption plan: the commands in order, every node kept and why, the savings."""
+def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO) -> None:
+    """A person's view of a disruption plan: the commands in order, every node kept and why, the savings.
+
+    It takes the plan as the disruption workflows record it, so `nodewright consolidate` prints the same."""
     if plan.commands:
         print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
         for command in plan.commands:
-            print(f"  {command.log_line()}", file=out)
+            print(f"  {command.message}", file=out)
     else:
         print("Disruption commands: none", file=out)
-    if plan.blocked:
-        print(f"Nodes kept ({len(plan.blocked)}):", file=out)
-        for blocked in plan.blocked:
-            print(f"  {blocked.node}: {'; '.join(reason.message for reason in blocked.reasons)}", file=out)
+    if plan.kept:
+        print(f"Nodes kept ({len(plan.kept)}):", file=out)
+        for kept in plan.kept:
+            print(f"  {kept.node}: {'; '.join(reason.message for reason in kept.reasons)}", file=out)
     for note in plan.notes:
         print(f"note: {note}", file=err)
     print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
@@ -222,7 +229,9 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
     if args.output == "json":
         write_json(plan.to_json(), manifests, out)
     else:
-        render_disruption_table(plan, out, err)
+        from activities.disruption import pass_record
+
+        render_disruption_table(pass_record(plan, now), out, err)
     return 1 if manifests.problems else 0
 
 
@@ -233,6 +242,12 @@ def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running, record_histories=record), out))
 
 
+def explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.explain import explain_command
+
+    return explain_command(args, out, err)
+
+
 def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.settings import load_settings
     from workers.temporal_server import run_dev_server
@@ -241,20 +256,31 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-async def _serve_worker() -> None:
+async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
+    from datetime import timedelta
+
+    from activities.catalog_source import CatalogSource
     from simulator.client import SimulatorClient
-    from workers.settings import load_settings
+    from workers.azure import cloud_provider, price_settings
+    from workers.schedules import ensure_schedules, refresh_catalog_now
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker, connect
 
-    settings = load_settings()
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     await ensure_search_attributes(client)
     simulator = SimulatorClient(settings.simulator_url)
-    worker = build_worker(
-        client, settings.task_queue, simulator, simulator, load_shipped_catalog(settings.region)
-    )
-    await worker.run()
+    catalogs = CatalogSource.shipped(azure.settings.location)
+    async with cloud_provider(simulator, azure, catalogs.current) as cloud:
+        worker = build_worker(client, settings.task_queue, simulator, cloud, catalogs, price_settings(azure))
+        await ensure_schedules(
+            client,
+            azure.settings.cluster_name,
+            settings.task_queue,
+            catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
+            gc_every=timedelta(seconds=settings.garbage_collection_seconds),
+        )
+        await refresh_catalog_now(client, azure.settings.cluster_name)
+        await worker.run()
 
 
 async def _serve_controller() -> None:
@@ -271,14 +297,31 @@ async def _serve_controller() -> None:
         batch_idle_seconds=settings.batch_idle_seconds,
         batch_max_seconds=settings.batch_max_seconds,
     )
-    await Controller(client, SimulatorClient(settings.simulator_url), provisioner, settings.task_queue).run()
+    from workers.consolidate import disruption_input
+
+    await Controller(
+        client,
+        SimulatorClient(settings.simulator_url),
+        provisioner,
+        settings.task_queue,
+        disruption=disruption_input(settings),
+    ).run()
 
 
 def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from activities.azure import AzureSettingsError
+    from workers.azure import load_azure
     from workers.logs import setup_logging
+    from workers.settings import load_settings
 
+    settings = load_settings()
+    try:
+        azure = load_azure(settings)
+    except AzureSettingsError as error:
+        print(f"error: {error}", file=err)
+        return 2
     setup_logging(out)
-    asyncio.run(_serve_worker())
+    asyncio.run(_serve_worker(settings, azure))
     return 0
 
 
@@ -292,8 +335,15 @@ def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def simulator(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from simulator.server import SimulatorSettings, run
+    from workers.logs import setup_logging
+    from workers.settings import load_settings
 
-    asyncio.run(run(SimulatorSettings(seed=args.seed), args.host, args.port))
+    settings = load_settings()
+    simulated = SimulatorSettings(seed=args.seed, cluster_name=settings.cluster_name)
+    simulated.arm.region = settings.region  # the cluster and region a worker with the same environment uses
+    setup_logging(out)
+    ca_dir = Path(args.ca_dir) if args.ca_dir else None
+    asyncio.run(run(simulated, args.host, args.port, args.arm_port, ca_dir))
     return 0
 
 
@@ -347,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
     disrupt.set_defaults(handler=plan_disruption_command)
 
+    from workers.consolidate import add_consolidate_parser
+
+    add_consolidate_parser(commands)
+
     walk = commands.add_parser(
         "demo",
         help="run the whole system on a simulated AKS and walk through provisioning and termination",
@@ -356,6 +410,18 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
     walk.add_argument("--record-histories", metavar="DIR", help="write every workflow history to DIR as JSON")
     walk.set_defaults(handler=demo)
+
+    story = commands.add_parser(
+        "explain",
+        help="the story of one node: why it was created, kept or chosen by disruption, and removed",
+        description="Reads the NodeClaim's workflow history and every disruption pass of its cluster from Temporal "
+        "(NODEWRIGHT_TEMPORAL_ADDRESS): the pods it was created for and why that launch, each offering tried, "
+        "registration and initialization, each disruption pass that kept or chose it and why, what removed it.",
+    )
+    story.add_argument("kind", choices=("node", "nodeclaim"))
+    story.add_argument("name")
+    story.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    story.set_defaults(handler=explain)
 
     server = commands.add_parser(
         "dev-server", help="run a Temporal dev server with the UI and our search attributes"
@@ -373,9 +439,19 @@ def build_parser() -> argparse.ArgumentParser:
         handler=controller
     )
 
-    sim = commands.add_parser("simulator", help="serve the simulated AKS over HTTP")
+    sim = commands.add_parser(
+        "simulator",
+        help="serve the simulated AKS over HTTP and its Azure Resource Manager over HTTPS",
+        description="Serves the Kubernetes API on --port and the ARM emulator on --arm-port. Point a worker at "
+        "both: NODEWRIGHT_SIMULATOR_URL, NODEWRIGHT_ARM_ENDPOINT=https://<host>:<arm-port> and "
+        "NODEWRIGHT_ARM_CA_FILE=<ca-dir>/arm-emulator-ca.pem; GET /aks on the simulator lists the other values.",
+    )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=8765)
+    sim.add_argument("--arm-port", type=int, default=8766)
+    sim.add_argument(
+        "--ca-dir", help="write the ARM emulator's CA certificate here (default: a temporary directory)"
+    )
     sim.add_argument("--seed", type=int, default=7)
     sim.set_defaults(handler=simulator)
     return parser

@@ -1,10 +1,12 @@
 """`nodewright demo`: the whole system on a laptop, walking through what Karpenter users do.
 
-It starts the Temporal dev server (with its UI), the simulated AKS, a worker and the controller, applies
-`deploy/examples/`, then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one
-zone) from 0 to a few replicas; scales the unconstrained `inflate-wide` up; scales both to zero and deletes
-one node, which the NodeClaim's workflow drains and terminates. Karpenter-style log lines and a
-`kubectl get nodeclaims`-style table show progress; the Temporal UI keeps every NodeClaim's history.
+It starts the Temporal dev server (with its UI), the simulated AKS (its Kubernetes API and its ARM emulator, which
+the worker's real Azure provider talks to over HTTPS), a worker and the controller, applies `deploy/examples/`,
+then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one zone) and the
+unconstrained `inflate-wide` up; scales them down and lets consolidation, then emptiness, remove nodes; ships a
+newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
+NodeClaim's workflow drains and terminates; and ends with a dry-run manual consolidation. Karpenter-style log
+lines and a `kubectl get nodeclaims`-style table show progress; the Temporal UI keeps every workflow's history.
 """
 
 from __future__ import annotations
@@ -16,20 +18,29 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
 from temporalio.client import Client
 
+from activities.catalog_source import CatalogSource
 from core.api.kube import Pod
 from core.api.nodeclaim import NodeClaim
-from core.instancetypes.catalog import load_shipped_catalog
-from core.messages import LifecycleSettings, ProvisionerInput
+from core.messages import (
+    DisruptionInput,
+    DisruptionSettings,
+    GarbageCollectionInput,
+    LifecycleSettings,
+    ProvisionerInput,
+)
 from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
+from workers.azure import cloud_provider, emulator_config, price_settings
 from workers.controller import Controller
+from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
 from workers.logs import setup_logging
+from workers.schedules import ensure_schedules, refresh_catalog_now
 from workers.temporal_server import DevServer
 from workers.worker import build_worker, connect
 
@@ -85,8 +96,9 @@ def nodeclaim_table(claims: list[NodeClaim], now: datetime | None = None) -> str
 class Walkthrough:
     """The demo's steps against a running system."""
 
-    def __init__(self, simulator: SimulatorClient, options: DemoOptions, out: TextIO) -> None:
+    def __init__(self, simulator: SimulatorClient, client: Client, options: DemoOptions, out: TextIO) -> None:
         self.sim = simulator
+        self.client = client
         self.options = options
         self.out = out
         self._last_table = ""
@@ -137,45 +149,68 @@ class Walkthrough:
         await self.sim.scale("Deployment", "default", "inflate-wide", options.wide_replicas)
         await self.until("inflate-wide running", lambda: self.running("inflate-wide", options.wide_replicas))
 
-        self.say("3. Scale both to 0, then delete one node (kubectl delete node)")
-        await self.sim.scale("Deployment", "default", "inflate", 0)
-        await self.sim.scale("Deployment", "default", "inflate-wide", 0)
+        await consolidation_steps(self)
+        await drift_step(self)
+
+        self.say("6. Delete one node (kubectl delete node): drained within the PDB, then replaced")
         claims = [claim for claim in await self.sim.list_nodeclaims() if claim.status.node_name]
         victim = sorted(claims, key=lambda c: c.name)[0]
         node = victim.status.node_name or ""
         print(f"$ kubectl delete node {node}", file=self.out, flush=True)
         await self.sim.delete_node(node)
 
-        async def gone() -> bool:
-            return all(claim.name != victim.name for claim in await self.sim.list_nodeclaims())
+        async def replaced() -> bool:
+            names = {claim.name for claim in await self.sim.list_nodeclaims()}
+            return victim.name not in names and await self.running("storefront", WEB_REPLICAS)
 
-        await self.until(f"nodeclaim {victim.name} terminated", gone)
+        await self.until(f"nodeclaim {victim.name} terminated and storefront running again", replaced)
         self.victim = victim.name
+        await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 7)
 
 
 @contextlib.asynccontextmanager
 async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatorClient]]:
     """Dev server, simulated AKS, worker and controller, all running until the block ends."""
-    async with DevServer(ui=True) as temporal, serve(SimulatorSettings(seed=options.seed)) as url:
-        client = await connect(temporal.target)
-        simulator = SimulatorClient(url)
-        worker = build_worker(client, TASK_QUEUE, simulator, simulator, load_shipped_catalog(options.region))
-        provisioner = ProvisionerInput(
-            cluster=options.cluster,
-            batch_idle_seconds=1,
-            batch_max_seconds=10,
-            lifecycle=LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1),
-        )
-        controller = Controller(client, simulator, provisioner, TASK_QUEUE, requeue_seconds=10)
-        async with worker:
-            task = asyncio.create_task(controller.run())
-            try:
-                yield temporal, simulator
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                await simulator.close()
+    simulated = SimulatorSettings(seed=options.seed, cluster_name=options.cluster)
+    simulated.arm.region = options.region
+    catalogs = CatalogSource.shipped(options.region)
+    async with (
+        DevServer(ui=True) as temporal,
+        serve(simulated) as url,
+        SimulatorClient(url) as simulator,
+    ):
+        azure = emulator_config(await simulator.cluster_info())
+        async with cloud_provider(simulator, azure, catalogs.current) as cloud:
+            client = await connect(temporal.target)
+            worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalogs, price_settings(azure))
+            lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
+            provisioner = ProvisionerInput(
+                cluster=options.cluster, batch_idle_seconds=1, batch_max_seconds=10, lifecycle=lifecycle
+            )
+            disruption = DisruptionInput(
+                cluster=options.cluster,
+                settings=DisruptionSettings(poll_seconds=2, validation_seconds=3),
+                lifecycle=lifecycle,
+            )
+            controller = Controller(
+                client, simulator, provisioner, TASK_QUEUE, requeue_seconds=10, disruption=disruption
+            )
+            async with worker:
+                await ensure_schedules(
+                    client,
+                    options.cluster,
+                    TASK_QUEUE,
+                    gc_every=timedelta(seconds=10),
+                    garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
+                )
+                await refresh_catalog_now(client, options.cluster)
+                task = asyncio.create_task(controller.run())
+                try:
+                    yield temporal, simulator
+                finally:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
 
 async def record_histories(client: Client, directory: Path) -> list[Path]:
@@ -198,7 +233,7 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
     async with system(options, out) as (temporal, simulator):
         print(f"Temporal UI: {temporal.ui_url}", file=out, flush=True)
-        walkthrough = Walkthrough(simulator, options, out)
+        walkthrough = Walkthrough(simulator, await connect(temporal.target), options, out)
         await walkthrough.run()
         elapsed = time.monotonic() - started
         print(f"\nWalkthrough finished in {elapsed:.0f} s.", file=out)

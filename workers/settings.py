@@ -64,6 +64,14 @@ class Settings(BaseSettings):
     registration_ttl_seconds: float = Field(default=900.0, gt=0)
     region: str = Field(default="eastus", pattern=r"^[a-z0-9]+$")
     log_level: LogLevel = LogLevel.INFO
+    disruption_poll_seconds: float = Field(default=10.0, gt=0)
+    """Between passes of the disruption loop (Karpenter polls every 10 s)."""
+    disruption_validation_seconds: float = Field(default=15.0, ge=0)
+    """How long a consolidation decision must hold before it executes (Karpenter's 15 s)."""
+    catalog_refresh_seconds: float = Field(default=12 * 3600.0, gt=0)
+    """Between refreshes of the instance types and prices from the Resource SKUs and Retail Prices APIs."""
+    garbage_collection_seconds: float = Field(default=120.0, gt=0)
+    """Between garbage collections of VMs and NICs without a NodeClaim (and NodeClaims without a VM)."""
 
     @field_validator("temporal_address")
     @classmethod

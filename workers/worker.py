@@ -1,4 +1,5 @@
-"""The worker: hosts the provisioner and NodeClaim workflows and their activities on one task queue."""
+"""The worker: hosts every workflow (provisioner, NodeClaim lifecycles, disruption, maintenance) and their
+activities on one task queue."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.azure.prices import PriceSettings
+from activities.azure.provider import AzureCloudProvider
+from activities.catalog_source import CatalogSource
 from activities.cloud import CloudActivities
+from activities.disruption import DisruptionActivities
 from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.planning import LifecycleStarter, PlanningActivities
@@ -19,10 +24,17 @@ from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 from core.messages import LifecycleInput
+from workers.schedules import maintenance_activities, maintenance_workflows
+from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
 
-WORKFLOWS: Sequence[type] = (ProvisionerWorkflow, NodeClaimWorkflow)
+WORKFLOWS: Sequence[type] = (
+    ProvisionerWorkflow,
+    NodeClaimWorkflow,
+    DisruptionWorkflow,
+    *maintenance_workflows(),
+)
 
 
 def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
@@ -41,12 +53,24 @@ def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
 
 
 def activities_for(
-    cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog, start_lifecycle: LifecycleStarter
+    cluster: ClusterAPI,
+    cloud: CloudProvider,
+    catalog: AzureCatalog | CatalogSource,
+    start_lifecycle: LifecycleStarter,
+    prices: PriceSettings | None = None,
 ) -> list[Any]:
-    """Every activity, bound to the cluster and cloud they act on."""
+    """Every activity, bound to the cluster and cloud they act on and to one catalog that refreshes replace.
+
+    The maintenance activities (catalog refresh, garbage collection) need the Azure provider itself."""
+    catalogs = CatalogSource.of(catalog)
     kube = KubeActivities(cluster)
-    lifecycle = LifecycleActivities(cluster, cloud, catalog)
-    planning = PlanningActivities(cluster, catalog, start_lifecycle)
+    lifecycle = LifecycleActivities(cluster, cloud, catalogs)
+    planning = PlanningActivities(cluster, catalogs, start_lifecycle)
+    maintenance = (
+        maintenance_activities(cluster, cloud, catalogs, prices)
+        if isinstance(cloud, AzureCloudProvider)
+        else []
+    )
     return [
         planning.plan_provisioning,
         lifecycle.launch_nodeclaim,
@@ -58,18 +82,36 @@ def activities_for(
         kube.delete_node,
         kube.delete_nodeclaim,
         CloudActivities(cloud).delete_instance,
+        *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle)),
+        *maintenance,
+    ]
+
+
+def disruption_activities(disruption: DisruptionActivities) -> list[Any]:
+    return [
+        disruption.plan_disruption,
+        disruption.taint_candidates,
+        disruption.untaint_candidates,
+        disruption.launch_replacements,
+        disruption.replacement_progress,
+        disruption.record_events,
     ]
 
 
 def build_worker(
-    client: Client, task_queue: str, cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog
+    client: Client,
+    task_queue: str,
+    cluster: ClusterAPI,
+    cloud: CloudProvider,
+    catalog: AzureCatalog | CatalogSource,
+    prices: PriceSettings | None = None,
 ) -> Worker:
     """A worker for our workflows and activities; a dead worker's sticky tasks move on after 2 s, not 10."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue)),
+        activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         graceful_shutdown_timeout=timedelta(seconds=5),
         max_concurrent_activities=64,

@@ -1,5 +1,6 @@
-"""The planning activity's retry: a NodeClaim an earlier attempt created but could not start a lifecycle for
-gets its lifecycle on the next attempt, and is not created twice."""
+"""The planning activity: a NodeClaim an earlier attempt created but could not start a lifecycle for gets its
+lifecycle on the next attempt, and is not created twice; every planned NodeClaim says which pods it is for and
+why its launch was chosen."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.planning import PlanningActivities
+from activities.planning import PlanningActivities, planned
 from core.instancetypes.catalog import load_shipped_catalog
-from core.messages import LifecycleInput, PlanInput
+from core.instancetypes.types import Offering
+from core.messages import MAX_RECORDED_PODS, LifecycleInput, PlanInput
+from core.scheduling.requirements import Requirements
+from core.scheduling.results import Launch, NewNodeClaim
 from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
 
@@ -59,3 +63,61 @@ async def test_a_retried_plan_starts_what_the_failed_attempt_created(sim: Simula
     assert started[0] == orphan.name
     assert plan.nodeclaims == []  # the pods fit the NodeClaim the first attempt made
     assert [claim.name for claim in await sim.list_nodeclaims()] == [orphan.name]
+
+
+async def test_a_planned_nodeclaim_names_its_pods_and_why_its_launch_was_chosen(sim: SimulatorClient) -> None:
+    await sim.scale("Deployment", "default", "inflate", 2)
+    started: list[LifecycleInput] = []
+
+    async def record(request: LifecycleInput) -> None:
+        started.append(request)
+
+    activities = PlanningActivities(sim, load_shipped_catalog("eastus"), record)
+    for _ in range(50):
+        if [pod for pod in await sim.list_pods() if pod.metadata.labels.get("app") == "inflate"]:
+            break
+    await ActivityEnvironment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=7))
+
+    [lifecycle] = started
+    claim = lifecycle.nodeclaim
+    inflate = sorted(
+        f"default/{pod.metadata.name}"
+        for pod in await sim.list_pods()
+        if pod.metadata.labels.get("app") == "inflate"
+    )
+    assert sorted(claim.pods) == inflate and claim.pod_count == 2
+    assert claim.batch == 7
+    # inflate is pinned to one type, on-demand, in eastus-2; the DaemonSet's 100m and 128Mi are included.
+    price = claim.launch_candidates[0].price_micros / 1e6
+    assert claim.reason == (
+        "cheapest of 1 instance type that fit 2 pods (cpu 2100m, memory 2176Mi, pods 3) in NodePool default: "
+        f"Standard_D4ps_v5 on-demand in eastus-2 at ${price:.4f}/h"
+    )
+
+
+def test_a_planned_nodeclaim_names_at_most_the_first_pods() -> None:
+    pods = [f"default/p-{index:03}" for index in range(MAX_RECORDED_PODS + 10)]
+    launch = Launch("Standard_D2s_v5", Offering("eastus-1", "spot", 12_300, True, Requirements([])), {})
+    claim = NewNodeClaim(
+        nodepool="default",
+        instance_type="Standard_D2s_v5",
+        zone="eastus-1",
+        capacity_type="spot",
+        price_micros=12_300,
+        instance_type_options=["Standard_D2s_v5", "Standard_D4s_v5"],
+        pods=pods,
+        labels={},
+        taints=[],
+        startup_taints=[],
+        requirements=[],
+        requests={"cpu": 1500, "pods": len(pods)},
+        launch_candidates=[launch],
+    )
+
+    decision = planned(claim, None, "default-abcde", max_candidates=20)
+
+    assert decision.pods == pods[:MAX_RECORDED_PODS] and decision.pod_count == len(pods)
+    assert decision.reason == (
+        "cheapest of 2 instance types that fit 60 pods (cpu 1500m, pods 60) in NodePool default: "
+        "Standard_D2s_v5 spot in eastus-1 at $0.0123/h"
+    )

@@ -30,6 +30,7 @@ from activities.kube import nodeclaim_object
 from core import labels
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
+from core.cloudprovider import CloudProvider
 from core.cluster import WatchEvent
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import (
@@ -43,9 +44,9 @@ from core.messages import (
     ProvisionerInput,
 )
 from simulator.client import SimulatorClient
-from simulator.compute import ComputeSettings
 from simulator.kubelet import KubeletSettings
 from simulator.server import SimulatorSettings, serve
+from workers.azure import cloud_provider, emulator_config
 from workers.controller import Controller
 from workers.worker import build_worker
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -78,8 +79,8 @@ async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 
 def small_delays(seed: int = 1, boot: float = 0.0, registration: float = 0.0) -> SimulatorSettings:
     """Instant, except for the VM boot and the kubelet's registration (seconds)."""
     settings = SimulatorSettings.instant(seed)
-    settings.compute = ComputeSettings(boot_delay=timedelta(seconds=boot), delete_delay=timedelta(0))
     settings.kubelet = KubeletSettings(
+        boot_delay=timedelta(seconds=boot),
         registration_delay=timedelta(seconds=registration),
         node_ready_delay=timedelta(0),
         startup_taint_delay=timedelta(0),
@@ -277,6 +278,8 @@ class System:
     sim: SimulatorClient
     task_queue: str
     cluster: str
+    cloud: CloudProvider
+    """The Azure provider on the simulated AKS's ARM, as the worker uses it."""
     events: list[WatchEvent] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -376,8 +379,16 @@ class System:
     async def node(self, name: str) -> Node | None:
         return await self.sim.get_node(name)
 
+    async def claim_of(self, node: str) -> str:
+        """The name of the NodeClaim whose Node this is (Nodes are named after their VMs, `aks-<nodeclaim>`)."""
+
+        async def find() -> str | None:
+            return next((c.name for c in await self.nodeclaims() if c.status.node_name == node), None)
+
+        return await eventually(find, what=f"the NodeClaim of node {node}")
+
     async def instance_names(self) -> list[str]:
-        return [instance.name for instance in await self.sim.list()]
+        return [instance.name for instance in await self.cloud.list()]
 
     async def gone(self, claim: str, node: str | None = None) -> bool:
         """Whether the NodeClaim, its instance and (when given) its Node are all gone."""
@@ -409,20 +420,25 @@ async def running_system(
     env: WorkflowEnvironment,
     task_queue: str,
     settings: SimulatorSettings | None = None,
-    worker: Callable[[Client, str, SimulatorClient], Worker] | None = None,
+    worker: Callable[[Client, str, SimulatorClient, CloudProvider], Worker] | None = None,
 ) -> AsyncIterator[System]:
-    """A simulated AKS (instant unless `settings` say otherwise) and a worker, until the block ends."""
+    """A simulated AKS (instant unless `settings` say otherwise), the Azure provider on its ARM, and a worker,
+    until the block ends."""
     async with serve(settings or SimulatorSettings.instant(seed=1)) as url:
         sim = SimulatorClient(url, timeout=10.0)
-        system = System(env.client, sim, task_queue, cluster=f"c-{uuid.uuid4().hex[:10]}")
-        system._tasks.append(asyncio.create_task(system._record()))
-        make = worker or (lambda client, queue, sim: build_worker(client, queue, sim, sim, CATALOG))
-        try:
-            async with make(env.client, task_queue, sim):
-                yield system
-        finally:
-            await system.stop()
-            await sim.close()
+        config = emulator_config(await sim.cluster_info(), timedelta(0))
+        async with cloud_provider(sim, config, CATALOG) as cloud:
+            system = System(env.client, sim, task_queue, cluster=f"c-{uuid.uuid4().hex[:10]}", cloud=cloud)
+            system._tasks.append(asyncio.create_task(system._record()))
+            make = worker or (
+                lambda client, queue, sim, cloud: build_worker(client, queue, sim, cloud, CATALOG)
+            )
+            try:
+                async with make(env.client, task_queue, sim, cloud):
+                    yield system
+            finally:
+                await system.stop()
+                await sim.close()
 
 
 @pytest_asyncio.fixture

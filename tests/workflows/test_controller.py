@@ -97,9 +97,9 @@ async def wakes_on_node_event(system: System) -> None:
         lambda: in_phase(lifecycle, Phase.RUNNING), timeout=10, what="registered, initialized"
     )
 
-    assert status.node == claim.name
+    assert status.node == f"aks-{claim.name}"  # the VM's name
     events = await signalled(system, lifecycle, "node_event", NodeEvent)
-    assert events and all(event.node == claim.name for event in events)
+    assert events and all(event.node == status.node for event in events)
     # A look right after launch, and (if the Node was not there yet) one more after the controller's
     # signal: never a round of 60 s polls.
     calls = [call.name for call in await activity_calls(lifecycle)]
@@ -132,4 +132,4 @@ async def test_a_deleted_nodeclaim_gets_its_workflow_to_terminate(system: System
     assert result.phase is Phase.TERMINATED
     requests = await signalled(system, lifecycle, "delete", DeletionRequested)
     assert requests and requests[0].by == "nodeclaim deleted"
-    assert await system.gone(claim.name, claim.name)
+    assert await system.gone(claim.name, f"aks-{claim.name}")

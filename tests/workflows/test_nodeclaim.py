@@ -20,7 +20,7 @@ from core.messages import (
     LifecycleInput,
     Phase,
 )
-from simulator.compute import Fault, FaultType
+from simulator.arm import Fault
 from tests.workflows.conftest import (
     FAST,
     INSTANCE_TYPE,
@@ -57,10 +57,8 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
     await system.apply_examples()
     await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
     pods = await system.unschedulable("pinned", 1)
-    # Whichever offering is tried first has no capacity; the fault is then used up.
-    await system.sim.add_fault(
-        Fault(type=FaultType.INSUFFICIENT_CAPACITY, instance_type=INSTANCE_TYPE, times=1)
-    )
+    # Whichever offering is tried first has no capacity in its zone; the fault is then used up.
+    await system.sim.add_fault(Fault.fail_late("ZonalAllocationFailed", vm_size=INSTANCE_TYPE, times=1))
     provisioner = await system.start_provisioner(pods)
 
     name = await only_nodeclaim(system)
@@ -78,8 +76,11 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
         second.capacity_type,
     )
     counters = await system.sim.counters()
-    assert (counters.creates_attempted, counters.instances_created, counters.faults_fired) == (2, 1, 1)
-    [instance] = await system.sim.list()
+    puts = counters.requests["PUT virtualMachines"]
+    assert (puts, counters.vms_created, counters.vms_deleted, counters.faults_fired) == (2, 2, 1, 1), (
+        "the failed VM was made, then cleaned up"
+    )
+    [instance] = await system.cloud.list()
     assert (instance.name, instance.zone) == (name, second.zone)
     claim = await system.nodeclaim(name)
     assert claim is not None
@@ -97,7 +98,7 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     await system.apply_examples()
     await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
     pods = await system.unschedulable("pinned", 1)
-    await system.sim.add_fault(Fault(type=FaultType.INSUFFICIENT_CAPACITY, instance_type=INSTANCE_TYPE))
+    await system.sim.add_fault(Fault.sku_not_available(INSTANCE_TYPE))
     provisioner = await system.start_provisioner(pods)
 
     name = (await eventually(lambda: _created_claims(system), what="a NodeClaim"))[0]
@@ -113,9 +114,12 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     deleted = await eventually(lambda: _final(system, name), what="the NodeClaim deleted")
     assert condition(deleted, "Launched") == ("False", "LaunchFailed")
     assert await system.nodeclaim(name) is None
-    assert await system.sim.list() == []
+    assert await system.cloud.list() == []
     counters = await system.sim.counters()
-    assert (counters.creates_attempted, counters.faults_fired, counters.instances_created) == (4, 4, 0)
+    puts = counters.requests["PUT virtualMachines"]
+    # SkuNotAvailable rules the size out in every zone (or for regional placement) at once, as the AKS
+    # provider's cache does: one PUT for the zonal offerings, one for the regional one.
+    assert (puts, counters.faults_fired, counters.vms_created) == (2, 2, 0)
     unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
     assert sorted((u.instance_type, u.zone, u.capacity_type) for u in unavailable) == sorted(tried)
 
@@ -134,7 +138,7 @@ async def _final(system: System, name: str) -> NodeClaim | None:
 async def test_registration_timeout_deletes_the_instance_and_the_nodeclaim(system: System) -> None:
     await system.apply_examples()
     claim = planned_claim(fresh_name("unregistered"), [offering("eastus-1")])
-    await system.sim.add_fault(Fault(type=FaultType.NEVER_REGISTER, name=claim.name))
+    await system.sim.never_register(f"aks-{claim.name}")
     lifecycle = await system.start_nodeclaim(claim, FAST.model_copy(update={"registration_ttl_seconds": 2}))
 
     result = await asyncio.wait_for(lifecycle.result(), 20)
@@ -147,7 +151,7 @@ async def test_registration_timeout_deletes_the_instance_and_the_nodeclaim(syste
     assert condition(deleted, "Launched") == ("True", "Launched")
     assert condition(deleted, "Registered") == ("False", "RegistrationTimeout")
     counters = await system.sim.counters()
-    assert (counters.instances_created, counters.instances_deleted) == (1, 1)
+    assert (counters.vms_created, counters.vms_deleted) == (1, 1)
     assert await system.gone(claim.name)
     assert await system.sim.list_nodes() == []
 
@@ -184,7 +188,8 @@ async def test_drain_waits_for_the_pod_disruption_budget(system: System) -> None
     node = pods[0].spec.node_name or ""
     on_node = {pod.metadata.name: pod.metadata.uid for pod in pods if pod.spec.node_name == node}
     daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
-    lifecycle = await system.nodeclaim_workflow(node)  # a node is named after its NodeClaim
+    claim = await system.claim_of(node)
+    lifecycle = await system.nodeclaim_workflow(claim)
 
     await system.sim.delete_node(node)
     blocked = await eventually(
@@ -200,7 +205,7 @@ async def test_drain_waits_for_the_pod_disruption_budget(system: System) -> None
     still = {pod.metadata.name: pod.metadata.uid for pod in await system.sim.list_pods_on_node(node)}
     assert on_node.items() <= still.items()
     assert set(daemon) <= set(still)  # DaemonSet pods go after the others
-    assert node in await system.instance_names()
+    assert claim in await system.instance_names()
     current = await system.node(node)
     assert current is not None and current.metadata.deletion_timestamp is not None
     assert any(taint.key == labels.DISRUPTED_TAINT for taint in current.spec.taints)
@@ -208,7 +213,7 @@ async def test_drain_waits_for_the_pod_disruption_budget(system: System) -> None
     await system.sim.apply([pdb("guarded", min_available=0)])
 
     assert await eventually(
-        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+        lambda: system.gone(claim, node), timeout=15, what="node, instance, NodeClaim gone"
     )
     evicted = {key for _, result in await drains(system, lifecycle) for key in result.evicted}
     assert {f"default/{name}" for name in on_node} <= evicted
@@ -227,14 +232,15 @@ async def test_termination_grace_period_forces_the_drain_past_the_budget(system:
     await system.sim.apply([pdb("guarded", min_available=2)])
     node = pods[0].spec.node_name or ""
     on_node = {pod.metadata.uid for pod in pods if pod.spec.node_name == node}
-    lifecycle = await system.nodeclaim_workflow(node)
+    claim = await system.claim_of(node)
+    lifecycle = await system.nodeclaim_workflow(claim)
     planned = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim
     assert planned.termination_grace_period_seconds == 3
 
     await system.sim.delete_node(node)
 
     assert await eventually(
-        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+        lambda: system.gone(claim, node), timeout=15, what="node, instance, NodeClaim gone"
     )
     passes = await drains(system, lifecycle)
     forced = [request.force for request, _ in passes]
@@ -281,13 +287,15 @@ def _deleted(kind: str, name: str) -> Callable[[WatchEvent], bool]:
     return lambda event: event.kind == kind and event.name == name and event.type == "DELETED"
 
 
-async def assert_terminated_in_order(system: System, node: str, pods: list[Pod], daemon: list[str]) -> None:
+async def assert_terminated_in_order(
+    system: System, claim: str, node: str, pods: list[Pod], daemon: list[str]
+) -> None:
     """Node, instance and NodeClaim are gone, and it happened in Karpenter's order: taint, drain (ordinary
     pods before DaemonSet pods), instance, Node, and last the NodeClaim's finalizer. The workflow's history
     gives the order of its steps; the watch stream gives the order the cluster saw."""
-    lifecycle = await system.nodeclaim_workflow(node)
+    lifecycle = await system.nodeclaim_workflow(claim)
     assert await eventually(
-        lambda: system.gone(node, node), timeout=15, what="node, instance, NodeClaim gone"
+        lambda: system.gone(claim, node), timeout=15, what="node, instance, NodeClaim gone"
     )
     result = await asyncio.wait_for(lifecycle.result(), 10)
     assert result.phase is Phase.TERMINATED
@@ -302,7 +310,7 @@ async def assert_terminated_in_order(system: System, node: str, pods: list[Pod],
     evicted = [_first(system, _deleted("Pod", pod.metadata.name), pod.metadata.name) for pod in pods]
     daemons = [_first(system, _deleted("Pod", name), name) for name in daemon]
     node_gone = _first(system, _deleted("Node", node), f"{node} deleted")
-    claim_gone = _first(system, _deleted("NodeClaim", node), f"NodeClaim {node} deleted")
+    claim_gone = _first(system, _deleted("NodeClaim", claim), f"NodeClaim {claim} deleted")
     # DaemonSet pods go last: evicted after the others when they do not tolerate the disrupted taint, or
     # left to go with the Node when they do (as Karpenter leaves them).
     assert tainted < min(evicted) and max(evicted) < min(daemons)
@@ -315,10 +323,11 @@ async def test_deleting_the_node_terminates_it_in_karpenter_order(system: System
     on_node = [pod for pod in pods if pod.spec.node_name == node]
     daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
     assert daemon
+    claim = await system.claim_of(node)
 
     await system.sim.delete_node(node)
 
-    await assert_terminated_in_order(system, node, on_node, daemon)
+    await assert_terminated_in_order(system, claim, node, on_node, daemon)
 
 
 async def test_deleting_the_nodeclaim_terminates_it_in_karpenter_order(system: System) -> None:
@@ -327,6 +336,8 @@ async def test_deleting_the_nodeclaim_terminates_it_in_karpenter_order(system: S
     on_node = [pod for pod in pods if pod.spec.node_name == node]
     daemon = [pod.metadata.name for pod in await system.sim.list_pods_on_node(node) if is_daemonset_pod(pod)]
 
-    await system.sim.delete_nodeclaim(node)
+    claim = await system.claim_of(node)
 
-    await assert_terminated_in_order(system, node, on_node, daemon)
+    await system.sim.delete_nodeclaim(claim)
+
+    await assert_terminated_in_order(system, claim, node, on_node, daemon)

@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.planning import LifecycleStarter, PlanningActivities
+from core.cloudprovider import CloudProvider
 from core.messages import (
     ActivityName,
     PlanInput,
@@ -132,7 +133,7 @@ async def test_pods_on_nodeclaims_in_flight_are_not_provisioned_twice(
         assert (second.pods, second.scheduled_on_existing, second.nodeclaims) == (3, 3, [])
         assert sorted(claim.name for claim in await system.nodeclaims()) == sorted(c.name for c in claims)
         await eventually(lambda: system.running("web", 3), timeout=15, what="web running")
-        assert (await system.sim.counters()).instances_created == len(claims)
+        assert (await system.sim.counters()).vms_created == len(claims)
 
 
 def unavailable(zone: str, until: datetime, instance_type: str = INSTANCE_TYPE) -> UnavailableOffering:
@@ -183,10 +184,12 @@ async def test_continue_as_new_carries_the_pending_pods_and_the_unavailable_offe
 ) -> None:
     gates: list[GatedPlanning] = []
 
-    def worker(client: Client, queue: str, sim: SimulatorClient) -> Worker:
+    def worker(client: Client, queue: str, sim: SimulatorClient, cloud: CloudProvider) -> Worker:
         starter = lifecycle_starter(client, queue)
         gates.append(GatedPlanning(sim, starter))
-        others = [a for a in activities_for(sim, sim, CATALOG, starter) if a.__name__ != "plan_provisioning"]
+        others = [
+            a for a in activities_for(sim, cloud, CATALOG, starter) if a.__name__ != "plan_provisioning"
+        ]
         return Worker(
             client,
             task_queue=queue,

@@ -21,12 +21,33 @@ from temporalio.worker import Replayer
 with workflow.unsafe.imports_passed_through():
     import pytest
 
-    from core.messages import ActivityName, LifecycleInput, LifecycleStatus, ProvisionerInput
+    from core.messages import (
+        ActivityName,
+        CatalogRefreshInput,
+        CatalogRefreshResult,
+        DisruptionInput,
+        DisruptionPassRecord,
+        DisruptionStatus,
+        GarbageCollectionInput,
+        GarbageCollectionResult,
+        LifecycleInput,
+        LifecycleStatus,
+        ProvisionerInput,
+    )
+    from workflows.disruption import DisruptionWorkflow
+    from workflows.maintenance import CatalogRefreshWorkflow, GarbageCollectionWorkflow
     from workflows.nodeclaim import NodeClaimWorkflow
     from workflows.provisioner import ProvisionerWorkflow
 
 HISTORIES = Path(__file__).parent.parent / "histories"
-WORKFLOW_TYPES = ("Provisioner", "NodeClaim")
+WORKFLOWS: tuple[type, ...] = (
+    ProvisionerWorkflow,
+    NodeClaimWorkflow,
+    DisruptionWorkflow,
+    CatalogRefreshWorkflow,
+    GarbageCollectionWorkflow,
+)
+WORKFLOW_TYPES = ("Provisioner", "NodeClaim", "Disruption", "CatalogRefresh", "GarbageCollection")
 
 
 # ------------------------------------------------------------------------- deliberately non-deterministic code
@@ -83,9 +104,45 @@ class ProvisionerWithoutBatching(ProvisionerWorkflow):
         return None
 
 
+@workflow.defn(name="Disruption")
+class DisruptionPlansTwice(DisruptionWorkflow):
+    """Plans every pass twice: a second planning activity where the history has the first one's successor."""
+
+    @workflow.run
+    async def run(self, request: DisruptionInput) -> DisruptionStatus:
+        return await super().run(request)
+
+    async def _plan(self, request: DisruptionInput, fingerprint: str) -> DisruptionPassRecord:
+        await super()._plan(request, fingerprint)
+        return await super()._plan(request, fingerprint)
+
+
+@workflow.defn(name="CatalogRefresh")
+class CatalogRefreshAfterATimer(CatalogRefreshWorkflow):
+    """Waits a second before refreshing: a timer where the history has the refresh activity."""
+
+    @workflow.run
+    async def run(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super().run(request)
+
+
+@workflow.defn(name="GarbageCollection")
+class GarbageCollectionAfterATimer(GarbageCollectionWorkflow):
+    """Waits a second before collecting: a timer where the history has the collection activity."""
+
+    @workflow.run
+    async def run(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
+        await workflow.sleep(timedelta(seconds=1))
+        return await super().run(request)
+
+
 VARIANTS: dict[str, tuple[type, ...]] = {
     "NodeClaim": (NodeClaimTimerBeforeLaunch, NodeClaimCleansUpBeforeLaunch),
     "Provisioner": (ProvisionerTimerBeforePlanning, ProvisionerWithoutBatching),
+    "Disruption": (DisruptionPlansTwice,),
+    "CatalogRefresh": (CatalogRefreshAfterATimer,),
+    "GarbageCollection": (GarbageCollectionAfterATimer,),
 }
 
 
@@ -129,7 +186,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # ------------------------------------------------------------------------------------------------------ tests
 
 
-def test_histories_cover_both_workflows() -> None:
+def test_histories_cover_every_workflow() -> None:
     """Without a history of each workflow, the cases below would pass by having nothing to replay."""
     recorded = {workflow_type(path) for path in history_files()}
     assert recorded == set(WORKFLOW_TYPES), (
@@ -139,12 +196,12 @@ def test_histories_cover_both_workflows() -> None:
 
 
 async def test_history_replays(history: Path) -> None:
-    result = await replayer(ProvisionerWorkflow, NodeClaimWorkflow).replay_workflow(load_history(history))
+    result = await replayer(*WORKFLOWS).replay_workflow(load_history(history))
     assert result.replay_failure is None
 
 
 async def test_non_deterministic_change_fails_replay(history_and_variant: tuple[Path, type]) -> None:
     path, variant = history_and_variant
-    others = [wf for wf in (ProvisionerWorkflow, NodeClaimWorkflow) if not issubclass(variant, wf)]
+    others = [wf for wf in WORKFLOWS if not issubclass(variant, wf)]
     with pytest.raises(workflow.NondeterminismError):
         await replayer(variant, *others).replay_workflow(load_history(path))
