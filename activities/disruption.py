@@ -51,6 +51,7 @@ from core.messages import (
     PlannedReplacement,
     ReplacementProgress,
 )
+from core.resources import parse_resources
 from core.scheduling.instancetypeset import InstanceTypeSet, ResourceAxes
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim, launch_order
@@ -92,6 +93,7 @@ def command_message(command: Command) -> DisruptionCommand:
                 labels=r.labels,
                 taints=list(r.taints),
                 pods=list(r.pods),
+                requests=r.requests,
             )
             for r in command.replacements
         ],
@@ -183,7 +185,7 @@ def replacement_claim(
         taints=list(replacement.taints),
         startup_taints=list(pool.spec.template.spec.startup_taints),
         requirements=list(replacement.requirements),
-        requests={},
+        requests=parse_resources(replacement.requests),
         launch_candidates=launches,
     )
 

@@ -350,6 +350,7 @@ class PlannedReplacement(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     pods: list[str] = Field(default_factory=list)
+    requests: dict[str, str] = Field(default_factory=dict)
 
 
 class DisruptionCommand(BaseModel):

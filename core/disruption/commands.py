@@ -7,7 +7,7 @@ reason it was kept for, each with a machine-readable code and a sentence a perso
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from core.api.meta import Taint
@@ -152,6 +152,8 @@ class Replacement:
     labels: dict[str, str]
     taints: tuple[Taint, ...]
     pods: tuple[str, ...]
+    requests: dict[str, str] = field(default_factory=dict)
+    """The pods' summed requests plus DaemonSet overhead, as the NodeClaim's `spec.resources.requests`."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -169,6 +171,7 @@ class Replacement:
                 taint.model_dump(mode="json", by_alias=True, exclude_none=True) for taint in self.taints
             ],
             "pods": list(self.pods),
+            "requests": self.requests,
         }
 
 

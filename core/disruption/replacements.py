@@ -20,6 +20,7 @@ import numpy as np
 from core import labels
 from core.disruption.commands import Replacement
 from core.instancetypes.types import InstanceType, Offering
+from core.resources import format_resources
 from core.scheduling.instancetypeset import NO_PRICE, BoolArray, InstanceTypeSet, IntArray
 from core.scheduling.requirements import Operator, Requirement, Requirements
 from core.scheduling.results import NewNodeClaim
@@ -182,4 +183,5 @@ class Priced:
             labels=dict(sorted(node_labels.items())),
             taints=tuple(self.claim.taints),
             pods=tuple(self.claim.pods),
+            requests=format_resources(self.claim.requests),
         )

@@ -23,6 +23,7 @@ from core.messages import (
     LifecycleInput,
     PlannedReplacement,
 )
+from core.resources import parse_resources
 from simulator.client import SimulatorClient
 from simulator.server import SimulatorSettings, serve
 from tests.core.disruption.fixtures import NOW, bound, cluster, node_pair, nodepool, plan
@@ -86,6 +87,10 @@ def test_a_replace_command_carries_what_its_replacement_launches_with() -> None:
     assert replacement.capacity_types == ["spot"]
     assert replacement.requirements == list(planned.requirements)
     assert command.pods_moved == 1 and command.savings_micros == result.commands[0].savings_micros
+    # The moved pod's requests (2 cpu, 3Gi) are what the replacement NodeClaim asks for, at least.
+    requests = parse_resources(replacement.requests)
+    assert requests["cpu"] >= 2000 and requests["memory"] >= 3 * 2**30
+    assert replacement.requests == planned.requests
 
 
 def test_replacement_launches_follow_the_requirements_cheapest_first() -> None:
@@ -141,6 +146,8 @@ async def test_replacements_are_created_as_lifecycles_and_a_retry_finds_them(sim
     candidates = lifecycle.nodeclaim.launch_candidates
     assert candidates and {c.capacity_type for c in candidates} == {"spot"}
     assert {c.instance_type for c in candidates} <= {"Standard_D4s_v5", "Standard_D4as_v5"}
+    assert claim.requests["cpu"] >= 2000
+    assert lifecycle.nodeclaim.requests == request.command.replacements[0].requests
     launching = [e for e in await sim.list_objects("Event") if e["reason"] == "DisruptionLaunching"]
     assert launching[0]["message"] == "Launching NodeClaim: Underutilized"
     other = await ActivityEnvironment().run(
