@@ -473,6 +473,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
             "DevServerError",
             "SearchAttributeError",
             "TimeoutError",
+            "TemporalUnreachableError",
         }:
             print(f"error: {error}", file=err)
             return 1

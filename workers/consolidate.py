@@ -62,13 +62,13 @@ def add_consolidate_parser(commands: Any) -> None:
 def consolidate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.logs import setup_logging
     from workers.settings import load_settings
-    from workers.worker import connect
+    from workers.worker import connect_configured
 
     setup_logging(err)
     settings = load_settings()
 
     async def run() -> int:
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
+        client = await connect_configured(settings.temporal_address, settings.temporal_namespace)
         request = DisruptionInput(
             cluster=settings.cluster_name,
             mode=DisruptionMode.MANUAL,

@@ -247,6 +247,20 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
             written = await record_histories(await connect(temporal.target), options.record_histories)
             print(f"Recorded {len(written)} workflow histories in {options.record_histories}", file=out)
         if options.keep_running:
-            print("Everything keeps running (--keep-running); press Ctrl-C to stop.", file=out, flush=True)
+            print(
+                "Everything keeps running (--keep-running); in another shell, try:\n"
+                f"  export NODEWRIGHT_TEMPORAL_ADDRESS={temporal.target} NODEWRIGHT_TASK_QUEUE={TASK_QUEUE} "
+                f"NODEWRIGHT_CLUSTER_NAME={options.cluster}\n"
+                f"  nodewright explain nodeclaim {walkthrough.victim}\n"
+                "  nodewright consolidate --dry-run\n"
+                "Press Ctrl-C to stop.",
+                file=out,
+                flush=True,
+            )
+        else:
+            print(
+                "To explain a node or consolidate by hand, run `nodewright demo --keep-running`.",
+                file=out,
+            )
             await asyncio.Event().wait()
     return 0

@@ -653,14 +653,14 @@ def render_json(story: Story, out: TextIO) -> None:
 
 async def _explain_from_settings(kind: str, name: str) -> Story:
     from workers.settings import load_settings
-    from workers.worker import connect
+    from workers.worker import TemporalUnreachableError, connect_configured
 
     settings = load_settings()
     unreachable = f"cannot reach Temporal at {settings.temporal_address} (NODEWRIGHT_TEMPORAL_ADDRESS)"
     try:
-        client = await connect(settings.temporal_address, settings.temporal_namespace)
-    except RuntimeError as error:
-        raise ExplainError(f"{unreachable}: {error}") from None
+        client = await connect_configured(settings.temporal_address, settings.temporal_namespace)
+    except TemporalUnreachableError as error:
+        raise ExplainError(str(error)) from None
     try:
         return await explain(client, kind, name)
     except RPCError as error:

@@ -121,3 +121,17 @@ def build_worker(
 async def connect(address: str, namespace: str = "default") -> Client:
     """A Temporal client that speaks pydantic payloads."""
     return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+
+
+class TemporalUnreachableError(RuntimeError):
+    """The configured Temporal cannot be reached; the message names the address and the variable."""
+
+
+async def connect_configured(address: str, namespace: str = "default") -> Client:
+    """`connect` for the CLI's commands: an unreachable server is one clear line, not a transport traceback."""
+    try:
+        return await connect(address, namespace)
+    except RuntimeError as error:
+        raise TemporalUnreachableError(
+            f"cannot reach Temporal at {address} (NODEWRIGHT_TEMPORAL_ADDRESS): {error}"
+        ) from None

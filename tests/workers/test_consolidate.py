@@ -149,3 +149,15 @@ def test_the_disruption_loop_takes_its_timings_from_the_environment(monkeypatch:
     monkeypatch.setenv("NODEWRIGHT_DISRUPTION_POLL_SECONDS", "0")
     with pytest.raises(SettingsError, match="NODEWRIGHT_DISRUPTION_POLL_SECONDS='0'"):
         load_settings()
+
+
+def test_an_unreachable_temporal_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.cli import main
+
+    monkeypatch.setenv("NODEWRIGHT_TEMPORAL_ADDRESS", "127.0.0.1:1")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["consolidate", "--dry-run"], out, err) == 1
+    assert err.getvalue().startswith(
+        "error: cannot reach Temporal at 127.0.0.1:1 (NODEWRIGHT_TEMPORAL_ADDRESS)"
+    )
+    assert "Traceback" not in err.getvalue() and out.getvalue() == ""
