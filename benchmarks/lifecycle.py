@@ -439,6 +439,8 @@ async def run_one(count: int, shape: str) -> dict[str, Any]:
             "NODEWRIGHT_SIMULATOR_URL": simulator.base_url,
             "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
             "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
+            # The disruption loop plans once at start, then idles: this measures provisioning alone.
+            "NODEWRIGHT_DISRUPTION_POLL_SECONDS": "3600",
         }
         worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalog)
         controller = child_process([sys.executable, "-m", "workers.cli", "controller"], settings)
