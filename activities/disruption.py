@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.catalog_source import CatalogSource
 from activities.kube import DISRUPTED, kube_event
+from activities.metrics import Metrics, default_metrics
 from activities.planning import (
     LifecycleStarter,
     concurrently,
@@ -194,11 +195,16 @@ class DisruptionActivities:
     """Plans disruption passes on a fresh snapshot and carries out the workflow's steps in the cluster."""
 
     def __init__(
-        self, cluster: ClusterAPI, catalog: AzureCatalog | CatalogSource, start_lifecycle: LifecycleStarter
+        self,
+        cluster: ClusterAPI,
+        catalog: AzureCatalog | CatalogSource,
+        start_lifecycle: LifecycleStarter,
+        metrics: Metrics | None = None,
     ) -> None:
         self.cluster = cluster
         self.start_lifecycle = start_lifecycle
         self.catalogs = CatalogSource.of(catalog)
+        self.metrics = metrics or default_metrics()
         self._provider: tuple[int, InstanceTypeProvider] | None = None
 
     def instance_types(self) -> InstanceTypeProvider:
@@ -220,6 +226,8 @@ class DisruptionActivities:
             snapshot = await self.cluster.snapshot()
             now = datetime.now(UTC)
             plan = await asyncio.to_thread(plan_disruption, snapshot, self.instance_types(), options, now)
+        if request.mode is DisruptionMode.AUTOMATIC and not request.nodepools:
+            self.metrics.set_allowed_disruptions(plan.budgets)
         return pass_record(plan, now, request.previous_fingerprint)
 
     @activity.defn(name=DisruptionActivity.TAINT_CANDIDATES)
@@ -270,6 +278,11 @@ class DisruptionActivities:
             )
             made.append((lifecycle_nodeclaim(lifecycle, pool, replacement.requirements), lifecycle))
         await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _ in made])
+        existing = {claim.name for claim in snapshot.nodeclaims}  # a retry finds its NodeClaims: not counted
+        for nodeclaim, lifecycle in made:
+            if nodeclaim.name not in existing:
+                # Karpenter's replacements carry the disruption reason, lower-cased, as their creation reason.
+                self.metrics.nodeclaim_created(command.reason.lower(), lifecycle.nodeclaim.nodepool, False)
         message = f"Launching NodeClaim: {command.reason}"
         await concurrently(
             [

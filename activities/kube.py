@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.metrics import DisruptedReason, Metrics, default_metrics, disrupted_reason
 from core import labels
 from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_node_ready, is_terminal, tolerates
 from core.api.meta import ObjectMeta, Taint, TaintEffect
-from core.api.nodeclaim import NodeClaim
-from core.api.nodepool import StatusCondition
+from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from core.api.nodepool import NodePool, StatusCondition
 from core.cluster import ClusterAPI
 from core.errors import NotFoundError, PDBViolationError
 from core.messages import (
@@ -186,14 +187,38 @@ async def register_node(cluster: ClusterAPI, node: str, node_labels: dict[str, s
     return patched is not None
 
 
+def has_expired(claim: NodeClaim, pool: NodePool | None, now: datetime) -> bool:
+    """Whether the NodeClaim outlived its NodePool's expireAfter without a disruption command choosing it:
+    its lifecycle's own timer, not a command, ended it."""
+    expire = pool.spec.template.spec.expire_after_duration if pool is not None else None
+    created = claim.metadata.creation_timestamp
+    return (
+        expire is not None
+        and created is not None
+        and claim.status.condition("DisruptionReason") is None
+        and claim.is_true(NodeClaimConditionType.INITIALIZED)
+        and created + expire <= now
+    )
+
+
 class KubeActivities:
-    def __init__(self, cluster: ClusterAPI) -> None:
+    def __init__(self, cluster: ClusterAPI, metrics: Metrics | None = None) -> None:
         self.cluster = cluster
+        self.metrics = metrics or default_metrics()
 
     @activity.defn(name=ActivityName.UPDATE_NODECLAIM)
     async def update_nodeclaim(self, update: ConditionUpdate) -> bool:
-        """Set one condition (and any status fields given); False when the NodeClaim is gone."""
-        return await apply_condition(self.cluster, update)
+        """Set one condition (and any status fields given); False when the NodeClaim is gone.
+
+        A condition that records a disruption counts it, once: only when this call changed the condition."""
+        reason = disrupted_reason(update)
+        before = await self.cluster.get_nodeclaim(update.name) if reason else None
+        applied = await apply_condition(self.cluster, update)
+        previous = before.status.condition(update.type) if before is not None else None
+        if reason and before is not None and (previous is None or previous.status != update.status):
+            pool = await self.cluster.get_nodepool(before.labels.get(labels.NODEPOOL, ""))
+            self.metrics.nodeclaim_disrupted(reason, before, pool)
+        return applied
 
     @activity.defn(name=ActivityName.TAINT_FOR_TERMINATION)
     async def taint_for_termination(self, node: str) -> bool:
@@ -235,7 +260,11 @@ class KubeActivities:
 
     @activity.defn(name=ActivityName.DELETE_NODE)
     async def delete_node(self, node: str) -> None:
+        # Counted when this call released the finalizer, so a retry after it does not count again.
+        before = await self.cluster.get_node(node)
         await self.cluster.patch_node(node, remove_finalizers=[labels.TERMINATION_FINALIZER])
+        if before is not None and labels.TERMINATION_FINALIZER in before.metadata.finalizers:
+            self.metrics.node_terminated(before)
         try:
             await self.cluster.delete_node(node)
         except NotFoundError:
@@ -243,9 +272,19 @@ class KubeActivities:
 
     @activity.defn(name=ActivityName.DELETE_NODECLAIM)
     async def delete_nodeclaim(self, name: str) -> None:
-        """Delete the NodeClaim and release its finalizer: the object goes away."""
+        """Delete the NodeClaim and release its finalizer: the object goes away.
+
+        Counted as terminated (and, when its expireAfter ended it, as disrupted) by the call that releases the
+        finalizer; a retry finds the NodeClaim gone and counts nothing."""
+        claim = await self.cluster.get_nodeclaim(name)
         try:
             await self.cluster.delete_nodeclaim(name)
         except NotFoundError:
             return
         await self.cluster.patch_nodeclaim_metadata(name, remove_finalizers=[labels.TERMINATION_FINALIZER])
+        if claim is None or labels.TERMINATION_FINALIZER not in claim.metadata.finalizers:
+            return
+        self.metrics.nodeclaim_terminated(claim)
+        pool = await self.cluster.get_nodepool(claim.labels.get(labels.NODEPOOL, ""))
+        if has_expired(claim, pool, datetime.now(UTC)):
+            self.metrics.nodeclaim_disrupted(DisruptedReason.EXPIRED, claim, pool)

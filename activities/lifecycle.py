@@ -12,6 +12,7 @@ from temporalio import activity
 from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
 from activities.kube import apply_condition, node_state, register_node
+from activities.metrics import Metrics, default_metrics
 from core import labels
 from core.api.meta import Taint, TaintEffect
 from core.cloudprovider import CloudProvider, LaunchRequest
@@ -37,10 +38,15 @@ UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUT
 
 class LifecycleActivities:
     def __init__(
-        self, cluster: ClusterAPI, cloud: CloudProvider, catalog: AzureCatalog | CatalogSource
+        self,
+        cluster: ClusterAPI,
+        cloud: CloudProvider,
+        catalog: AzureCatalog | CatalogSource,
+        metrics: Metrics | None = None,
     ) -> None:
         self.cluster = cluster
         self.cloud = cloud
+        self.metrics = metrics or default_metrics()
         self.catalogs = CatalogSource.of(catalog)
         """Read at every launch, so a refreshed catalog takes effect at the next one."""
         self._types: tuple[int, dict[str, InstanceType]] | None = None
@@ -118,12 +124,16 @@ class LifecycleActivities:
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:
         """Find the Node with the NodeClaim's providerID and register it; None while there is none yet."""
-        node = request.node
-        if node is None:
-            found = await self.cluster.find_node_by_provider_id(request.provider_id)
-            node = found.metadata.name if found is not None else None
-        if node is None or not await register_node(self.cluster, node, request.labels):
+        found = (
+            await self.cluster.get_node(request.node)
+            if request.node is not None
+            else await self.cluster.find_node_by_provider_id(request.provider_id)
+        )
+        node = found.metadata.name if found is not None else request.node
+        if found is None or node is None or not await register_node(self.cluster, node, request.labels):
             return None
+        if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
+            self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))
         await apply_condition(
             self.cluster,
             ConditionUpdate(name=request.nodeclaim, type="Registered", status="True", node_name=node),

@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.catalog_source import CatalogSource
 from activities.kube import nodeclaim_object, pod_event
+from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -172,12 +173,17 @@ class PlanningActivities:
     """Runs the scheduler on a snapshot of the cluster and carries out its decisions."""
 
     def __init__(
-        self, cluster: ClusterAPI, catalog: AzureCatalog | CatalogSource, start_lifecycle: LifecycleStarter
+        self,
+        cluster: ClusterAPI,
+        catalog: AzureCatalog | CatalogSource,
+        start_lifecycle: LifecycleStarter,
+        metrics: Metrics | None = None,
     ) -> None:
         self.cluster = cluster
         self.catalogs = CatalogSource.of(catalog)
         """Read at every plan, so a refreshed catalog takes effect at the next one."""
         self.start_lifecycle = start_lifecycle
+        self.metrics = metrics or default_metrics()
         self._providers: dict[tuple[int, frozenset[tuple[str, str, str]]], InstanceTypeProvider] = {}
 
     @activity.defn(name=ActivityName.PLAN_PROVISIONING)
@@ -208,7 +214,8 @@ class PlanningActivities:
                 if existing.labels.get(PLAN_LABEL) == key and recorded:
                     await self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
         decisions: list[tuple[NodeClaim, LifecycleInput, list[str]]] = []
-        for index, claim in enumerate(c for c in results.nodeclaims if c.launch_candidates):
+        launched = [c for c in results.nodeclaims if c.launch_candidates]
+        for index, claim in enumerate(launched):
             pool = pools.get(claim.nodepool)
             name = f"{claim.nodepool}-{nodeclaim_suffix(run, request.batch, attempt, index)}"
             decision = planned(claim, pool, name, request.max_launch_candidates, request.batch)
@@ -224,6 +231,11 @@ class PlanningActivities:
         # NodeClaims first (capacity the next plan counts on), then the pods' nominations, then lifecycles:
         # each stage concurrently, so a thousand NodeClaims exist within a second or two.
         await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _, _ in decisions])
+        before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created
+        for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):
+            if nodeclaim.name not in before:
+                relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
+                self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, claim.nodepool, relaxed)
         await concurrently(
             [
                 self.cluster.record_event(

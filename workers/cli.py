@@ -297,6 +297,7 @@ async def _serve_controller() -> None:
         batch_idle_seconds=settings.batch_idle_seconds,
         batch_max_seconds=settings.batch_max_seconds,
     )
+    from activities.metrics import default_metrics
     from workers.consolidate import disruption_input
 
     await Controller(
@@ -305,7 +306,25 @@ async def _serve_controller() -> None:
         provisioner,
         settings.task_queue,
         disruption=disruption_input(settings),
+        metrics=default_metrics(),
     ).run()
+
+
+def start_metrics_server(port: int, variable: str, err: TextIO) -> bool:
+    """Serve `/metrics` on `port` (0: not at all) with the build info set; False, after one line on `err`
+    naming the variable, when the port cannot be bound."""
+    from activities.metrics import default_metrics
+    from workers.metrics import serve_metrics, set_build_info
+
+    if not port:
+        return True
+    try:
+        serve_metrics(port)
+    except OSError as error:
+        print(f"error: cannot serve metrics on port {port} ({variable}): {error.strerror or error}", file=err)
+        return False
+    set_build_info(default_metrics())
+    return True
 
 
 def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -320,6 +339,8 @@ def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except AzureSettingsError as error:
         print(f"error: {error}", file=err)
         return 2
+    if not start_metrics_server(settings.metrics_port, "NODEWRIGHT_METRICS_PORT", err):
+        return 2
     setup_logging(out)
     asyncio.run(_serve_worker(settings, azure))
     return 0
@@ -327,7 +348,11 @@ def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.logs import setup_logging
+    from workers.settings import load_settings
 
+    port = load_settings().controller_metrics_port
+    if not start_metrics_server(port, "NODEWRIGHT_METRICS_PORT, plus one for the controller", err):
+        return 2
     setup_logging(out)
     asyncio.run(_serve_controller())
     return 0

@@ -7,6 +7,8 @@
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
   deleted asks the workflow to terminate.
+- Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
+  NodePool usage and limits) from a snapshot.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
+from activities.metrics import Metrics
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.messages import DeletionRequested, DisruptionInput, NodeEvent, PodsPending, ProvisionerInput
+from workers.metrics import watch_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
@@ -51,6 +55,8 @@ class Controller:
         debounce_seconds: float = 0.2,
         requeue_seconds: float = 10.0,
         disruption: DisruptionInput | None = None,
+        metrics: Metrics | None = None,
+        metrics_seconds: float = 5.0,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -59,6 +65,9 @@ class Controller:
         self.debounce_seconds = debounce_seconds
         self.requeue_seconds = requeue_seconds
         self.disruption = disruption
+        self.metrics = metrics
+        """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
+        self.metrics_seconds = metrics_seconds
         self.provisionable: set[str] = set()
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
@@ -72,6 +81,8 @@ class Controller:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
+            if self.metrics is not None:
+                group.create_task(watch_cluster_state(self.cluster, self.metrics, self.metrics_seconds))
 
     async def _start_disruption(self, disruption: DisruptionInput) -> None:
         try:

@@ -25,6 +25,7 @@ from typing import TextIO
 from temporalio.client import Client
 
 from activities.catalog_source import CatalogSource
+from activities.metrics import default_metrics
 from core.api.kube import Pod
 from core.api.nodeclaim import NodeClaim
 from core.messages import (
@@ -40,6 +41,7 @@ from workers.azure import cloud_provider, emulator_config, price_settings
 from workers.controller import Controller
 from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
 from workers.logs import setup_logging
+from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.schedules import ensure_schedules, refresh_catalog_now
 from workers.temporal_server import DevServer
 from workers.worker import build_worker, connect
@@ -193,7 +195,14 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 lifecycle=lifecycle,
             )
             controller = Controller(
-                client, simulator, provisioner, TASK_QUEUE, requeue_seconds=10, disruption=disruption
+                client,
+                simulator,
+                provisioner,
+                TASK_QUEUE,
+                requeue_seconds=10,
+                disruption=disruption,
+                metrics=default_metrics(),
+                metrics_seconds=2,
             )
             async with worker:
                 await ensure_schedules(
@@ -231,12 +240,24 @@ async def record_histories(client: Client, directory: Path) -> list[Path]:
 async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     setup_logging(out, karpenter_only=True)
     started = time.monotonic()
+    metrics_server = serve_metrics(0, addr="127.0.0.1")
+    set_build_info(default_metrics())
+    try:
+        return await _walk_through(options, out, started, metrics_server.server_port)
+    finally:
+        metrics_server.shutdown()
+        metrics_server.server_close()
+
+
+async def _walk_through(options: DemoOptions, out: TextIO, started: float, metrics_port: int) -> int:
     async with system(options, out) as (temporal, simulator):
         print(f"Temporal UI: {temporal.ui_url}", file=out, flush=True)
+        print(f"Metrics: http://127.0.0.1:{metrics_port}/metrics", file=out, flush=True)
         walkthrough = Walkthrough(simulator, await connect(temporal.target), options, out)
         await walkthrough.run()
         elapsed = time.monotonic() - started
         print(f"\nWalkthrough finished in {elapsed:.0f} s.", file=out)
+        print(f"Metrics: {metrics_summary(default_metrics())}", file=out)
         print(f"Every NodeClaim's history is in the Temporal UI: {temporal.ui_url}", file=out)
         print(
             f'  search: NodeClaim="{walkthrough.victim}"   or   NodePool="default" AND Phase="Running"',
@@ -257,10 +278,10 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
                 file=out,
                 flush=True,
             )
+            await asyncio.Event().wait()
         else:
             print(
                 "To explain a node or consolidate by hand, run `nodewright demo --keep-running`.",
                 file=out,
             )
-            await asyncio.Event().wait()
     return 0

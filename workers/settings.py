@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     """Between refreshes of the instance types and prices from the Resource SKUs and Retail Prices APIs."""
     garbage_collection_seconds: float = Field(default=120.0, gt=0)
     """Between garbage collections of VMs and NICs without a NodeClaim (and NodeClaims without a VM)."""
+    metrics_port: int = Field(default=8080, ge=0, le=65534)
+    """Where the worker serves `/metrics` (Karpenter's 8080); the controller serves on the next port. 0: neither."""
 
     @field_validator("temporal_address")
     @classmethod
@@ -104,6 +106,11 @@ class Settings(BaseSettings):
     @property
     def batch_max(self) -> timedelta:
         return timedelta(seconds=self.batch_max_seconds)
+
+    @property
+    def controller_metrics_port(self) -> int:
+        """The controller's `/metrics` port: the worker's plus one (0 when metrics are off)."""
+        return self.metrics_port + 1 if self.metrics_port else 0
 
     @property
     def registration_ttl(self) -> timedelta:

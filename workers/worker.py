@@ -19,11 +19,13 @@ from activities.cloud import CloudActivities
 from activities.disruption import DisruptionActivities
 from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
+from activities.metrics import Metrics, default_metrics
 from activities.planning import LifecycleStarter, PlanningActivities
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 from core.messages import LifecycleInput
+from workers.metrics import MeteredCloudProvider
 from workers.schedules import maintenance_activities, maintenance_workflows
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -58,14 +60,19 @@ def activities_for(
     catalog: AzureCatalog | CatalogSource,
     start_lifecycle: LifecycleStarter,
     prices: PriceSettings | None = None,
+    metrics: Metrics | None = None,
 ) -> list[Any]:
-    """Every activity, bound to the cluster and cloud they act on and to one catalog that refreshes replace.
+    """Every activity, bound to the cluster and cloud they act on and to one catalog that refreshes replace,
+    counting into `metrics` (the process's by default).
 
-    The maintenance activities (catalog refresh, garbage collection) need the Azure provider itself."""
+    The maintenance activities (catalog refresh, garbage collection) need the Azure provider itself, so only
+    the lifecycle's and termination's cloud calls are timed."""
+    metrics = metrics or default_metrics()
     catalogs = CatalogSource.of(catalog)
-    kube = KubeActivities(cluster)
-    lifecycle = LifecycleActivities(cluster, cloud, catalogs)
-    planning = PlanningActivities(cluster, catalogs, start_lifecycle)
+    metered = MeteredCloudProvider(cloud, metrics)
+    kube = KubeActivities(cluster, metrics)
+    lifecycle = LifecycleActivities(cluster, metered, catalogs, metrics)
+    planning = PlanningActivities(cluster, catalogs, start_lifecycle, metrics)
     maintenance = (
         maintenance_activities(cluster, cloud, catalogs, prices)
         if isinstance(cloud, AzureCloudProvider)
@@ -81,8 +88,8 @@ def activities_for(
         kube.drain_node,
         kube.delete_node,
         kube.delete_nodeclaim,
-        CloudActivities(cloud).delete_instance,
-        *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle)),
+        CloudActivities(metered).delete_instance,
+        *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),
         *maintenance,
     ]
 

@@ -255,6 +255,7 @@ async def running_system(tmp_path: Path) -> AsyncIterator[System]:
                 env_var("simulator_url"): url,
                 env_var("task_queue"): task_queue,
                 env_var("cluster_name"): CLUSTER,
+                env_var("metrics_port"): "0",  # no /metrics: port 8080 may be taken on a test machine
             },
             log_path=tmp_path / "worker.log",
         )

@@ -1,0 +1,426 @@
+"""Karpenter's metrics: the activities count what they did (once, even when retried), the cloud decorator
+times calls and labels failures by kind, the controller's gauges match a known cluster, `/metrics` serves
+Prometheus' text format. Each test reads its own registry."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import urllib.request
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from temporalio.testing import ActivityEnvironment
+
+from activities.disruption import DisruptionActivities
+from activities.kube import KubeActivities, apply_condition, has_expired
+from activities.metrics import Metrics, snake_case
+from activities.planning import PlanningActivities
+from core import labels
+from core.api.manifests import Manifests
+from core.api.nodepool import StatusCondition
+from core.cloudprovider import Instance, LaunchRequest
+from core.errors import InsufficientCapacityError, NotFoundError, Offering
+from core.instancetypes.catalog import load_shipped_catalog
+from core.messages import ConditionUpdate, DisruptionPlanInput, LifecycleInput, PlanInput
+from simulator.client import SimulatorClient
+from simulator.server import SimulatorSettings, serve
+from tests.activities.test_disruption import replace_command_input
+from tests.core.disruption.fixtures import bound, cluster, node_pair, nodepool, plan
+from workers.cli import start_metrics_server
+from workers.metrics import (
+    MeteredCloudProvider,
+    serve_metrics,
+    set_build_info,
+    update_cluster_state,
+    watch_cluster_state,
+)
+from workers.settings import SettingsError, load_settings
+
+EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+CATALOG = load_shipped_catalog("eastus")
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(CollectorRegistry())
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimulatorClient]:
+    async with serve(SimulatorSettings.instant(3)) as url, SimulatorClient(url) as client:
+        for path in sorted(EXAMPLES.glob("*.yaml")):
+            await client.apply(path.read_text())
+        yield client
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def _nothing(_: LifecycleInput) -> None:
+    return None
+
+
+async def planned(sim: SimulatorClient, metrics: Metrics, replicas: int = 2) -> list[str]:
+    """Scale the pinned example deployment and plan until planning creates its NodeClaims (three of its pods
+    fill one)."""
+    await sim.scale("Deployment", "default", "inflate", replicas)
+    planning = PlanningActivities(sim, CATALOG, _nothing, metrics)
+    for _ in range(50):
+        result = await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="test"))
+        if result.nodeclaims:
+            return [claim.name for claim in result.nodeclaims]
+    raise AssertionError("planning never saw the pending pods")
+
+
+async def launched(sim: SimulatorClient, name: str, capacity_type: str, zone: str) -> None:
+    """Record the NodeClaim as launched with an offering, as the launch activity does."""
+    offering = {labels.CAPACITY_TYPE: capacity_type, labels.ZONE: zone}
+    await apply_condition(sim, ConditionUpdate(name=name, type="Launched", status="True", labels=offering))
+
+
+# --- activities ----------------------------------------------------------------------------------------------
+
+
+async def test_planning_counts_the_nodeclaims_it_created(sim: SimulatorClient, metrics: Metrics) -> None:
+    names = await planned(sim, metrics)
+    created = value(
+        metrics,
+        "karpenter_nodeclaims_created_total",
+        reason="provisioned",
+        nodepool="default",
+        min_values_relaxed="false",
+    )
+    assert created == len(names) > 0
+
+
+async def test_a_replacement_is_counted_once_with_its_disruption_reason(
+    sim: SimulatorClient, metrics: Metrics
+) -> None:
+    activities = DisruptionActivities(sim, CATALOG, _nothing, metrics)
+    request = replace_command_input("run-1/3/0")
+    await ActivityEnvironment().run(activities.launch_replacements, request)
+    await ActivityEnvironment().run(activities.launch_replacements, request)  # a retry finds it
+    reason = request.command.reason.lower()
+    assert reason == "underutilized"
+    created = value(
+        metrics,
+        "karpenter_nodeclaims_created_total",
+        reason=reason,
+        nodepool="default",
+        min_values_relaxed="false",
+    )
+    assert created == 1
+
+
+async def test_a_disruption_reason_is_counted_once_with_karpenters_labels(
+    sim: SimulatorClient, metrics: Metrics
+) -> None:
+    [name, *_] = await planned(sim, metrics)
+    await launched(sim, name, "on-demand", "eastus-2")
+    kube = KubeActivities(sim, metrics)
+    update = ConditionUpdate(name=name, type="DisruptionReason", status="True", reason="Underutilized")
+    await ActivityEnvironment().run(kube.update_nodeclaim, update)
+    await ActivityEnvironment().run(kube.update_nodeclaim, update)  # a retry changes nothing: not counted
+    disrupted = value(
+        metrics,
+        "karpenter_nodeclaims_disrupted_total",
+        reason="underutilized",
+        nodepool="default",
+        capacity_type="on-demand",
+        consolidation_policy="when_empty_or_underutilized",
+        termination_mode="graceful",
+    )
+    assert disrupted == 1
+
+
+async def test_launch_failures_and_registration_timeouts_count_as_karpenter_does(
+    sim: SimulatorClient, metrics: Metrics
+) -> None:
+    first, second = await planned(sim, metrics, replicas=4)
+    kube = KubeActivities(sim, metrics)
+    await ActivityEnvironment().run(
+        kube.update_nodeclaim,
+        ConditionUpdate(name=first, type="Launched", status="False", reason="LaunchFailed"),
+    )
+    await ActivityEnvironment().run(
+        kube.update_nodeclaim,
+        ConditionUpdate(name=second, type="Registered", status="False", reason="RegistrationTimeout"),
+    )
+    # An ordinary condition is no disruption.
+    await ActivityEnvironment().run(
+        kube.update_nodeclaim, ConditionUpdate(name=second, type="Initialized", status="False")
+    )
+    common = {"nodepool": "default", "capacity_type": "", "consolidation_policy": ""}
+    common["termination_mode"] = "graceful"
+    name = "karpenter_nodeclaims_disrupted_total"
+    assert value(metrics, name, reason="insufficient_capacity", **common) == 1
+    assert value(metrics, name, reason="registration_timeout", **common) == 1
+    total = sum(s.value for f in metrics.nodeclaims_disrupted.collect() for s in f.samples if s.name == name)
+    assert total == 2
+
+
+async def test_a_deleted_nodeclaim_is_counted_terminated_once(sim: SimulatorClient, metrics: Metrics) -> None:
+    [name, *_] = await planned(sim, metrics)
+    await launched(sim, name, "spot", "eastus-1")
+    kube = KubeActivities(sim, metrics)
+    await ActivityEnvironment().run(kube.delete_nodeclaim, name)
+    await ActivityEnvironment().run(kube.delete_nodeclaim, name)
+    assert await sim.get_nodeclaim(name) is None
+    terminated = value(
+        metrics,
+        "karpenter_nodeclaims_terminated_total",
+        nodepool="default",
+        capacity_type="spot",
+        zone="eastus-1",
+    )
+    assert terminated == 1
+    # Its NodePool's expireAfter (720h) had not passed: not an expiration.
+    assert (
+        metrics.registry.get_sample_value("karpenter_nodeclaims_disrupted_total", {"reason": "expired"})
+        is None
+    )
+
+
+async def test_a_deleted_node_is_counted_terminated_once(sim: SimulatorClient, metrics: Metrics) -> None:
+    _, node = node_pair("aks-default-abcde")
+    body = node.model_dump(mode="json", by_alias=True, exclude_none=True)
+    body["metadata"]["finalizers"] = [labels.TERMINATION_FINALIZER]
+    await sim.apply([{"apiVersion": "v1", "kind": "Node", **body}])
+    kube = KubeActivities(sim, metrics)
+    await ActivityEnvironment().run(kube.delete_node, "aks-default-abcde")
+    await ActivityEnvironment().run(kube.delete_node, "aks-default-abcde")
+    zone = node.metadata.labels[labels.ZONE]
+    assert value(metrics, "karpenter_nodes_terminated_total", nodepool="default", zone=zone) == 1
+
+
+def test_an_expired_nodeclaim_is_one_its_pools_expireafter_ended_without_a_command() -> None:
+    claim, _ = node_pair("a")
+    created = claim.metadata.creation_timestamp
+    assert created is not None
+    pool = nodepool(expire_after="1h")
+    assert has_expired(claim, pool, created + timedelta(hours=1))
+    assert not has_expired(claim, pool, created + timedelta(minutes=59))
+    assert not has_expired(claim, nodepool(expire_after="Never"), created + timedelta(days=3650))
+    chosen = claim.model_copy(deep=True)
+    chosen.status.conditions.append(StatusCondition(type="DisruptionReason", status="True", reason="Drifted"))
+    assert not has_expired(chosen, pool, created + timedelta(hours=2))
+
+
+async def test_the_plan_sets_the_allowed_disruptions_from_its_budgets(
+    sim: SimulatorClient, metrics: Metrics
+) -> None:
+    activities = DisruptionActivities(sim, CATALOG, _nothing, metrics)
+    await ActivityEnvironment().run(activities.plan_disruption, DisruptionPlanInput(cluster="test"))
+    samples = [s for f in metrics.allowed_disruptions.collect() for s in f.samples]
+    # The example NodePool has no nodes yet: a percentage of none allows none.
+    assert {(s.labels["nodepool"], s.labels["reason"], s.value) for s in samples} == {
+        ("default", reason, 0) for reason in ("Underutilized", "Empty", "Drifted")
+    }
+
+
+def test_budgets_of_a_plan_become_allowed_disruptions_per_pool_and_reason(metrics: Metrics) -> None:
+    pairs = [node_pair(name) for name in "abcd"]
+    budgets = [{"nodes": "50%"}, {"nodes": "1", "reasons": ["Drifted"]}]
+    result = plan(cluster([nodepool(budgets=budgets)], pairs, [bound(n) for n in "abcd"]))
+    metrics.set_allowed_disruptions(result.budgets)
+
+    def allowed(reason: str) -> float:
+        return value(metrics, "karpenter_nodepools_allowed_disruptions", nodepool="default", reason=reason)
+
+    # Karpenter reports what the budgets allow, not what is left after the nodes already disrupting.
+    assert (allowed("Underutilized"), allowed("Empty"), allowed("Drifted")) == (2, 2, 1)
+    metrics.set_allowed_disruptions(plan(cluster([nodepool(budgets=[])], pairs)).budgets)
+    assert allowed("Empty") == 2**31 - 1  # no active budget: no limit, as Karpenter's MaxInt32
+
+
+# --- the cloud decorator -------------------------------------------------------------------------------------
+
+
+class FlakyCloud:
+    """Creates fail for want of capacity, gets find nothing, lists and deletes succeed."""
+
+    async def create(self, request: LaunchRequest) -> Instance:
+        raise InsufficientCapacityError("no capacity", Offering(request.instance_type, request.zone, "spot"))
+
+    async def get(self, name: str) -> Instance:
+        raise NotFoundError(f"instance {name} not found")
+
+    async def list(self) -> list[Instance]:
+        return []
+
+    async def delete(self, name: str) -> None:
+        return None
+
+
+async def test_the_cloud_decorator_times_calls_and_labels_errors_by_kind(metrics: Metrics) -> None:
+    cloud = MeteredCloudProvider(FlakyCloud(), metrics)
+    request = LaunchRequest(
+        name="default-abcde",
+        nodepool="default",
+        instance_type="Standard_D2s_v5",
+        zone="eastus-1",
+        capacity_type="spot",
+    )
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(environment.info, activity_type="launch_nodeclaim")
+    with pytest.raises(InsufficientCapacityError):
+        await environment.run(cloud.create, request)
+    with pytest.raises(NotFoundError):
+        await cloud.get("default-abcde")
+    assert await cloud.list() == []
+    await cloud.delete("default-abcde")
+
+    def errors(**labels: str) -> float:
+        return value(metrics, "karpenter_cloudprovider_errors_total", provider="azure", **labels)
+
+    assert errors(controller="nodeclaim.lifecycle", method="Create", error="InsufficientCapacityError") == 1
+    assert errors(controller="", method="Get", error="NodeClaimNotFoundError") == 1
+    for controller, method in (("nodeclaim.lifecycle", "Create"), ("", "Get"), ("", "List"), ("", "Delete")):
+        count = value(
+            metrics,
+            "karpenter_cloudprovider_duration_seconds_count",
+            controller=controller,
+            method=method,
+            provider="azure",
+        )
+        assert count == 1, method
+    failed = {s.labels["method"] for f in metrics.cloud_errors.collect() for s in f.samples if s.value}
+    assert failed == {"Create", "Get"}
+
+
+# --- the controller's gauges ---------------------------------------------------------------------------------
+
+
+def test_cluster_state_gauges_match_a_known_cluster(metrics: Metrics) -> None:
+    pairs = [node_pair("a", allocatable={"cpu": "4", "memory": "16Gi", "pods": "110"}), node_pair("b")]
+    pods = [bound("a", "web-1", cpu="1500m", memory="1Gi"), bound("a", "web-2", cpu="500m")]
+    pool = nodepool().model_copy(deep=True)
+    pool.spec.limits = {"cpu": "1000", "memory": "4000Gi"}
+    update_cluster_state(metrics, cluster([pool], pairs, pods))
+
+    assert value(metrics, "karpenter_cluster_state_node_count") == 2
+    claim, node = pairs[0]
+    node_labels = {
+        "node_name": "a",
+        "nodepool": "default",
+        "instance_type": node.metadata.labels[labels.INSTANCE_TYPE],
+        "capacity_type": node.metadata.labels[labels.CAPACITY_TYPE],
+        "zone": node.metadata.labels[labels.ZONE],
+        "region": "",
+        "arch": "",
+        "os": "",
+    }
+    allocatable = "karpenter_nodes_allocatable"
+    assert value(metrics, allocatable, **node_labels, resource_type="cpu") == 4.0
+    assert value(metrics, allocatable, **node_labels, resource_type="memory") == 16 * 2**30
+    requests = "karpenter_nodes_total_pod_requests"
+    assert value(metrics, requests, **node_labels, resource_type="cpu") == 2.0
+    assert value(metrics, requests, **node_labels, resource_type="memory") == 2**30
+    assert metrics.registry.get_sample_value(requests, {**node_labels, "resource_type": "pods"}) is None
+    assert value(metrics, "karpenter_nodepools_usage", nodepool="default", resource_type="cpu") == 4 + 32
+    assert value(metrics, "karpenter_nodepools_usage", nodepool="default", resource_type="nodes") == 2
+    assert value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu") == 1000
+    assert claim.name == "claim-a"
+
+    # A node that left takes its series with it.
+    update_cluster_state(metrics, cluster([pool], pairs[1:]))
+    assert value(metrics, "karpenter_cluster_state_node_count") == 1
+    assert metrics.registry.get_sample_value(allocatable, {**node_labels, "resource_type": "cpu"}) is None
+
+
+def test_the_daemonset_pods_requests_are_counted_apart(metrics: Metrics) -> None:
+    pairs = [node_pair("a")]
+    pods = [bound("a", "agent", cpu="100m", owner_kind="DaemonSet", owner_name="agent"), bound("a", "app")]
+    update_cluster_state(metrics, cluster([nodepool()], pairs, pods))
+    daemon = [s for f in metrics.nodes_daemon_requests.collect() for s in f.samples]
+    assert [(s.labels["resource_type"], s.value) for s in daemon if s.labels["resource_type"] == "cpu"] == [
+        ("cpu", 0.1)
+    ]
+
+
+def test_resource_names_and_policies_are_written_as_karpenter_writes_them() -> None:
+    assert snake_case("WhenEmptyOrUnderutilized") == "when_empty_or_underutilized"
+    assert snake_case("Underutilized") == "underutilized"
+
+
+# --- the endpoint --------------------------------------------------------------------------------------------
+
+
+def test_metrics_are_served_in_the_text_format(metrics: Metrics) -> None:
+    set_build_info(metrics)
+    metrics.nodeclaim_created("provisioned", "default", False)
+    server = serve_metrics(0, metrics.registry, addr="127.0.0.1")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read().decode()
+            content_type = response.headers["Content-Type"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert content_type.startswith("text/plain")
+    assert "# TYPE karpenter_nodeclaims_created_total counter" in body
+    assert (
+        'karpenter_nodeclaims_created_total{min_values_relaxed="false",nodepool="default",reason="provisioned"} 1.0'
+        in body
+    )
+    assert 'karpenter_build_info{version="' in body
+
+
+async def test_the_controller_loop_keeps_the_gauges_and_outlives_a_failed_snapshot(
+    sim: SimulatorClient, metrics: Metrics
+) -> None:
+    class Flaky:
+        calls = 0
+
+        async def snapshot(self) -> Manifests:
+            self.calls += 1
+            if self.calls == 1:
+                raise ConnectionError("the API server is restarting")
+            return await sim.snapshot()
+
+    cluster_api = Flaky()
+    task = asyncio.create_task(watch_cluster_state(cluster_api, metrics, period_seconds=0.01))  # type: ignore[arg-type]
+    try:
+        for _ in range(500):
+            if value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu"):
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert cluster_api.calls >= 2
+    assert value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu") == 1000
+
+
+# --- settings ------------------------------------------------------------------------------------------------
+
+
+def test_the_controller_serves_on_the_port_after_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODEWRIGHT_METRICS_PORT", raising=False)
+    assert load_settings().metrics_port == 8080
+    assert load_settings(metrics_port=9000).controller_metrics_port == 9001
+    assert load_settings(metrics_port=0).controller_metrics_port == 0
+    with pytest.raises(SettingsError, match="NODEWRIGHT_METRICS_PORT"):
+        load_settings(metrics_port=70000)
+
+
+def test_a_taken_port_is_one_line_naming_the_variable() -> None:
+    taken = serve_metrics(0, CollectorRegistry(), addr="0.0.0.0")
+    err = io.StringIO()
+    try:
+        assert not start_metrics_server(taken.server_port, "NODEWRIGHT_METRICS_PORT", err)
+    finally:
+        taken.shutdown()
+        taken.server_close()
+    assert err.getvalue().startswith(
+        f"error: cannot serve metrics on port {taken.server_port} (NODEWRIGHT_METRICS_PORT)"
+    )

@@ -1,0 +1,204 @@
+"""Serving Karpenter's metrics (`/metrics`), timing the cloud provider's calls, and the cluster-state gauges.
+
+The metrics themselves are defined in `activities.metrics`, where the activities that count them can import
+them; this module holds what only processes do: the HTTP endpoint, the decorator the worker puts around its
+CloudProvider, and the gauges the controller recomputes from a snapshot of the cluster every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
+from temporalio import activity
+
+from activities.metrics import PROVIDER, Metrics, resource_type, resource_value
+from core import labels
+from core.api.kube import Node, is_daemonset_pod, is_terminal, pod_requests
+from core.api.manifests import Manifests
+from core.cloudprovider import CloudProvider, Instance, LaunchRequest
+from core.cluster import ClusterAPI
+from core.errors import CloudError, NotFoundError
+from core.messages import ActivityName
+from core.resources import Resources, merge, parse_resources
+
+logger = logging.getLogger("nodewright.metrics")
+
+CONTROLLERS: dict[str, str] = {
+    ActivityName.LAUNCH_NODECLAIM: "nodeclaim.lifecycle",
+    ActivityName.DELETE_INSTANCE: "nodeclaim.termination",
+}
+"""The `controller` label of a cloud call: the Karpenter controller that makes it, by the activity making it."""
+
+
+def serve_metrics(port: int, registry: CollectorRegistry = REGISTRY, addr: str = "0.0.0.0") -> WSGIServer:
+    """Serve `/metrics` in Prometheus' text format from a background thread; port 0 picks a free one
+    (`server.server_port` says which). `shutdown()` on the result stops it."""
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    return server
+
+
+def nodewright_version() -> str:
+    try:
+        return version("nodewright")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def set_build_info(metrics: Metrics) -> None:
+    metrics.build_info.labels(version=nodewright_version()).set(1)
+
+
+def error_label(error: Exception) -> str:
+    """The `error` label: the kind of failure. Karpenter's names where it has one (`NodeClaimNotFoundError`,
+    `InsufficientCapacityError`), our `core.errors` kind otherwise (`QuotaExceededError`, `ThrottledError`,
+    ...), and `UnknownError` for anything that is not a cloud error."""
+    if isinstance(error, NotFoundError):
+        return "NodeClaimNotFoundError"
+    return type(error).__name__ if isinstance(error, CloudError) else "UnknownError"
+
+
+class MeteredCloudProvider:
+    """A CloudProvider that records how long each call took and how it failed, then does what the wrapped one
+    does: Karpenter's `cloudprovider_duration_seconds` and `cloudprovider_errors_total`."""
+
+    def __init__(self, cloud: CloudProvider, metrics: Metrics, provider: str = PROVIDER) -> None:
+        self.cloud = cloud
+        self.metrics = metrics
+        self.provider = provider
+
+    @contextmanager
+    def _measure(self, method: str) -> Iterator[None]:
+        name = activity.info().activity_type if activity.in_activity() else ""
+        controller = CONTROLLERS.get(name, name)
+        start = time.perf_counter()
+        try:
+            yield
+        except Exception as error:  # a cancelled call is no error
+            self.metrics.cloud_errors.labels(
+                controller=controller, method=method, provider=self.provider, error=error_label(error)
+            ).inc()
+            raise
+        finally:
+            self.metrics.cloud_duration.labels(
+                controller=controller, method=method, provider=self.provider
+            ).observe(time.perf_counter() - start)
+
+    async def create(self, request: LaunchRequest) -> Instance:
+        with self._measure("Create"):
+            return await self.cloud.create(request)
+
+    async def get(self, name: str) -> Instance:
+        with self._measure("Get"):
+            return await self.cloud.get(name)
+
+    async def list(self) -> list[Instance]:
+        with self._measure("List"):
+            return await self.cloud.list()
+
+    async def delete(self, name: str) -> None:
+        with self._measure("Delete"):
+            await self.cloud.delete(name)
+
+
+def _node_labels(node: Node) -> dict[str, str]:
+    node_labels = node.metadata.labels
+    return {
+        "node_name": node.metadata.name,
+        "nodepool": node_labels.get(labels.NODEPOOL, ""),
+        "instance_type": node_labels.get(labels.INSTANCE_TYPE, ""),
+        "capacity_type": node_labels.get(labels.CAPACITY_TYPE, ""),
+        "zone": node_labels.get(labels.ZONE, ""),
+        "region": node_labels.get(labels.REGION, ""),
+        "arch": node_labels.get(labels.ARCH, ""),
+        "os": node_labels.get(labels.OS, ""),
+    }
+
+
+def update_cluster_state(metrics: Metrics, manifests: Manifests) -> None:
+    """Set the cluster-state gauges from one snapshot; series of nodes and pools that are gone disappear."""
+    gauges = (
+        metrics.nodes_allocatable,
+        metrics.nodes_pod_requests,
+        metrics.nodes_daemon_requests,
+        metrics.nodepools_usage,
+        metrics.nodepools_limit,
+    )
+    for gauge in gauges:
+        gauge.clear()
+    metrics.cluster_state_node_count.set(len(manifests.nodes))
+    pods: dict[str, Resources] = {}
+    daemons: dict[str, Resources] = {}
+    for pod in manifests.pods:
+        if pod.spec.node_name and not is_terminal(pod):
+            bucket = daemons if is_daemonset_pod(pod) else pods
+            host = pod.spec.node_name
+            bucket[host] = merge(bucket.get(host, {}), pod_requests(pod))
+    for node in manifests.nodes:
+        node_labels = _node_labels(node)
+        name = node.metadata.name
+        for gauge, resources in (
+            (metrics.nodes_allocatable, parse_resources(node.status.allocatable)),
+            (metrics.nodes_pod_requests, pods.get(name, {})),
+            (metrics.nodes_daemon_requests, daemons.get(name, {})),
+        ):
+            for resource, amount in resources.items():
+                gauge.labels(**node_labels, resource_type=resource_type(resource)).set(
+                    resource_value(resource, amount)
+                )
+    usage: dict[str, Resources] = {}
+    for claim in manifests.nodeclaims:
+        owner = claim.labels.get(labels.NODEPOOL)
+        if owner is not None:
+            usage[owner] = merge(usage.get(owner, {}), parse_resources(claim.status.capacity), {"nodes": 1})
+    for pool in manifests.nodepools:
+        for resource, amount in usage.get(pool.name, {}).items():
+            metrics.nodepools_usage.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
+                resource_value(resource, amount)
+            )
+        for resource, amount in pool.resource_limits.items():
+            metrics.nodepools_limit.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
+                resource_value(resource, amount)
+            )
+
+
+async def watch_cluster_state(cluster: ClusterAPI, metrics: Metrics, period_seconds: float = 5.0) -> None:
+    """Recompute the cluster-state gauges every `period_seconds` until cancelled; a failed snapshot is
+    logged and tried again at the next period, so a bad moment never stops the controller."""
+    while True:
+        try:
+            update_cluster_state(metrics, await cluster.snapshot())
+        except Exception as error:  # the gauges are a view: keep the controller watching
+            logger.warning("could not update the cluster-state metrics: %s", error)
+        await asyncio.sleep(period_seconds)
+
+
+def _by_label(counter: Counter, label: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for family in counter.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = sample.labels[label]
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
+def metrics_summary(metrics: Metrics) -> str:
+    """One line for the demo's end: NodeClaims created and disrupted by reason, and terminated."""
+
+    def part(what: str, totals: dict[str, float]) -> str:
+        reasons = ", ".join(f"{reason} {value:g}" for reason, value in sorted(totals.items()))
+        return f"{what} {sum(totals.values()):g}" + (f" ({reasons})" if reasons else "")
+
+    terminated = sum(_by_label(metrics.nodeclaims_terminated, "nodepool").values())
+    return (
+        f"{part('karpenter_nodeclaims_created_total', _by_label(metrics.nodeclaims_created, 'reason'))}; "
+        f"{part('karpenter_nodeclaims_disrupted_total', _by_label(metrics.nodeclaims_disrupted, 'reason'))}; "
+        f"karpenter_nodeclaims_terminated_total {terminated:g}"
+    )
