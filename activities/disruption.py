@@ -51,6 +51,7 @@ from core.messages import (
     LifecycleSettings,
     PlannedReplacement,
     ReplacementProgress,
+    TaintCandidates,
 )
 from core.resources import parse_resources
 from core.scheduling.instancetypeset import InstanceTypeSet, ResourceAxes
@@ -231,9 +232,20 @@ class DisruptionActivities:
         return pass_record(plan, now, request.previous_fingerprint)
 
     @activity.defn(name=DisruptionActivity.TAINT_CANDIDATES)
-    async def taint_candidates(self, nodes: list[str]) -> list[str]:
-        """Keep new pods off the candidates (`karpenter.sh/disrupted:NoSchedule`); the nodes still there."""
+    async def taint_candidates(self, request: TaintCandidates) -> list[str]:
+        """Keep new pods off the candidates (`karpenter.sh/disrupted:NoSchedule`); the nodes still there.
+
+        The first attempt to taint a node counts the decision being executed, as Karpenter counts a command
+        when it starts one (a retried attempt finds the taints in place and does not count again)."""
+        nodes = request.nodes
+        before = [await self.cluster.get_node(node) for node in nodes]
+        fresh = any(
+            node is not None and not any(t.key == labels.DISRUPTED_TAINT for t in node.spec.taints)
+            for node in before
+        )
         patched = [await self.cluster.patch_node(node, add_taints=[DISRUPTED]) for node in nodes]
+        if fresh and request.decision:
+            self.metrics.disruption_decided(request.decision, request.reason, request.method)
         return [node for node, result in zip(nodes, patched, strict=True) if result is not None]
 
     @activity.defn(name=DisruptionActivity.UNTAINT_CANDIDATES)

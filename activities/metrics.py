@@ -79,6 +79,18 @@ class TerminationMode(StrEnum):
     EVENTUAL = "eventual"
 
 
+CONSOLIDATION_TYPES = {
+    "emptiness": "empty",
+    "single-node-consolidation": "single",
+    "multi-node-consolidation": "multi",
+}
+"""`consolidation_type` per disruption method, as Karpenter's methods name themselves (drift and expiration: "")."""
+
+
+def consolidation_type(method: str) -> str:
+    return CONSOLIDATION_TYPES.get(method, "")
+
+
 def snake_case(text: str) -> str:
     """Karpenter's `pretty.ToSnakeCase`: "WhenEmptyOrUnderutilized" -> "when_empty_or_underutilized"."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower().replace("-", "_")
@@ -145,6 +157,12 @@ class Metrics:
             "NodeClaims disrupted, by reason (underutilized, empty, drifted, expired, insufficient_capacity, "
             "registration_timeout), NodePool, capacity type, consolidation policy and termination mode.",
             ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+            registry=registry,
+        )
+        self.disruption_decisions = Counter(
+            "karpenter_voluntary_disruption_decisions_total",
+            "Disruption decisions performed, by decision (delete, replace), reason and consolidation type.",
+            ["decision", "reason", "consolidation_type"],
             registry=registry,
         )
         self.nodes_created = Counter(
@@ -251,6 +269,11 @@ class Metrics:
             limit = status.limit
             allowed = UNLIMITED if limit.limit is None else limit.limit
             self.allowed_disruptions.labels(nodepool=limit.nodepool, reason=limit.reason.value).set(allowed)
+
+    def disruption_decided(self, decision: str, reason: str, method: str) -> None:
+        self.disruption_decisions.labels(
+            decision=decision, reason=reason.lower(), consolidation_type=consolidation_type(method)
+        ).inc()
 
     def node_created(self, node: Node, nodepool: str) -> None:
         zone = node.metadata.labels.get(labels.ZONE, "")

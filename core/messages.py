@@ -487,6 +487,16 @@ class DisruptionEvent(BaseModel):
     warning: bool = False
 
 
+class TaintCandidates(BaseModel):
+    """The `taint_disruption_candidates` input: the command's nodes, and the decision it executes (counted as
+    `karpenter_voluntary_disruption_decisions_total`)."""
+
+    nodes: list[str]
+    decision: str = ""
+    reason: str = ""
+    method: str = ""
+
+
 class DisruptionActivity(StrEnum):
     """The disruption workflow's activities besides `ActivityName.PLAN_DISRUPTION`."""
 

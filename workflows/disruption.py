@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         KeptNode,
         LaunchReplacementsInput,
         ReplacementProgress,
+        TaintCandidates,
     )
     from workflows import search_attributes as attributes
     from workflows.provisioner import nodeclaim_id
@@ -268,7 +269,13 @@ class DisruptionWorkflow:
             ]
         )
         nodes = [candidate.node for candidate in command.candidates]
-        await self._activity(DisruptionActivity.TAINT_CANDIDATES, nodes, list[str])
+        await self._activity(
+            DisruptionActivity.TAINT_CANDIDATES,
+            TaintCandidates(
+                nodes=nodes, decision=command.decision, reason=command.reason, method=command.method
+            ),
+            list[str],
+        )
         replacements: list[str] = []
         if command.replacements:
             try:

@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from temporalio.testing import ActivityEnvironment
 
 from activities.disruption import DisruptionActivities, command_message, pass_record, replacement_launches
 from activities.kube import apply_condition
+from activities.metrics import Metrics
 from activities.planning import LIFECYCLE_ANNOTATION
 from core import labels
 from core.instancetypes.azure import azure_instance_types
@@ -22,6 +24,7 @@ from core.messages import (
     LaunchReplacementsInput,
     LifecycleInput,
     PlannedReplacement,
+    TaintCandidates,
 )
 from core.resources import parse_resources
 from simulator.client import SimulatorClient
@@ -183,9 +186,17 @@ async def test_candidates_are_tainted_and_untainted(sim: SimulatorClient) -> Non
     async def start(request: LifecycleInput) -> None:
         return None
 
-    activities = DisruptionActivities(sim, CATALOG, start)
-    tainted = await ActivityEnvironment().run(activities.taint_candidates, ["n1", "missing"])
+    registry = CollectorRegistry()
+    activities = DisruptionActivities(sim, CATALOG, start, metrics=Metrics(registry))
+    request = TaintCandidates(
+        nodes=["n1", "missing"], decision="delete", reason="Underutilized", method="multi-node-consolidation"
+    )
+    tainted = await ActivityEnvironment().run(activities.taint_candidates, request)
     assert tainted == ["n1"]
+    # The decision is counted once, by the attempt that tainted; a retry finds the taint and does not count.
+    assert await ActivityEnvironment().run(activities.taint_candidates, request) == ["n1"]
+    decided = {"decision": "delete", "reason": "underutilized", "consolidation_type": "multi"}
+    assert registry.get_sample_value("karpenter_voluntary_disruption_decisions_total", decided) == 1
     found = await sim.get_node("n1")
     assert found is not None and labels.DISRUPTED_TAINT in [t.key for t in found.spec.taints]
     await ActivityEnvironment().run(activities.untaint_candidates, ["n1"])
