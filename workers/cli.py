@@ -262,7 +262,7 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
     from activities.catalog_source import CatalogSource
     from simulator.client import SimulatorClient
     from workers.azure import cloud_provider, price_settings
-    from workers.schedules import ensure_schedules, refresh_catalog_now
+    from workers.schedules import ensure_schedules, refresh_in_process
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker, connect
 
@@ -279,7 +279,7 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
             catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
             gc_every=timedelta(seconds=settings.garbage_collection_seconds),
         )
-        await refresh_catalog_now(client, azure.settings.cluster_name)
+        await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, price_settings(azure))
         await worker.run()
 
 

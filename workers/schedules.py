@@ -133,3 +133,12 @@ async def ensure_schedules(
 async def refresh_catalog_now(client: Client, cluster: str) -> None:
     """Run the catalog refresh once now (a worker start), rather than wait for the schedule's next turn."""
     await client.get_schedule_handle(catalog_refresh_id(cluster)).trigger()
+
+
+async def refresh_in_process(
+    cluster: str, provider: AzureCloudProvider, catalogs: CatalogSource, prices: PriceSettings | None = None
+) -> None:
+    """Refresh this worker's own catalog now, outside Temporal: a worker starts with live prices even when the
+    scheduled refreshes land on other workers (each worker holds its own catalog)."""
+    refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
+    await refresh.refresh_catalog(CatalogRefreshInput(cluster=cluster))

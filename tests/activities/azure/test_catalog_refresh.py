@@ -184,3 +184,14 @@ async def test_the_next_plan_after_a_refresh_prices_its_launches_at_the_live_pri
         [lifecycle] = planned
         first = lifecycle.nodeclaim.launch_candidates[0]
         assert (first.instance_type, first.zone, first.price_micros) == (pinned, "eastus-2", 123_000)
+
+
+async def test_a_starting_worker_refreshes_its_own_catalog_outside_temporal(world: World) -> None:
+    from workers.schedules import refresh_in_process
+
+    world.prices.price_overrides[D4] = 0.25
+    prices = PriceSettings(url=world.arm.url + PATH, ca_file=world.arm.ca_pem, attempts=1)
+    await refresh_in_process("c", world.provider, world.catalogs, prices)
+    assert world.catalogs.origin is CatalogOrigin.LIVE
+    assert world.catalogs.current.sku(D4).on_demand_price_micros == 250_000
+    assert world.provider.catalog is world.catalogs.current
