@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
 from core.messages import CatalogOrigin
@@ -17,6 +18,7 @@ SHIPPED_SNAPSHOT_DATE = "2026-06-18"
 """Date of the shipped prices (the provider's generated on-demand table; spot prices are from 2026-05-20)."""
 
 CatalogListener = Callable[[AzureCatalog], None]
+T = TypeVar("T")
 
 
 class CatalogSource:
@@ -61,6 +63,19 @@ class CatalogSource:
     def version(self) -> int:
         """Goes up at every replacement: a key for whatever is derived from the catalog and cached."""
         return self._version
+
+    def derived(self, build: Callable[[AzureCatalog], T]) -> Callable[[], T]:
+        """`build(current)` as a function holders call at each use: computed once per catalog, again only
+        after a refresh replaced it (instance types take a tenth of a second to build)."""
+        built: tuple[int, T] | None = None
+
+        def get() -> T:
+            nonlocal built
+            if built is None or built[0] != self._version:
+                built = (self._version, build(self._catalog))
+            return built[1]
+
+        return get
 
     def describe(self) -> str:
         """For log lines: `the shipped eastus snapshot of <date>` or `the live eastus catalog of <time>`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -206,14 +207,8 @@ class DisruptionActivities:
         self.start_lifecycle = start_lifecycle
         self.catalogs = CatalogSource.of(catalog)
         self.metrics = metrics or default_metrics()
-        self._provider: tuple[int, InstanceTypeProvider] | None = None
-
-    def instance_types(self) -> InstanceTypeProvider:
+        self.instance_types: Callable[[], InstanceTypeProvider] = self.catalogs.derived(azure_provider)
         """Instance types from the current catalog (a refreshed one takes effect at the next call)."""
-        version = self.catalogs.version
-        if self._provider is None or self._provider[0] != version:
-            self._provider = (version, azure_provider(self.catalogs.current))
-        return self._provider[1]
 
     @activity.defn(name=ActivityName.PLAN_DISRUPTION)
     async def plan_disruption(self, request: DisruptionPlanInput) -> DisruptionPassRecord:

@@ -49,16 +49,16 @@ class LifecycleActivities:
         self.metrics = metrics or default_metrics()
         self.catalogs = CatalogSource.of(catalog)
         """Read at every launch, so a refreshed catalog takes effect at the next one."""
-        self._types: tuple[int, dict[str, InstanceType]] | None = None
+        self._types = self.catalogs.derived(
+            lambda catalog: {
+                instance_type.name: instance_type for instance_type in azure_instance_types(catalog)
+            }
+        )
 
     @property
     def types(self) -> dict[str, InstanceType]:
-        """The instance types of the current catalog by name, rebuilt only when the catalog was replaced."""
-        version = self.catalogs.version
-        if self._types is None or self._types[0] != version:
-            types = azure_instance_types(self.catalogs.current)
-            self._types = (version, {instance_type.name: instance_type for instance_type in types})
-        return self._types[1]
+        """The instance types of the current catalog by name."""
+        return self._types()
 
     @activity.defn(name=ActivityName.LAUNCH_NODECLAIM)
     async def launch_nodeclaim(self, request: LaunchInput) -> LaunchResult:
