@@ -27,6 +27,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.azure.names import nodeclaim_of
 from core.instancetypes.types import dollars
 from core.messages import (
     ActivityName,
@@ -503,9 +504,10 @@ class Explainer:
         return story
 
     async def node(self, name: str) -> Story:
-        # The AKS provider names the VM, and so the Node, after the NodeClaim: try that first.
-        if await self._described(f"nodeclaim/{name}") is not None:
-            story = await self.nodeclaim(name)
+        # The AKS provider names the VM, and so the Node, `aks-<nodeclaim>`: try that NodeClaim first.
+        guess = nodeclaim_of(name)
+        if await self._described(f"nodeclaim/{guess}") is not None:
+            story = await self.nodeclaim(guess)
             if story.node in (None, name):
                 return story
         async for execution in self.client.list_workflows(f'WorkflowType = "{NODECLAIM_WORKFLOW_TYPE}"'):
