@@ -306,6 +306,8 @@ class DisruptionSettings(BaseModel):
     """How long a manual consolidation waits for `--yes` / confirmation before it gives up."""
     activity_timeout_seconds: float = 60.0
     passes_before_continue_as_new: int = 100
+    max_events_per_pass: int = Field(default=100, ge=2)
+    """Kubernetes events one pass sends at most (a Node's and its NodeClaim's count as two); the rest follow."""
     spot_to_spot_consolidation: bool = False
 
 

@@ -79,7 +79,6 @@ BLOCKED = frozenset(
 )
 """Reasons a node cannot be a candidate at all: Karpenter's `DisruptionBlocked` events. Other reasons
 (not managed, not initialized, already leaving, consolidateAfter not reached) are states, not news."""
-MAX_EVENTS_PER_PASS = 100
 MAX_RESULTS = 20
 """Results the status query keeps (the history has them all)."""
 
@@ -100,6 +99,19 @@ def kept_event(kept: KeptNode) -> tuple[str, str] | None:
         if reason.code in BLOCKED:
             return "DisruptionBlocked", reason.message
     return None
+
+
+def node_events(
+    node: str, nodeclaim: str | None, reason: str, message: str, prefix: str = ""
+) -> list[DisruptionEvent]:
+    """The same event on a Node and its NodeClaim; with a prefix, Karpenter's "<prefix> Node: <message>"."""
+    targets = [("Node", node)] + ([("NodeClaim", nodeclaim)] if nodeclaim else [])
+    return [
+        DisruptionEvent(
+            kind=kind, name=name, reason=reason, message=f"{prefix} {kind}: {message}" if prefix else message
+        )
+        for kind, name in targets
+    ]
 
 
 def validate(command: DisruptionCommand, fresh: DisruptionPassRecord) -> tuple[DisruptionCommand | None, str]:
@@ -149,6 +161,7 @@ class DisruptionWorkflow:
         self._commands = 0
         """Commands this run carried out: with the run, it names their replacements."""
         self._activity_timeout = timedelta(seconds=request.settings.activity_timeout_seconds)
+        self._max_events = request.settings.max_events_per_pass
         self._event_reasons: dict[str, tuple[str, str]] = {}
         """The last event each kept node got, so that one is emitted only when the reason changes."""
 
@@ -177,11 +190,13 @@ class DisruptionWorkflow:
             self._waiting("")
             self._status.passes += 1
             record = await self._plan(request, fingerprint)
+            announced = True
             if not record.unchanged:
                 self._status.plan = record
-                await self._explain(record)
-            # Only an idle pass may be summarized by the next: a pass with a command must be planned in full.
-            fingerprint = record.fingerprint if not record.commands else ""
+                announced = await self._explain(record)
+            # Only an idle pass whose events all went out may be summarized by the next: a pass with a command,
+            # or with events left for later, must be planned in full so the next one can act on it.
+            fingerprint = record.fingerprint if not record.commands and announced else ""
             executed = False
             if record.commands:
                 result = await self._execute(
@@ -347,25 +362,15 @@ class DisruptionWorkflow:
     async def _terminate(self, command: DisruptionCommand) -> None:
         """Hand every candidate to its lifecycle's termination, as Karpenter deletes their NodeClaims."""
         self._waiting("")
-        events = []
-        for candidate in command.candidates:
-            events.append(
-                DisruptionEvent(
-                    kind="Node",
-                    name=candidate.node,
-                    reason="DisruptionTerminating",
-                    message=f"Disrupting Node: {command.reason}",
+        await self._events(
+            [
+                event
+                for candidate in command.candidates
+                for event in node_events(
+                    candidate.node, candidate.nodeclaim, "DisruptionTerminating", command.reason, "Disrupting"
                 )
-            )
-            events.append(
-                DisruptionEvent(
-                    kind="NodeClaim",
-                    name=candidate.nodeclaim,
-                    reason="DisruptionTerminating",
-                    message=f"Disrupting NodeClaim: {command.reason}",
-                )
-            )
-        await self._events(events)
+            ]
+        )
         sender = workflow.info().workflow_id
         for candidate in command.candidates:
             await self._signal(
@@ -389,11 +394,12 @@ class DisruptionWorkflow:
         )
         return record
 
-    async def _explain(self, record: DisruptionPassRecord) -> None:
+    async def _explain(self, record: DisruptionPassRecord) -> bool:
         """Events for kept nodes whose reason changed since the last event: DisruptionBlocked or
-        Unconsolidatable, on the Node and its NodeClaim."""
+        Unconsolidatable, on the Node and its NodeClaim. False when some were left for the next pass."""
         current: dict[str, tuple[str, str]] = {}
         events: list[DisruptionEvent] = []
+        deferred = False
         for kept in record.kept:
             event = kept_event(kept)
             if event is None:
@@ -401,31 +407,17 @@ class DisruptionWorkflow:
             if self._event_reasons.get(kept.node) == event:
                 current[kept.node] = event
                 continue
-            if len(events) + 2 > MAX_EVENTS_PER_PASS:
-                continue  # left for the next pass, which finds it still unannounced
+            if len(events) + 2 > self._max_events:
+                deferred = True  # left for the next pass, which finds it still unannounced
+                continue
             current[kept.node] = event
             reason, message = event
-            prefix = reason == "DisruptionBlocked"
-            events.append(
-                DisruptionEvent(
-                    kind="Node",
-                    name=kept.node,
-                    reason=reason,
-                    message=f"Cannot disrupt Node: {message}" if prefix else message,
-                )
-            )
-            if kept.nodeclaim:
-                events.append(
-                    DisruptionEvent(
-                        kind="NodeClaim",
-                        name=kept.nodeclaim,
-                        reason=reason,
-                        message=f"Cannot disrupt NodeClaim: {message}" if prefix else message,
-                    )
-                )
+            prefix = "Cannot disrupt" if reason == "DisruptionBlocked" else ""
+            events.extend(node_events(kept.node, kept.nodeclaim, reason, message, prefix))
         self._event_reasons = current
         if events:
             await self._events(events)
+        return not deferred
 
     async def _events(self, events: list[DisruptionEvent]) -> None:
         await self._activity(DisruptionActivity.RECORD_EVENTS, events)

@@ -257,6 +257,26 @@ async def test_a_zero_budget_blocks_with_a_reason_an_event_and_unchanged_passes(
     await handle.terminate()
 
 
+async def test_events_a_pass_had_no_room_for_are_sent_by_the_next_passes(system: System) -> None:
+    await system.sim.apply(manifests(budgets=[{"nodes": "0"}]))
+    first, second = await running_node(system), await running_node(system)
+    # Room for one node's pair of events per pass: the other node's must still go out on a later pass.
+    handle = await start(system, settings=SETTINGS.model_copy(update={"max_events_per_pass": 2}))
+
+    for claim, node in (first, second):
+        await eventually(
+            lambda node=node: events_about(system, node, "DisruptionBlocked"),
+            timeout=15,
+            what=f"{node}'s event",
+        )
+        await eventually(lambda claim=claim: events_about(system, claim, "DisruptionBlocked"), timeout=15)
+    await asyncio.sleep(2 * SETTINGS.poll_seconds)
+    for claim, node in (first, second):
+        assert len(await events_about(system, node, "DisruptionBlocked")) == 1
+        assert len(await events_about(system, claim, "DisruptionBlocked")) == 1
+    await handle.terminate()
+
+
 async def test_the_loop_continues_as_new_carrying_its_passes(system: System) -> None:
     await system.sim.apply(manifests(budgets=[{"nodes": "0"}]))
     await running_node(system)
