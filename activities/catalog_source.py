@@ -17,7 +17,6 @@ from core.messages import CatalogOrigin
 SHIPPED_SNAPSHOT_DATE = "2026-06-18"
 """Date of the shipped prices (the provider's generated on-demand table; spot prices are from 2026-05-20)."""
 
-CatalogListener = Callable[[AzureCatalog], None]
 T = TypeVar("T")
 
 
@@ -34,7 +33,6 @@ class CatalogSource:
         self._origin = origin
         self._refreshed_at = refreshed_at
         self._version = 0
-        self._listeners: list[CatalogListener] = []
 
     @classmethod
     def shipped(cls, region: str) -> CatalogSource:
@@ -85,7 +83,7 @@ class CatalogSource:
         return f"the live {region} catalog of {self._refreshed_at.isoformat(timespec='seconds')}"
 
     def replace(self, catalog: AzureCatalog, refreshed_at: datetime) -> None:
-        """Make a live catalog current and tell the listeners."""
+        """Make a live catalog current."""
         if catalog.region != self._catalog.region:
             raise ValueError(
                 f"a catalog for region {catalog.region!r} cannot replace the {self._catalog.region!r} catalog"
@@ -94,10 +92,3 @@ class CatalogSource:
         self._origin = CatalogOrigin.LIVE
         self._refreshed_at = refreshed_at
         self._version += 1
-        for listener in self._listeners:
-            listener(catalog)
-
-    def subscribe(self, listener: CatalogListener) -> None:
-        """Call `listener` with every catalog that replaces the current one (for holders of a plain catalog
-        attribute, such as the Azure provider)."""
-        self._listeners.append(listener)

@@ -28,6 +28,7 @@ from azure.identity.aio import DefaultAzureCredential
 from activities.azure import AzureCloudProvider, AzureSettings, AzureSettingsError
 from activities.azure.clients import ArmEndpoint, azure_cloud_provider
 from activities.azure.prices import PriceSettings
+from activities.catalog_source import CatalogSource
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 from simulator.arm import StaticTokenCredential
@@ -176,7 +177,7 @@ def price_settings(config: AzureConfig) -> PriceSettings:
 
 @contextlib.asynccontextmanager
 async def cloud_provider(
-    cluster: ClusterAPI, config: AzureConfig, catalog: AzureCatalog | None = None
+    cluster: ClusterAPI, config: AzureConfig, catalog: AzureCatalog | CatalogSource | None = None
 ) -> AsyncIterator[AzureCloudProvider]:
     """The provider for the block, with `DefaultAzureCredential` on Azure and a static token on an emulator."""
     credential: AsyncTokenCredential = (

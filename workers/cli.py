@@ -270,7 +270,7 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
     await ensure_search_attributes(client)
     simulator = SimulatorClient(settings.simulator_url)
     catalogs = CatalogSource.shipped(azure.settings.location)
-    async with cloud_provider(simulator, azure, catalogs.current) as cloud:
+    async with cloud_provider(simulator, azure, catalogs) as cloud:
         worker = build_worker(client, settings.task_queue, simulator, cloud, catalogs, price_settings(azure))
         await ensure_schedules(
             client,

@@ -182,7 +182,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
         SimulatorClient(url) as simulator,
     ):
         azure = emulator_config(await simulator.cluster_info())
-        async with cloud_provider(simulator, azure, catalogs.current) as cloud:
+        async with cloud_provider(simulator, azure, catalogs) as cloud:
             client = await connect(temporal.target)
             worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalogs, price_settings(azure))
             lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)

@@ -35,7 +35,6 @@ from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
 from core.cluster import ClusterAPI
-from core.instancetypes.catalog import AzureCatalog
 from core.messages import CatalogRefreshInput, GarbageCollectionInput
 from workflows.maintenance import (
     CatalogRefreshWorkflow,
@@ -58,14 +57,9 @@ def maintenance_activities(
     catalogs: CatalogSource,
     prices: PriceSettings | None = None,
 ) -> list[Any]:
-    """The maintenance activities of one worker. The provider follows `catalogs` from now on, as the planning
+    """The maintenance activities of one worker. The provider reads `catalogs` from now on, as the planning
     and lifecycle activities given the same source do."""
-
-    def use(catalog: AzureCatalog) -> None:
-        provider.catalog = catalog
-
-    provider.catalog = catalogs.current
-    catalogs.subscribe(use)
+    provider.catalogs = catalogs
     refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
     garbage = GarbageCollectionActivities(cluster, provider)
     return [refresh.refresh_catalog, garbage.collect_garbage]

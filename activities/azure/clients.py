@@ -26,6 +26,7 @@ from temporalio import activity
 from activities.azure.bootstrap import ClusterBootstrap
 from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.provider import AzureCloudProvider, AzureSettings
+from activities.catalog_source import CatalogSource
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 
@@ -50,7 +51,7 @@ async def azure_cloud_provider(
     settings: AzureSettings,
     credential: AsyncTokenCredential,
     endpoint: ArmEndpoint | None = None,
-    catalog: AzureCatalog | None = None,
+    catalog: AzureCatalog | CatalogSource | None = None,
 ) -> AsyncIterator[AzureCloudProvider]:
     """The provider for the block; its clients (and their connections) close afterwards."""
     async with contextlib.AsyncExitStack() as stack:

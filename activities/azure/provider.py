@@ -59,6 +59,7 @@ from activities.azure.vm import (
     status_image,
     vm_body,
 )
+from activities.catalog_source import CatalogSource
 from activities.errors import NOT_OWNED
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, FIPSMode, NetworkPlugin, NetworkPluginMode
@@ -74,7 +75,7 @@ from core.errors import (
     TransientError,
 )
 from core.instancetypes.azure import REGIONAL_ZONE
-from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
+from core.instancetypes.catalog import AzureCatalog, AzureSku
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class AzureCloudProvider:
         settings: AzureSettings,
         bootstrap: Bootstrap,
         *,
-        catalog: AzureCatalog | None = None,
+        catalog: AzureCatalog | CatalogSource | None = None,
         node_class: NodeClassLookup | None = None,
         unavailable: UnavailableOfferings | None = None,
         heartbeat: Heartbeat | None = None,
@@ -190,12 +191,18 @@ class AzureCloudProvider:
         self.compute = compute_client
         self.network = network_client
         self.settings = settings
-        self.catalog = catalog or load_shipped_catalog(settings.location)
-        """The VM sizes of the region; replace it when a fresher SKU list arrives."""
+        self.catalogs = (
+            CatalogSource.of(catalog) if catalog is not None else CatalogSource.shipped(settings.location)
+        )
+        """The VM sizes of the region, read at each call, so a refreshed catalog takes effect at the next."""
         self.unavailable = unavailable or UnavailableOfferings()
         self._bootstrap = bootstrap
         self._node_class = node_class
         self._heartbeat = heartbeat or (lambda _detail: None)
+
+    @property
+    def catalog(self) -> AzureCatalog:
+        return self.catalogs.current
 
     # --- CloudProvider -------------------------------------------------------------------------------------
 
