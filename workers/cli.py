@@ -270,8 +270,9 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
     await ensure_search_attributes(client)
     simulator = SimulatorClient(settings.simulator_url)
     catalogs = CatalogSource.shipped(azure.settings.location)
+    prices = price_settings(azure)
     async with cloud_provider(simulator, azure, catalogs) as cloud:
-        worker = build_worker(client, settings.task_queue, simulator, cloud, catalogs, price_settings(azure))
+        worker = build_worker(client, settings.task_queue, simulator, cloud, catalogs, prices)
         await ensure_schedules(
             client,
             azure.settings.cluster_name,
@@ -279,13 +280,15 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
             catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
             gc_every=timedelta(seconds=settings.garbage_collection_seconds),
         )
-        await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, price_settings(azure))
+        await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
         await worker.run()
 
 
 async def _serve_controller() -> None:
+    from activities.metrics import default_metrics
     from core.messages import ProvisionerInput
     from simulator.client import SimulatorClient
+    from workers.consolidate import disruption_input
     from workers.controller import Controller
     from workers.settings import load_settings
     from workers.worker import connect
@@ -297,9 +300,6 @@ async def _serve_controller() -> None:
         batch_idle_seconds=settings.batch_idle_seconds,
         batch_max_seconds=settings.batch_max_seconds,
     )
-    from activities.metrics import default_metrics
-    from workers.consolidate import disruption_input
-
     await Controller(
         client,
         SimulatorClient(settings.simulator_url),
