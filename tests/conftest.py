@@ -1,21 +1,26 @@
-"""Shared fixtures: one Temporal dev server per test process, and a task queue of its own for every test.
+"""Shared fixtures: one Temporal dev server and one real Kubernetes control plane per test process, and a task
+queue of its own for every test.
 
 The server is session-scoped (it starts in about 0.15 s, but its event loop must outlive every test that uses
 it, hence the session loop scope set in pyproject). Under pytest-xdist each worker process starts its own
 server on a free port. Tests share it safely because each one polls its own task queue and uses its own ids.
+
+The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok; `workers.controlplane`)
+starts on first use, in a few seconds once its binaries are built; tests that use it clean up what they made.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from workers.controlplane.run import ControlPlane, start_control_plane
 from workers.temporal_server import temporal_cli_path
 from workflows.search_attributes import ALL
 
@@ -37,3 +42,11 @@ def task_queue(request: pytest.FixtureRequest) -> str:
     """A task queue no other test polls: the test's name (readable in the UI) plus a random suffix."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:80]
     return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A real control plane for this test process, with the CRDs of `deploy/crds/` installed."""
+    plane = start_control_plane(tmp_path_factory.mktemp("control-plane"))
+    yield plane
+    plane.stop()
