@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,7 +49,8 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class Settings(BaseSettings):
-    """Where Temporal and the simulator are, and the provisioner's timings; see README for each variable."""
+    """Where Temporal and the Kubernetes API server are, and the provisioner's timings; see README for each
+    variable."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True)
 
@@ -58,7 +58,13 @@ class Settings(BaseSettings):
     temporal_namespace: str = Field(default="default", min_length=1)
     task_queue: str = Field(default="nodewright", min_length=1)
     cluster_name: str = Field(default="nodewright-demo", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    simulator_url: str = "http://127.0.0.1:8765"
+    kubeconfig: str | None = None
+    """The kubeconfig to use; when unset, `KUBECONFIG`, then `~/.kube/config`, or in a pod its service account."""
+    kube_context: str | None = None
+    """A context of the kubeconfig other than its current one."""
+    kube_qps: float = Field(default=50.0, gt=0)
+    """Client-side rate limit of Kubernetes API requests per second (a token bucket of `kube_burst`)."""
+    kube_burst: int = Field(default=100, ge=1)
     batch_idle_seconds: float = Field(default=1.0, gt=0)
     batch_max_seconds: float = Field(default=10.0, gt=0)
     registration_ttl_seconds: float = Field(default=900.0, gt=0)
@@ -80,14 +86,6 @@ class Settings(BaseSettings):
     def _host_and_port(cls, value: str) -> str:
         split_address(value)
         return value
-
-    @field_validator("simulator_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("expected an http(s) URL, e.g. http://127.0.0.1:8765")
-        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _batch_window(self) -> Self:

@@ -33,6 +33,7 @@ from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKe
 from temporalio.service import RPCError, RPCStatusCode
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
+from workers.processes import die_with_parent
 from workers.settings import Settings, env_var, split_address
 from workflows.search_attributes import ALL
 
@@ -203,7 +204,11 @@ class DevServer:
         args = self.arguments()
         self._log = open(self.log_path, "ab") if self.log_path else tempfile.TemporaryFile()  # noqa: SIM115
         self._process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         try:
             await self._wait_until_ready()

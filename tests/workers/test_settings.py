@@ -21,7 +21,9 @@ def test_defaults() -> None:
     assert settings.temporal_namespace == "default"
     assert settings.task_queue == "nodewright"
     assert settings.cluster_name == "nodewright-demo"
-    assert settings.simulator_url == "http://127.0.0.1:8765"
+    assert settings.kubeconfig is None
+    assert settings.kube_context is None
+    assert (settings.kube_qps, settings.kube_burst) == (50.0, 100)
     assert settings.batch_idle == timedelta(seconds=1)
     assert settings.batch_max == timedelta(seconds=10)
     assert settings.registration_ttl == timedelta(minutes=15)
@@ -34,7 +36,9 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODEWRIGHT_TEMPORAL_NAMESPACE", "karpenter")
     monkeypatch.setenv("NODEWRIGHT_TASK_QUEUE", "nw")
     monkeypatch.setenv("NODEWRIGHT_CLUSTER_NAME", "prod-1")
-    monkeypatch.setenv("NODEWRIGHT_SIMULATOR_URL", "http://sim:9000/")
+    monkeypatch.setenv("NODEWRIGHT_KUBECONFIG", "/etc/nodewright/kubeconfig")
+    monkeypatch.setenv("NODEWRIGHT_KUBE_CONTEXT", "aks-prod")
+    monkeypatch.setenv("NODEWRIGHT_KUBE_QPS", "20")
     monkeypatch.setenv("NODEWRIGHT_BATCH_IDLE_SECONDS", "0.5")
     monkeypatch.setenv("NODEWRIGHT_BATCH_MAX_SECONDS", "2")
     monkeypatch.setenv("NODEWRIGHT_REGISTRATION_TTL_SECONDS", "3")
@@ -45,7 +49,9 @@ def test_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.temporal_namespace == "karpenter"
     assert settings.task_queue == "nw"
     assert settings.cluster_name == "prod-1"
-    assert settings.simulator_url == "http://sim:9000"
+    assert settings.kubeconfig == "/etc/nodewright/kubeconfig"
+    assert settings.kube_context == "aks-prod"
+    assert settings.kube_qps == 20.0
     assert settings.batch_idle == timedelta(seconds=0.5)
     assert settings.batch_max == timedelta(seconds=2)
     assert settings.registration_ttl == timedelta(seconds=3)
@@ -64,7 +70,8 @@ def test_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("NODEWRIGHT_TEMPORAL_ADDRESS", "http://localhost:7233", "without a scheme"),
         ("NODEWRIGHT_TEMPORAL_ADDRESS", "localhost", "host:port with a port from 1 to 65535"),
         ("NODEWRIGHT_TEMPORAL_ADDRESS", "localhost:70000", "host:port with a port from 1 to 65535"),
-        ("NODEWRIGHT_SIMULATOR_URL", "127.0.0.1:8765", "an http"),
+        ("NODEWRIGHT_KUBE_QPS", "0", "greater than 0"),
+        ("NODEWRIGHT_KUBE_BURST", "0", "greater than or equal to 1"),
         ("NODEWRIGHT_BATCH_IDLE_SECONDS", "soon", "valid number"),
         ("NODEWRIGHT_BATCH_IDLE_SECONDS", "0", "greater than 0"),
         ("NODEWRIGHT_REGISTRATION_TTL_SECONDS", "-1", "greater than 0"),

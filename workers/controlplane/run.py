@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import string
@@ -36,6 +34,7 @@ import yaml
 
 from workers.controlplane.build import Binaries, ensure_binaries
 from workers.controlplane.pki import Pki, make_pki
+from workers.processes import die_with_parent
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
@@ -55,12 +54,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the parent dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +218,7 @@ def _start(plane: ControlPlane, name: str, command: list[str]) -> None:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             cwd=plane.directory,
         )
 
