@@ -423,8 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     disrupt.set_defaults(handler=plan_disruption_command)
 
     from workers.consolidate import add_consolidate_parser
+    from workers.crds import add_crds_parser
 
     add_consolidate_parser(commands)
+    add_crds_parser(commands)
 
     walk = commands.add_parser(
         "demo",
