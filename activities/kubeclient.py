@@ -1,0 +1,1237 @@
+"""The Kubernetes API through the official `kubernetes` client: `KubernetesCluster` is the `core.cluster.ClusterAPI`
+of a real cluster (AKS, or the local control plane of `nodewright demo`), configured by `load_cluster` from a
+kubeconfig or, inside a pod, from its service account.
+
+The official client is synchronous, and its calls never run on the asyncio loop. Each request runs on a thread
+pool of the cluster's own (`threads` workers, with urllib3's connection pool sized to match so every thread
+keeps its connection alive), not on `asyncio.to_thread`'s default executor: that one is shared with everything
+else in the process and sized by CPU count, so a burst of snapshot lists or drain evictions would queue behind
+unrelated work, or starve it. Each watched kind streams on a thread of its own instead, because a watch blocks
+for minutes and would hold a pool thread hostage; its events reach the loop through `call_soon_threadsafe`.
+
+Responses are read as raw JSON (`_preload_content=False`) and parsed by the models of `core.api`: the client's
+generated models cost a second validation pass and reject fields they do not know, which a newer API server
+sends. All requests of one cluster share a token bucket (`qps`, `burst`), as client-go's rate limiter does.
+Errors come back as the typed errors of `core.errors`. Changes to a Node or a NodeClaim's metadata are
+read-modify-write: a JSON merge patch that carries the resourceVersion read, which the API server checks as a
+precondition (409 on a concurrent change, then re-read and retry), so nobody else's change is overwritten.
+Deleting or evicting something that is already gone counts as done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import builtins
+import contextlib
+import functools
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
+
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError, ResourceNotUniqueError
+from kubernetes.watch.watch import iter_resp_lines
+from pydantic import BaseModel
+from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
+
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.kube import DEFAULT_NAMESPACE, Event, Node, Pod
+from core.api.manifests import ManifestError, Manifests, load_yaml, parse_manifests
+from core.api.meta import Taint
+from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import NodePool
+from core.cluster import EventType, WatchEvent
+from core.errors import (
+    CloudError,
+    ConflictError,
+    InvalidError,
+    NotFoundError,
+    PDBViolationError,
+    ThrottledError,
+    TransientError,
+)
+
+logger = logging.getLogger("nodewright.kube")
+
+T = TypeVar("T")
+
+DEFAULT_QPS = 50.0
+DEFAULT_BURST = 100
+"""client-go's defaults (5 and 10) are far too low for a controller that drains and patches nodes in bulk."""
+DEFAULT_THREADS = 32
+DEFAULT_WATCH_TIMEOUT_SECONDS = 240
+"""How long one watch request lasts before the API server ends it and it is reopened from the last version."""
+REPORTING_CONTROLLER = "karpenter"
+FIELD_MANAGER = "nodewright"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ClusterConfigError(Exception):
+    """The cluster cannot be used as configured: no kubeconfig, an unknown context, an unreachable API server or
+    refused credentials. The message is one line that names the file, the context or the server."""
+
+
+# --- what nodewright reads -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A kind nodewright reads, with where it lives in the REST API."""
+
+    kind: str
+    api_version: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def custom(self) -> tuple[str, str, str]:
+        """Group, version and plural, as `CustomObjectsApi` takes them."""
+        group, _, version = self.api_version.rpartition("/")
+        return group, version, self.plural
+
+
+POD = Resource("Pod", "v1", "pods")
+NODE = Resource("Node", "v1", "nodes")
+DAEMONSET = Resource("DaemonSet", "apps/v1", "daemonsets")
+PDB = Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
+NODEPOOL = Resource("NodePool", "karpenter.sh/v1", "nodepools")
+NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
+NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
+
+SNAPSHOT_KINDS = (NODEPOOL, NODECLAIM, NODECLASS, POD, NODE, DAEMONSET, PDB)
+"""What the scheduler reads (`core.api.manifests.Manifests`)."""
+WATCHED_KINDS = (POD, NODE, NODECLAIM, NODEPOOL, NODECLASS)
+"""What the controller watches."""
+
+_API_VERSIONS = {
+    **{resource.kind: resource.api_version for resource in SNAPSHOT_KINDS},
+    "Secret": "v1",
+    "Namespace": "v1",
+    "ConfigMap": "v1",
+    "Service": "v1",
+    "ServiceAccount": "v1",
+    "Deployment": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "Job": "batch/v1",
+    "Event": "events.k8s.io/v1",
+    "Lease": "coordination.k8s.io/v1",
+    "CustomResourceDefinition": "apiextensions.k8s.io/v1",
+}
+"""The API version the administration helpers use for a kind named alone (others are looked up by discovery)."""
+
+
+def _manifest(model: BaseModel) -> dict[str, Any]:
+    """A model as the camelCase JSON the API server takes."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _with_kind(resource: Resource, items: Iterable[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    """List items with their apiVersion and kind, which a list response leaves out."""
+    return [{**item, "apiVersion": resource.api_version, "kind": resource.kind} for item in items]
+
+
+ListPage = Callable[[str | None], Mapping[str, Any]]
+"""One page of a list, given the continue token of the previous page (None for the first)."""
+
+
+def list_every_page(list_page: ListPage) -> tuple[builtins.list[dict[str, Any]], str]:
+    """The items of every page of a list, and the list's resourceVersion."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = list_page(token)
+        items.extend(page.get("items") or ())
+        metadata = page.get("metadata") or {}
+        token = metadata.get("continue") or None
+        if token is None:
+            return items, str(metadata.get("resourceVersion") or "")
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def _revision(resource_version: str | None) -> int:
+    """An object's resourceVersion as the etcd revision it is (0 if the server uses something else)."""
+    try:
+        return int(resource_version or 0)
+    except ValueError:
+        return 0
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+# --- errors ----------------------------------------------------------------------------------------------
+
+
+def _status_body(error: ApiException) -> dict[str, Any]:
+    """The `Status` object of an error response (empty when the body is not one)."""
+    try:
+        body = json.loads(error.body) if error.body else {}
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _retry_after(error: ApiException, status: Mapping[str, Any]) -> float:
+    header = str((error.headers or {}).get("Retry-After") or "")
+    with contextlib.suppress(ValueError):
+        return float(header)
+    seconds = (status.get("details") or {}).get("retryAfterSeconds")
+    return float(seconds) if isinstance(seconds, int | float) else 1.0
+
+
+def status_error(code: int, status: Mapping[str, Any], retry_after: float = 1.0) -> CloudError:
+    """The typed error for an API status code and its `Status` object; the message is the API server's (for
+    an invalid object it names the field)."""
+    message = str(status.get("message") or f"HTTP {code} {status.get('reason') or ''}".strip())
+    reason = str(status.get("reason") or "")
+    if code == 404:
+        return NotFoundError(message, code=reason or "NotFound")
+    if code == 409:
+        return ConflictError(message, code=reason or "Conflict")
+    if code == 410:
+        return ConflictError(message, code="Expired")
+    if code == 429:
+        causes = (status.get("details") or {}).get("causes") or ()
+        if any(isinstance(cause, dict) and cause.get("reason") == "DisruptionBudget" for cause in causes):
+            reason = "DisruptionBudget"  # the eviction API's answer when a PodDisruptionBudget forbids it now
+        return ThrottledError(message, retry_after, code=reason or "TooManyRequests")
+    if code >= 500 or code == 0:
+        return TransientError(message, code=reason or "InternalError")
+    return InvalidError(message, code=reason or "Invalid")
+
+
+def api_error(error: ApiException) -> CloudError:
+    """The typed error for an `ApiException` (404 NotFound, 409 Conflict, 400/422 Invalid, 429 Throttled with its
+    Retry-After, 5xx Transient; 401/403 are Invalid, as retrying will not help)."""
+    status = _status_body(error)
+    if not status and error.reason:
+        status = {"message": _one_line(error.reason)}
+    return status_error(int(error.status or 0), status, _retry_after(error, status))
+
+
+def _connection_error(what: str, error: BaseException) -> TransientError:
+    return TransientError(f"{what}: {_reason(error)}", code="ConnectionError")
+
+
+def _reason(error: BaseException) -> str:
+    """The root cause of a connection failure in a few words ("[Errno 111] Connection refused")."""
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason
+    text = _one_line(error) or type(error).__name__
+    return text.rpartition("Failed to establish a new connection: ")[2]
+
+
+# --- rate limit ------------------------------------------------------------------------------------------
+
+
+class TokenBucket:
+    """`qps` requests a second on average, up to `burst` at once; shared by every thread of one cluster."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"the rate limit needs qps > 0 and burst >= 1, not qps={qps}, burst={burst}")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Take a token; the seconds to wait before using it (0 when one was there)."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+
+# --- watch -----------------------------------------------------------------------------------------------
+
+
+class WatchStream(Protocol):
+    """One open watch request: its events as decoded JSON, until the server ends it."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+    def interrupt(self) -> None:
+        """From another thread: make the reader's blocked read return now."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _ResponseStream:
+    """A watch response read line by line. A broken connection is a `TransientError`."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for line in iter_resp_lines(self._response):
+                if line:
+                    yield json.loads(line)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+            raise _connection_error("the watch stream broke", error) from error
+
+    def interrupt(self) -> None:
+        # Shuts the socket down for reading, which unblocks a read in progress on the watch thread.
+        with contextlib.suppress(Exception):
+            self._response.shutdown()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._response.close()
+            self._response.release_conn()
+
+
+class _Stopped(Exception):
+    """The watch was asked to stop."""
+
+
+Emit = Callable[[WatchEvent | Exception], None]
+
+
+class ListWatch:
+    """One kind's list-then-watch loop, as a controller's informer runs it, on a thread of its own.
+
+    It lists (paged) and hands on what is new or changed since the consumer last saw it (ADDED for an object
+    it never saw, MODIFIED for a changed one) and a DELETED for each object that vanished between two lists,
+    then watches from the list's resourceVersion with bookmarks, and reopens the watch from the last version
+    seen whenever the server ends it. A 410 Gone (the version was compacted away) means list again; a broken
+    connection or a 5xx means retry with jittered exponential backoff. `seen` (the resourceVersion handed on
+    for each object) makes sure nothing is handed on twice. An error that retrying will not fix (403, a kind
+    the server does not serve) is handed to `emit` and ends the loop.
+    """
+
+    def __init__(
+        self,
+        resource: Resource,
+        list_page: ListPage,
+        open_watch: Callable[[str], WatchStream],
+        emit: Emit,
+        *,
+        resource_version: str | None = None,
+        reconnect_max_wait: float = 5.0,
+    ) -> None:
+        self.resource = resource
+        self.seen: dict[tuple[str, str], str] = {}
+        """The resourceVersion of every object handed on, by (namespace, name)."""
+        self._list_page = list_page
+        self._open_watch = open_watch
+        self._emit = emit
+        self.resource_version = resource_version
+        """Where the next watch starts: the last version listed or watched (None: list first)."""
+        self._listed = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._stream: WatchStream | None = None
+        self._retrying = Retrying(
+            retry=retry_if_exception_type((TransientError, ThrottledError)),
+            wait=wait_random_exponential(multiplier=0.1, max=reconnect_max_wait),
+            sleep=self._pause,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+
+    def stop(self) -> None:
+        """Make `run` return soon (an open watch is interrupted); safe from any thread."""
+        self._stop.set()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.interrupt()
+
+    def run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for attempt in self._retrying:
+                    with attempt:
+                        self._step()
+        except _Stopped:
+            return
+        except Exception as error:
+            if not self._stop.is_set():
+                self._emit(error)
+
+    def _pause(self, seconds: float) -> None:
+        """The backoff between retries, cut short by `stop`."""
+        self._stop.wait(seconds)
+
+    def _log_retry(self, state: Any) -> None:
+        if not self._stop.is_set() and state.outcome is not None:
+            logger.warning(
+                "watching %s failed (attempt %d), retrying: %s",
+                self.resource.kind,
+                state.attempt_number,
+                state.outcome.exception(),
+            )
+
+    def _step(self) -> None:
+        """List when there is no version to watch from, else watch until the server ends the watch."""
+        if self._stop.is_set():
+            raise _Stopped
+        try:
+            if self.resource_version is None:
+                self._relist()
+            else:
+                self._watch(self.resource_version)
+        except ConflictError as error:
+            if error.code != "Expired":
+                raise
+            self.resource_version = None  # 410 Gone: that version was compacted away, list again
+
+    def _relist(self) -> None:
+        items, version = list_every_page(self._list_page)
+        current: dict[tuple[str, str], str] = {}
+        for item in _with_kind(self.resource, items):
+            key = _key(item)
+            item_version = str(item["metadata"].get("resourceVersion") or "")
+            current[key] = item_version
+            previous = self.seen.get(key)
+            if previous != item_version:
+                self._hand_on(EventType.ADDED if previous is None else EventType.MODIFIED, item)
+        for namespace, name in sorted(self.seen.keys() - current.keys()):
+            # Deleted while no watch was open: only the name and the last version seen are known.
+            metadata = {"name": name, "resourceVersion": self.seen[namespace, name]}
+            if namespace:
+                metadata["namespace"] = namespace
+            gone = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, "metadata": metadata}
+            self._hand_on(EventType.DELETED, gone, _revision(version))
+        self.seen = current
+        self._listed = True
+        self.resource_version = version
+
+    def _watch(self, version: str) -> None:
+        stream = self._open_watch(version)
+        with self._lock:
+            self._stream = stream
+        try:
+            if self._stop.is_set():
+                raise _Stopped
+            for event in stream:
+                if self._stop.is_set():
+                    raise _Stopped
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise status_error(int(obj.get("code") or 0), obj)
+                if kind in (EventType.ADDED, EventType.MODIFIED, EventType.DELETED):
+                    self._on_event(EventType(kind), obj)
+                # A bookmark only moves the version on; a broken stream resumes from here.
+                self.resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+        finally:
+            with self._lock:
+                self._stream = None
+            stream.close()
+
+    def _on_event(self, kind: EventType, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        version = str(obj["metadata"].get("resourceVersion") or "")
+        if kind is EventType.DELETED:
+            if key not in self.seen and self._listed:
+                return  # a list already handed on its deletion
+            self.seen.pop(key, None)
+        else:
+            if self.seen.get(key) == version:
+                return
+            self.seen[key] = version
+        self._hand_on(kind, obj)
+
+    def _hand_on(self, kind: EventType, obj: dict[str, Any], version: int | None = None) -> None:
+        namespace, name = _key(obj)
+        revision = _revision(obj["metadata"].get("resourceVersion")) if version is None else version
+        self._emit(
+            WatchEvent(
+                type=kind,
+                kind=self.resource.kind,
+                name=name,
+                namespace=namespace or None,
+                resource_version=revision,
+                object=obj,
+            )
+        )
+
+
+# --- configuration ---------------------------------------------------------------------------------------
+
+
+def load_cluster(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    qps: float = DEFAULT_QPS,
+    burst: int = DEFAULT_BURST,
+    threads: int = DEFAULT_THREADS,
+    watch_timeout_seconds: int = DEFAULT_WATCH_TIMEOUT_SECONDS,
+    request_timeout_seconds: float = 30.0,
+) -> KubernetesCluster:
+    """The cluster of a kubeconfig: `kubeconfig`, else `$NODEWRIGHT_KUBECONFIG`, else `$KUBECONFIG` (paths joined
+    by `:` are merged), else `~/.kube/config`; in a pod (`$KUBERNETES_SERVICE_HOST`) with none of them set, the
+    pod's service account. `ClusterConfigError` when the file is missing or unreadable or the context unknown;
+    call `check_connection()` to find out whether the server answers and accepts the credentials."""
+    configuration = k8s.Configuration()
+    path = kubeconfig or os.environ.get("NODEWRIGHT_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as error:
+            raise ClusterConfigError(f"in-cluster service account: {_one_line(error)}") from None
+        source = "the in-cluster service account"
+    else:
+        source = _load_kubeconfig(path or "~/.kube/config", context, configuration)
+    return KubernetesCluster(
+        configuration,
+        qps=qps,
+        burst=burst,
+        threads=threads,
+        watch_timeout_seconds=watch_timeout_seconds,
+        request_timeout_seconds=request_timeout_seconds,
+        source=source,
+    )
+
+
+def _load_kubeconfig(path: str, context: str | None, configuration: k8s.Configuration) -> str:
+    """Fill `configuration` from the kubeconfig; where it came from, for messages."""
+    files = [Path(item).expanduser() for item in path.split(os.pathsep) if item]
+    existing = [item for item in files if item.is_file()]
+    if not existing:
+        raise ClusterConfigError(f"kubeconfig {path}: no such file")
+    for item in existing:
+        if not os.access(item, os.R_OK):
+            raise ClusterConfigError(f"kubeconfig {item}: permission denied")
+    config_file = os.pathsep.join(str(item) for item in existing)
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(config_file)
+    except (ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError) as error:
+        raise ClusterConfigError(f"kubeconfig {config_file}: {_one_line(error)}") from None
+    names = [str(item.get("name")) for item in contexts or () if isinstance(item, dict)]
+    chosen = context or (current or {}).get("name")
+    if not chosen:
+        raise ClusterConfigError(f"kubeconfig {config_file} sets no current-context; name one with --context")
+    if chosen not in names:
+        known = ", ".join(names) or "none"
+        raise ClusterConfigError(f"kubeconfig {config_file} has no context {chosen!r} (it has: {known})")
+    try:
+        k8s_config.load_kube_config(
+            config_file, chosen, client_configuration=configuration, persist_config=False
+        )
+    except (ConfigException, yaml.YAMLError, OSError, TypeError, ValueError) as error:
+        raise ClusterConfigError(f"kubeconfig {config_file}, context {chosen}: {_one_line(error)}") from None
+    return f"kubeconfig {config_file}, context {chosen}"
+
+
+# --- the cluster -----------------------------------------------------------------------------------------
+
+
+class KubernetesCluster:
+    """A Kubernetes cluster through the official client. Use it as an async context manager, or call `close()`."""
+
+    def __init__(
+        self,
+        configuration: k8s.Configuration,
+        *,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        threads: int = DEFAULT_THREADS,
+        watch_timeout_seconds: int = DEFAULT_WATCH_TIMEOUT_SECONDS,
+        request_timeout_seconds: float = 30.0,
+        connect_timeout_seconds: float = 5.0,
+        page_size: int = 500,
+        conflict_retries: int = 20,
+        reconnect_max_wait: float = 5.0,
+        reporting_instance: str | None = None,
+        source: str = "",
+    ) -> None:
+        # Every pool thread and every watch keeps a connection of its own.
+        configuration.connection_pool_maxsize = threads + len(WATCHED_KINDS)
+        api_client = k8s.ApiClient(configuration)
+        self.api_client = api_client
+        self.server: str = configuration.host
+        self.source = source or self.server
+        """Where the configuration came from (kubeconfig and context), for messages."""
+        self.limiter = TokenBucket(qps, burst)
+        self.reporting_instance = reporting_instance or socket.gethostname()
+        self._core = k8s.CoreV1Api(api_client)
+        self._apps = k8s.AppsV1Api(api_client)
+        self._policy = k8s.PolicyV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nodewright-kube")
+        self._timeout = (connect_timeout_seconds, request_timeout_seconds)
+        self._watch_timeout = watch_timeout_seconds
+        self._page_size = page_size
+        self._conflict_retries = conflict_retries
+        self._reconnect_max_wait = reconnect_max_wait
+        self._dynamic_client: DynamicClient | None = None
+        self._dynamic_lock = threading.Lock()
+        self._listers: dict[str, Callable[..., Any]] = {
+            POD.kind: self._core.list_pod_for_all_namespaces,
+            NODE.kind: self._core.list_node,
+            DAEMONSET.kind: self._apps.list_daemon_set_for_all_namespaces,
+            PDB.kind: self._policy.list_pod_disruption_budget_for_all_namespaces,
+            **{
+                resource.kind: functools.partial(self._custom.list_cluster_custom_object, *resource.custom)
+                for resource in (NODEPOOL, NODECLAIM, NODECLASS)
+            },
+        }
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.api_client.close()
+
+    # --- requests ----------------------------------------------------------------------------------------
+
+    def _request(self, call: Callable[[], T], what: str) -> T:
+        """One request on this thread, after the rate limiter allows it; failures as `core.errors`."""
+        delay = self.limiter.reserve()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            return call()
+        except ApiException as error:
+            raise api_error(error) from error
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise _connection_error(f"{what} ({self.server})", error) from error
+
+    def _raw(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A method of the generated API classes, answered as decoded JSON."""
+
+        def call() -> Any:
+            response = method(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            return json.loads(data) if data else None
+
+        return self._request(call, _method_name(method))
+
+    async def _in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(function, *args, **kwargs))
+
+    async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self._in_thread(self._raw, method, *args, **kwargs)
+
+    async def _get(self, method: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = await self._call(method, *args)
+        except NotFoundError:
+            return None
+        return result
+
+    async def _delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(NotFoundError):
+            await self._call(method, *args, **kwargs)
+
+    def _list_page(
+        self, resource: Resource, token: str | None, namespace: str | None = None, **selectors: str
+    ) -> dict[str, Any]:
+        """One page of a kind's list (pods alone can be listed in one namespace)."""
+        lister = self._listers[resource.kind]
+        if namespace is not None and resource is POD:
+            lister = functools.partial(self._core.list_namespaced_pod, namespace)
+        options = {key: value for key, value in selectors.items() if value}
+        page: dict[str, Any] = self._raw(lister, limit=self._page_size, _continue=token, **options)
+        return page
+
+    async def _list(
+        self, resource: Resource, namespace: str | None = None, **selectors: str
+    ) -> builtins.list[dict[str, Any]]:
+        """Every object of a kind, with its apiVersion and kind."""
+        list_page = functools.partial(self._list_page, resource, namespace=namespace, **selectors)
+        items, _ = await self._in_thread(list_every_page, list_page)
+        return _with_kind(resource, items)
+
+    # --- ClusterAPI: reads -------------------------------------------------------------------------------
+
+    async def check_connection(self) -> None:
+        """GET /version and list one Node: `ClusterConfigError` (one line naming the server and the kubeconfig)
+        when the server does not answer, or refuses the credentials (401) or the permission to read (403)."""
+        await self._in_thread(self._check_connection)
+
+    def _check_connection(self) -> None:
+        version = k8s.VersionApi(self.api_client)
+        try:
+            for request in (version.get_code, functools.partial(self._core.list_node, limit=1)):
+                response: Any = request(_preload_content=False, _request_timeout=self._timeout)
+                response.release_conn()
+        except ApiException as error:
+            status = _status_body(error).get("message") or _one_line(error.reason)
+            if error.status in (401, 403):
+                raise ClusterConfigError(
+                    f"the API server {self.server} refused the credentials of {self.source}: "
+                    f"{error.status} {_one_line(status)}"
+                ) from None
+            if not error.status:
+                raise ClusterConfigError(
+                    f"cannot reach the API server {self.server} ({self.source}): {_one_line(status)}"
+                ) from None
+            raise ClusterConfigError(
+                f"the API server {self.server} ({self.source}) answered {error.status}: {_one_line(status)}"
+            ) from None
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise ClusterConfigError(
+                f"cannot reach the API server {self.server} ({self.source}): {_reason(error)}"
+            ) from None
+
+    async def snapshot(self) -> Manifests:
+        """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
+        lists = await asyncio.gather(*(self._list(resource) for resource in SNAPSHOT_KINDS))
+        return parse_manifests([item for items in lists for item in items], "cluster")
+
+    async def get_node(self, name: str) -> Node | None:
+        raw = await self._get(self._core.read_node, name)
+        return None if raw is None else Node.model_validate(raw)
+
+    async def find_node_by_provider_id(self, provider_id: str) -> Node | None:
+        # Nodes support no field selector on spec.providerID: list them and look.
+        for item in await self._list(NODE):
+            if (item.get("spec") or {}).get("providerID") == provider_id:
+                return Node.model_validate(item)
+        return None
+
+    async def get_nodeclaim(self, name: str) -> NodeClaim | None:
+        raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
+        return None if raw is None else NodeClaim.parse(raw)
+
+    async def list_pods_on_node(self, node_name: str) -> builtins.list[Pod]:
+        items = await self._list(POD, field_selector=f"spec.nodeName={node_name}")
+        return [Pod.model_validate(item) for item in items]
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's data, base64-decoded; `InvalidError` (naming the Secret and key, never a value) when a
+        value is not text."""
+        raw = await self._get(self._core.read_namespaced_secret, name, namespace)
+        if raw is None:
+            return None
+        data = {}
+        for key, value in (raw.get("data") or {}).items():
+            try:
+                data[key] = base64.b64decode(value, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise InvalidError(
+                    f"Secret {namespace}/{name}: data.{key} is not base64-encoded text", code="Invalid"
+                ) from None
+        return data
+
+    async def get_nodepool(self, name: str) -> NodePool | None:
+        raw = await self._get(self._custom.get_cluster_custom_object, *NODEPOOL.custom, name)
+        return None if raw is None else NodePool.parse(raw)
+
+    async def get_nodeclass(self, name: str) -> AKSNodeClass | None:
+        raw = await self._get(self._custom.get_cluster_custom_object, *NODECLASS.custom, name)
+        return None if raw is None else AKSNodeClass.parse(raw)
+
+    # --- ClusterAPI: writes ------------------------------------------------------------------------------
+
+    async def create_nodeclaim(self, nodeclaim: NodeClaim) -> NodeClaim:
+        """Create it, or return the existing one with the same name."""
+        body = _manifest(nodeclaim)
+        for field in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            body["metadata"].pop(field, None)
+        for _ in range(self._conflict_retries):
+            try:
+                created = await self._call(self._custom.create_cluster_custom_object, *NODECLAIM.custom, body)
+                return NodeClaim.parse(created)
+            except ConflictError as error:
+                if error.code != "AlreadyExists":
+                    raise
+            existing = await self.get_nodeclaim(nodeclaim.name)
+            if existing is not None:
+                return existing
+        raise ConflictError(f"NodeClaim {nodeclaim.name} kept appearing and disappearing")
+
+    async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
+        """Replace the status through the status subresource (spec and metadata in the body are ignored), with
+        the resourceVersion as a precondition; on a conflict, the status is put on the latest version."""
+        body = _manifest(nodeclaim)
+        status = body.get("status") or {}
+        for _ in range(self._conflict_retries):
+            if not body["metadata"].get("resourceVersion"):
+                current = await self._get(
+                    self._custom.get_cluster_custom_object, *NODECLAIM.custom, nodeclaim.name
+                )
+                if current is None:
+                    raise NotFoundError(f'NodeClaim "{nodeclaim.name}" not found', code="NotFound")
+                body = {**current, "status": status}
+            try:
+                replaced = await self._call(
+                    self._custom.replace_cluster_custom_object_status,
+                    *NODECLAIM.custom,
+                    nodeclaim.name,
+                    body,
+                )
+                return NodeClaim.parse(replaced)
+            except ConflictError as error:
+                if error.code != "Conflict":
+                    raise
+            body["metadata"] = {}
+        raise ConflictError(
+            f"NodeClaim {nodeclaim.name} kept changing; gave up after {self._conflict_retries} tries"
+        )
+
+    async def _read_modify_write(
+        self,
+        read: Callable[[], Any],
+        patch: Callable[[dict[str, Any]], Any],
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        what: str,
+    ) -> dict[str, Any] | None:
+        """`change` makes a merge patch (empty: nothing to do) from the latest version; the patch is sent with
+        that version's resourceVersion as a precondition, and made again on conflict. None when it is gone."""
+        for attempt in range(self._conflict_retries):
+            try:
+                current: dict[str, Any] = await self._call(read)
+                body = change(current)
+                if not body:
+                    return current
+                body.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+                result: dict[str, Any] = await self._call(patch, body, _content_type=MERGE_PATCH)
+                return result
+            except NotFoundError:
+                return None
+            except ConflictError as error:
+                if error.code != "Conflict":
+                    raise
+            await asyncio.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
+        raise ConflictError(f"{what} kept changing; gave up after {self._conflict_retries} tries")
+
+    async def patch_nodeclaim_metadata(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        remove_finalizers: builtins.list[str] | None = None,
+    ) -> NodeClaim | None:
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            metadata = current["metadata"]
+            patch: dict[str, Any] = {}
+            for field, wanted in (("labels", labels), ("annotations", annotations)):
+                held = metadata.get(field) or {}
+                if changed := {key: value for key, value in (wanted or {}).items() if held.get(key) != value}:
+                    patch[field] = changed
+            finalizers = metadata.get("finalizers") or []
+            kept = [item for item in finalizers if item not in set(remove_finalizers or ())]
+            if kept != finalizers:
+                patch["finalizers"] = kept
+            return {"metadata": patch} if patch else {}
+
+        args = (*NODECLAIM.custom, name)
+        raw = await self._read_modify_write(
+            functools.partial(self._custom.get_cluster_custom_object, *args),
+            functools.partial(self._custom.patch_cluster_custom_object, *args),
+            change,
+            f"NodeClaim {name}",
+        )
+        return None if raw is None else NodeClaim.parse(raw)
+
+    async def patch_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        add_taints: builtins.list[Taint] | None = None,
+        remove_taint_keys: builtins.list[str] | None = None,
+        add_finalizers: builtins.list[str] | None = None,
+        remove_finalizers: builtins.list[str] | None = None,
+        unschedulable: bool | None = None,
+    ) -> Node | None:
+        """Change the node's labels, taints (removals first, so a key can be replaced), finalizers or cordon;
+        None when the node is gone."""
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            metadata, spec = current["metadata"], current.get("spec") or {}
+            patch: dict[str, Any] = {}
+            held = metadata.get("labels") or {}
+            if changed := {key: value for key, value in (labels or {}).items() if held.get(key) != value}:
+                patch.setdefault("metadata", {})["labels"] = changed
+            taints = [
+                taint
+                for taint in spec.get("taints") or []
+                if taint.get("key") not in (remove_taint_keys or ())
+            ]
+            for taint in add_taints or ():
+                if not any(
+                    (present.get("key"), present.get("effect")) == (taint.key, taint.effect)
+                    for present in taints
+                ):
+                    taints.append(_manifest(taint))
+            if taints != (spec.get("taints") or []):
+                patch.setdefault("spec", {})["taints"] = taints
+            finalizers = metadata.get("finalizers") or []
+            wanted = [item for item in finalizers if item not in set(remove_finalizers or ())]
+            wanted += [item for item in add_finalizers or () if item not in wanted]
+            if wanted != finalizers:
+                patch.setdefault("metadata", {})["finalizers"] = wanted
+            if unschedulable is not None and unschedulable != bool(spec.get("unschedulable")):
+                patch.setdefault("spec", {})["unschedulable"] = unschedulable
+            return patch
+
+        raw = await self._read_modify_write(
+            functools.partial(self._core.read_node, name),
+            functools.partial(self._core.patch_node, name),
+            change,
+            f"Node {name}",
+        )
+        return None if raw is None else Node.model_validate(raw)
+
+    async def evict_pod(self, namespace: str, name: str) -> None:
+        """Evict through the eviction API (policy/v1); `PDBViolationError` when a budget forbids it now. A pod
+        already gone counts as evicted."""
+        body = k8s.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        )
+        try:
+            await self._call(self._core.create_namespaced_pod_eviction, name, namespace, body)
+        except NotFoundError:
+            return
+        except ThrottledError as error:
+            # 429 with a DisruptionBudget cause; a 429 without one is the server shedding load.
+            if error.code == "DisruptionBudget":
+                raise PDBViolationError(str(error), code=error.code) from error
+            raise
+
+    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+        await self._delete(
+            self._core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_period_seconds
+        )
+
+    async def delete_node(self, name: str) -> None:
+        await self._delete(self._core.delete_node, name)
+
+    async def delete_nodeclaim(self, name: str) -> None:
+        await self._delete(self._custom.delete_cluster_custom_object, *NODECLAIM.custom, name)
+
+    async def record_event(self, event: Event) -> None:
+        """Publish an `events.k8s.io/v1` Event from Karpenter. Best effort: a failure is logged, never raised."""
+        try:
+            body = self._event_body(event)
+            await self._in_thread(self._post_event, body)
+        except Exception as error:
+            logger.warning(
+                "could not record event %s on %s %s: %s",
+                event.reason,
+                event.involved_object.kind,
+                event.involved_object.name,
+                error,
+            )
+
+    def _event_body(self, event: Event) -> dict[str, Any]:
+        regarding = event.involved_object
+        namespace = event.metadata.namespace or regarding.namespace or DEFAULT_NAMESPACE
+        when = (event.first_timestamp or event.last_timestamp or datetime.now(UTC)).astimezone(UTC)
+        reference = _manifest(regarding)
+        if not regarding.api_version and regarding.kind in _API_VERSIONS:
+            reference["apiVersion"] = _API_VERSIONS[regarding.kind]
+        return {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": event.metadata.name or f"{regarding.name}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace,
+            },
+            # MicroTime takes exactly six fractional digits; isoformat() drops them when they are all zero.
+            "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "regarding": reference,
+            "reason": event.reason,
+            "action": event.reason,
+            "note": event.message.encode()[:1024].decode(errors="ignore"),
+            "type": event.type,
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.reporting_instance[:128],
+        }
+
+    def _post_event(self, body: dict[str, Any]) -> None:
+        # Through ApiClient rather than EventsV1Api.create_namespaced_event: the generated model would format
+        # eventTime with isoformat(), which the API server rejects whenever the microseconds are zero.
+        def call() -> None:
+            request = self.api_client.param_serialize(
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+                path_params={"namespace": body["metadata"]["namespace"]},
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(*request, _request_timeout=self._timeout)
+            response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+
+        self._request(call, "create event")
+
+    # --- ClusterAPI: watch -------------------------------------------------------------------------------
+
+    async def watch(self, since: int = 0) -> AsyncGenerator[WatchEvent, None]:
+        """Changes to Pods, Nodes, NodeClaims, NodePools and AKSNodeClasses, merged in one stream, forever.
+
+        With `since` 0 each kind is listed first (every object arrives as ADDED), then watched; otherwise the
+        watch starts at that resourceVersion and lists only if it is too old. Each kind runs a `ListWatch` on
+        a thread of its own; closing the generator stops them. An error retrying cannot fix (the CRDs are not
+        installed, the credentials may not watch) is raised here.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[WatchEvent | Exception] = asyncio.Queue()
+
+        def emit(item: WatchEvent | Exception) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens any more
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        watchers = [
+            ListWatch(
+                resource,
+                functools.partial(self._list_page, resource),
+                functools.partial(self._open_watch, resource),
+                emit,
+                resource_version=str(since) if since else None,
+                reconnect_max_wait=self._reconnect_max_wait,
+            )
+            for resource in WATCHED_KINDS
+        ]
+        for watcher in watchers:
+            name = f"nodewright-watch-{watcher.resource.kind}"
+            threading.Thread(target=watcher.run, name=name, daemon=True).start()
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            for watcher in watchers:
+                watcher.stop()
+
+    def _open_watch(self, resource: Resource, version: str) -> WatchStream:
+        response = self._request(
+            lambda: self._listers[resource.kind](
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._watch_timeout,
+                _preload_content=False,
+                # The server ends the watch after timeout_seconds; a read that waits much longer than that is
+                # a dead connection.
+                _request_timeout=(self._timeout[0], self._watch_timeout + 30),
+            ),
+            f"watch {resource.kind}",
+        )
+        return _ResponseStream(response)
+
+    # --- cluster administration, for the demo and tests --------------------------------------------------
+
+    def _dynamic(self) -> DynamicClient:
+        with self._dynamic_lock:
+            if self._dynamic_client is None:
+                self._dynamic_client = self._request(lambda: DynamicClient(self.api_client), "discovery")
+            return self._dynamic_client
+
+    def _resource(self, kind: str, api_version: str | None = None) -> Any:
+        """The discovered resource of a kind (`apiVersion` defaults to the one nodewright uses for it)."""
+        wanted = {"kind": kind}
+        if api_version or kind in _API_VERSIONS:
+            wanted["api_version"] = api_version or _API_VERSIONS[kind]
+        try:
+            return self._request(lambda: self._dynamic().resources.get(**wanted), f"discover {kind}")
+        except ResourceNotFoundError:
+            version = f" {wanted['api_version']}" if "api_version" in wanted else ""
+            raise InvalidError(f"the API server at {self.server} serves no kind {kind}{version}") from None
+        except ResourceNotUniqueError:
+            raise InvalidError(f"kind {kind} is served by several API groups; give its apiVersion") from None
+
+    def _dynamic_raw(self, call: Callable[[], Any], what: str) -> Any:
+        def request() -> Any:
+            response = call()
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            return json.loads(data) if data else None
+
+        return self._request(request, what)
+
+    async def apply(self, manifests: str | Iterable[Mapping[str, Any]]) -> builtins.list[str]:
+        """Server-side apply (field manager "nodewright", conflicts forced) of YAML text or manifests, in order;
+        one line per object, as kubectl prints it (`deployment.apps/web serverside-applied`). `InvalidError`
+        listing every rejected object and why, after the others were applied."""
+        try:
+            documents = load_yaml(manifests, "manifests") if isinstance(manifests, str) else list(manifests)
+        except ManifestError as error:
+            raise InvalidError(str(error), code="Invalid") from None
+        return await self._in_thread(self._apply_all, documents)
+
+    def _apply_all(self, documents: builtins.list[Any]) -> builtins.list[str]:
+        results: list[str] = []
+        problems: list[str] = []
+        for number, document in enumerate(documents, start=1):
+            try:
+                results.append(self._apply_one(document, number))
+            except CloudError as error:
+                problems.append(str(error))
+        if problems:
+            raise InvalidError("\n".join(problems), code="Invalid")
+        return results
+
+    def _apply_one(self, document: Any, number: int) -> str:
+        if not isinstance(document, Mapping):
+            raise InvalidError(
+                f"document {number}: expected a Kubernetes object, not {type(document).__name__}"
+            )
+        kind, api_version = document.get("kind"), document.get("apiVersion")
+        metadata = document.get("metadata") or {}
+        name = metadata.get("name")
+        label = f"{kind or f'document {number}'} {name or ''}".strip()
+        if not kind or not api_version or not name:
+            missing = [
+                field
+                for field, value in (("kind", kind), ("apiVersion", api_version), ("metadata.name", name))
+                if not value
+            ]
+            raise InvalidError(f"{label}: {', '.join(missing)}: Field required")
+        resource = self._resource(str(kind), str(api_version))
+        namespace = (metadata.get("namespace") or DEFAULT_NAMESPACE) if resource.namespaced else None
+        body = dict(document)
+        if namespace:
+            body["metadata"] = {**metadata, "namespace": namespace}
+        try:
+            self._dynamic_raw(
+                lambda: self._dynamic().server_side_apply(
+                    resource,
+                    body=body,
+                    name=name,
+                    namespace=namespace,
+                    field_manager=FIELD_MANAGER,
+                    force_conflicts=True,
+                    serialize=False,
+                    _request_timeout=self._timeout,
+                ),
+                f"apply {label}",
+            )
+        except (InvalidError, NotFoundError, ConflictError) as error:
+            where = f"{namespace}/{name}" if namespace else name
+            raise InvalidError(f"{kind} {where}: {error}", code=error.code) from None
+        group = resource.group
+        return f"{str(kind).lower()}{'.' + group if group else ''}/{name} serverside-applied"
+
+    async def scale(self, kind: str, namespace: str, name: str, replicas: int) -> None:
+        """Set the replicas of a Deployment, ReplicaSet or StatefulSet (through its scale subresource)."""
+
+        def call() -> Any:
+            scale = self._resource(kind).subresources["scale"]
+            return self._dynamic().patch(
+                scale,
+                body={"spec": {"replicas": replicas}},
+                name=name,
+                namespace=namespace,
+                content_type=MERGE_PATCH,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        await self._in_thread(self._dynamic_raw, call, f"scale {kind} {namespace}/{name}")
+
+    async def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """Any object's manifest, or None."""
+
+        def call() -> Any:
+            return self._dynamic().get(
+                self._resource(kind),
+                name=name,
+                namespace=namespace,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        try:
+            result: dict[str, Any] = await self._in_thread(self._dynamic_raw, call, f"get {kind} {name}")
+        except NotFoundError:
+            return None
+        return result
+
+    async def list_objects(
+        self, kind: str, namespace: str | None = None, field_selector: str = "", label_selector: str = ""
+    ) -> builtins.list[dict[str, Any]]:
+        """Manifests of a kind, in one namespace or all, optionally filtered by field and label selectors."""
+
+        def call() -> Any:
+            return self._dynamic().get(
+                self._resource(kind),
+                namespace=namespace,
+                field_selector=field_selector or None,
+                label_selector=label_selector or None,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        body = await self._in_thread(self._dynamic_raw, call, f"list {kind}")
+        api_version = str(body.get("apiVersion") or "")
+        return [{**item, "apiVersion": api_version, "kind": kind} for item in body.get("items") or ()]
+
+    async def delete_object(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Delete (or, with finalizers, mark for deletion) any object; one already gone counts as done."""
+
+        def call() -> Any:
+            return self._dynamic().delete(
+                self._resource(kind),
+                name=name,
+                namespace=namespace,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        with contextlib.suppress(NotFoundError):
+            await self._in_thread(self._dynamic_raw, call, f"delete {kind} {name}")
+
+    async def list_nodes(self) -> builtins.list[Node]:
+        return [Node.model_validate(item) for item in await self._list(NODE)]
+
+    async def list_nodeclaims(self) -> builtins.list[NodeClaim]:
+        return [NodeClaim.parse(item) for item in await self._list(NODECLAIM)]
+
+    async def list_pods(self, namespace: str | None = None, label_selector: str = "") -> builtins.list[Pod]:
+        items = await self._list(POD, namespace, label_selector=label_selector)
+        return [Pod.model_validate(item) for item in items]
+
+
+def _method_name(method: Callable[..., Any]) -> str:
+    inner = method.func if isinstance(method, functools.partial) else method
+    return str(getattr(inner, "__name__", "request"))
