@@ -1091,8 +1091,10 @@ class KubernetesCluster:
 
     async def apply(self, manifests: str | Iterable[Mapping[str, Any]]) -> builtins.list[str]:
         """Server-side apply (field manager "nodewright", conflicts forced) of YAML text or manifests, in order;
-        one line per object, as kubectl prints it (`deployment.apps/web serverside-applied`). `InvalidError`
-        listing every rejected object and why, after the others were applied."""
+        one line per object, as kubectl prints it (`deployment.apps/web serverside-applied`). A document's
+        `status` is applied too, through the status subresource (which `kubectl apply` leaves out), as the
+        controller that owns it would write it. `InvalidError` listing every rejected object and why, after the
+        others were applied."""
         try:
             documents = load_yaml(manifests, "manifests") if isinstance(manifests, str) else list(manifests)
         except ManifestError as error:
@@ -1146,6 +1148,28 @@ class KubernetesCluster:
                 ),
                 f"apply {label}",
             )
+            status = document.get("status")
+            if status and "status" in resource.subresources:
+                # What a controller would write (e.g. the AKS image controller's AKSNodeClass images): the main
+                # resource ignores status, so it goes through the status subresource.
+                self._dynamic_raw(
+                    lambda: self._dynamic().server_side_apply(
+                        resource.subresources["status"],
+                        body={
+                            "apiVersion": api_version,
+                            "kind": kind,
+                            "metadata": body["metadata"],
+                            "status": status,
+                        },
+                        name=name,
+                        namespace=namespace,
+                        field_manager=FIELD_MANAGER,
+                        force_conflicts=True,
+                        serialize=False,
+                        _request_timeout=self._timeout,
+                    ),
+                    f"apply the status of {label}",
+                )
         except (InvalidError, NotFoundError, ConflictError) as error:
             where = f"{namespace}/{name}" if namespace else name
             raise InvalidError(f"{kind} {where}: {error}", code=error.code) from None

@@ -20,10 +20,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """For `subprocess.Popen(preexec_fn=...)`: the child gets SIGTERM when the process that started it dies,
+    """For `subprocess.Popen(preexec_fn=...)`: the child gets SIGKILL when the process that started it dies,
     even by SIGKILL, so nothing is left behind (Linux; elsewhere a no-op)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 async def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
