@@ -1,0 +1,246 @@
+"""Long-running operations: a PUT or DELETE answers at once with an operation that reads `InProgress` a few
+times, then ends (Succeeded, Failed with a late error, or Canceled by a delete that overtakes a create). Reading
+the resource moves its operation on too. `Operations` is the part of the state that starts, steps and finishes
+them, and stores, finds and removes resources as they do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from simulator.arm.errors import ArmError
+from simulator.arm.faults import Call, FaultAction
+from simulator.arm.resources import (
+    Json,
+    ProvisioningState,
+    Resource,
+    ResourceKey,
+    ResourceType,
+    check_tags,
+    resource_key,
+)
+from simulator.arm.store import ArmStore
+
+
+class OperationKind(StrEnum):
+    CREATE = "create"
+    DELETE = "delete"
+
+
+class OperationStatus(StrEnum):
+    IN_PROGRESS = "InProgress"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+
+@dataclass(slots=True)
+class Operation:
+    """A long-running operation: `polls_left` more status reads answer InProgress, then it ends."""
+
+    id: str
+    kind: OperationKind
+    key: ResourceKey
+    polls_left: int
+    started: datetime
+    error: Json | None = None
+    """The error it ends with (a late failure)."""
+    status: OperationStatus = OperationStatus.IN_PROGRESS
+    ended: datetime | None = None
+
+    def to_json(self) -> Json:
+        body: Json = {"name": self.id, "status": self.status.value, "startTime": iso(self.started)}
+        if self.ended is not None:
+            body["endTime"] = iso(self.ended)
+        if self.status in (OperationStatus.FAILED, OperationStatus.CANCELED) and self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+def iso(moment: datetime) -> str:
+    """A time as ARM writes it."""
+    return moment.isoformat()
+
+
+class Operations(ArmStore):
+    """Starts, steps and finishes operations, and stores, finds and removes the resources they act on.
+
+    Resource types hook into the ends of an operation: `_provisioned` after a create succeeded, `_released`
+    after a resource was removed.
+    """
+
+    def find(self, resource_type: ResourceType, resource_group: str, name: str) -> Resource | None:
+        """The resource, after moving its pending operation on by one step (a GET counts as progress)."""
+        resource = self._resources.get(resource_key(resource_type, resource_group, name))
+        if resource is not None and resource.operation is not None:
+            self._step(self._operations[resource.operation])
+            resource = self._resources.get(resource_key(resource_type, resource_group, name))
+        return resource
+
+    def get(self, resource_type: ResourceType, resource_group: str, name: str) -> Resource:
+        resource = self.find(resource_type, resource_group, name)
+        if resource is None:
+            raise ArmError(
+                404,
+                "ResourceNotFound",
+                f"The Resource '{resource_type.value}/{name}' under resource group '{resource_group}' was not "
+                "found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+            )
+        return resource
+
+    def update_tags(
+        self, resource_type: ResourceType, resource_group: str, name: str, body: Json
+    ) -> Resource:
+        """PATCH: only `tags` is applied (what the provider's in-place tag updates send)."""
+        resource = self.get(resource_type, resource_group, name)
+        check_tags(body)
+        if "tags" in body:
+            resource.body["tags"] = dict(body["tags"] or {})
+            self.on_change()
+        return resource
+
+    def _start(
+        self, kind: OperationKind, resource: Resource, polls: int, error: Json | None = None
+    ) -> Operation:
+        operation = Operation(
+            id=self._new_id(),
+            kind=kind,
+            key=resource_key(resource.type, resource.resource_group, resource.name),
+            polls_left=polls,
+            started=self._wall_clock(),
+            error=error,
+        )
+        self._operations[operation.id] = operation
+        resource.operation = operation.id
+        return operation
+
+    def _polls(self, call: Call, default: int) -> int:
+        slow = self.fire(call, (FaultAction.SLOW,))
+        return default if slow is None else slow.polls
+
+    def poll(self, operation_id: str) -> Operation:
+        """Read an operation's status: it moves on by one step."""
+        operation = self._operations.get(operation_id)
+        if operation is None:
+            raise ArmError(404, "NotFound", f"The operation '{operation_id}' was not found.")
+        self._step(operation)
+        return operation
+
+    def _step(self, operation: Operation) -> None:
+        if operation.status is not OperationStatus.IN_PROGRESS:
+            return
+        if operation.polls_left > 0:
+            operation.polls_left -= 1
+            return
+        self._finish(operation)
+
+    def _finish(self, operation: Operation) -> None:
+        operation.ended = self._wall_clock()
+        operation.status = OperationStatus.FAILED if operation.error else OperationStatus.SUCCEEDED
+        resource = self._resources.get(operation.key)
+        if resource is None:
+            return
+        resource.operation = None
+        if operation.kind is OperationKind.DELETE:
+            self._remove(resource)
+        elif operation.error:
+            resource.provisioning_state = ProvisioningState.FAILED
+            resource.failure = operation.error
+        else:
+            resource.provisioning_state = ProvisioningState.SUCCEEDED
+            self._provisioned(resource)
+        self.on_change()
+
+    def _provisioned(self, resource: Resource) -> None:
+        """What a succeeded create does besides ending: nothing, unless a resource type says otherwise."""
+
+    def _released(self, resource: Resource) -> None:
+        """What removing a resource does to others: nothing, unless a resource type says otherwise."""
+
+    def _cancel(self, resource: Resource) -> None:
+        """A delete overtakes a pending create: that operation ends Canceled."""
+        if resource.operation is None:
+            return
+        pending = self._operations[resource.operation]
+        if pending.kind is OperationKind.CREATE and pending.status is OperationStatus.IN_PROGRESS:
+            pending.status = OperationStatus.CANCELED
+            pending.ended = self._wall_clock()
+            pending.error = {
+                "code": "OperationPreempted",
+                "message": "Operation execution has been preempted by a more recent operation.",
+            }
+        resource.operation = None
+
+    def begin_delete(
+        self, resource_type: ResourceType, resource_group: str, name: str, call: Call
+    ) -> Operation | None:
+        """Start deleting; `None` when there is nothing to delete (ARM then answers 204)."""
+        resource = self.resource(resource_type, name, resource_group)
+        if resource is None:
+            return None
+        if resource.operation is not None:
+            pending = self._operations[resource.operation]
+            if pending.kind is OperationKind.DELETE:
+                return pending
+        self._check_deletable(resource)
+        self._cancel(resource)
+        resource.provisioning_state = ProvisioningState.DELETING
+        operation = self._start(OperationKind.DELETE, resource, self._polls(call, self.settings.delete_polls))
+        self.on_change()
+        return operation
+
+    def _check_deletable(self, resource: Resource) -> None:
+        if resource.type is ResourceType.NETWORK_INTERFACE:
+            vm_id = (resource.properties.get("virtualMachine") or {}).get("id")
+            if vm_id and self._by_id(vm_id) is not None:
+                raise ArmError(
+                    400,
+                    "NicInUse",
+                    f"Network Interface {resource.id} is used by existing resource {vm_id}. In order to delete "
+                    "the network interface, it must be dissociated from the resource. To learn more, see "
+                    "aka.ms/deletenic.",
+                )
+        if resource.type is ResourceType.DISK:
+            vm_id = resource.body.get("managedBy")
+            if vm_id and self._by_id(vm_id) is not None:
+                raise ArmError(409, "OperationNotAllowed", f"Disk {resource.name} is attached to VM {vm_id}.")
+
+    def _remove(self, resource: Resource) -> None:
+        del self._resources[resource_key(resource.type, resource.resource_group, resource.name)]
+        if resource.type is ResourceType.VIRTUAL_MACHINE:
+            self.counters.vms_deleted += 1
+        elif resource.type is ResourceType.NETWORK_INTERFACE:
+            self.counters.nics_deleted += 1
+        else:
+            self.counters.disks_deleted += 1
+        self._released(resource)
+
+    def _store(
+        self,
+        resource: Resource,
+        existing: Resource | None,
+        call: Call,
+        while_provisioning: ProvisioningState,
+        provision: bool,
+    ) -> Operation:
+        """Store what a PUT made and return the operation that answers it.
+
+        A PUT repeated while the create still runs (a client retry after a lost response) joins that operation.
+        Otherwise a new one starts; slow and fail-late faults apply when something is provisioned.
+        """
+        self._resources[resource_key(resource.type, resource.resource_group, resource.name)] = resource
+        pending = self._operations.get(existing.operation) if existing and existing.operation else None
+        if existing is not None and pending is not None and pending.status is OperationStatus.IN_PROGRESS:
+            resource.operation = pending.id
+            resource.provisioning_state = ProvisioningState(existing.provisioning_state)
+            self.on_change()
+            return pending
+        late = self.fire(call, (FaultAction.FAIL_LATE,)) if provision else None
+        polls = self._polls(call, self.settings.create_polls) if provision else 0
+        resource.provisioning_state = while_provisioning if provision else ProvisioningState.UPDATING
+        operation = self._start(
+            OperationKind.CREATE, resource, polls, self._error(late, call) if late is not None else None
+        )
+        self.on_change()
+        return operation
