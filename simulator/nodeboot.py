@@ -4,9 +4,9 @@ its kubelet.
 The cluster holds a kubeadm-style bootstrap token (`kube-system/bootstrap-token-<id>`, type
 `bootstrap.kubernetes.io/token`, data `token-id` and `token-secret`), made at start from the seed. A VM's custom
 data is the base64 bash script the AKS provider renders (scriptless mode): `export NAME=value` lines, among
-them `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels` and `--register-with-taints`),
-`KUBERNETES_VERSION` and `NODE_IMAGE_VERSION`. A kubelet whose token is not the cluster's cannot join, as TLS
-bootstrapping would refuse it. Nothing here logs the token or puts it in an error message.
+them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels` and
+`--register-with-taints`), `KUBERNETES_VERSION` and `NODE_IMAGE_VERSION`. A kubelet whose token is not the
+cluster's cannot join, as TLS bootstrapping would refuse it. Nothing here logs the token or puts it in an error message.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ import shlex
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.api.meta import ObjectMeta, Taint, TaintEffect
-from simulator.state import Secret
+
+if TYPE_CHECKING:
+    from simulator.state import Secret
 
 BOOTSTRAP_NAMESPACE = "kube-system"
 BOOTSTRAP_SECRET_TYPE = "bootstrap.kubernetes.io/token"
@@ -34,6 +37,9 @@ def _b64(text: str) -> str:
 
 def bootstrap_token_secret(seed: int) -> Secret:
     """The cluster's bootstrap token Secret: a 6-character id and a 16-character secret drawn from the seed."""
+    # The home-made cluster's Secret, imported here so that reading custom data does not need that cluster.
+    from simulator.state import Secret
+
     draw = random.Random(f"{seed}/bootstrap-token")
     token_id = "".join(draw.choice(_TOKEN_ALPHABET) for _ in range(6))
     token_secret = "".join(draw.choice(_TOKEN_ALPHABET) for _ in range(16))
@@ -71,6 +77,8 @@ class NodeBootstrap:
     taints: tuple[Taint, ...] = ()
     kubernetes_version: str = ""
     node_image_version: str = ""
+    api_server: str = ""
+    """`API_SERVER_NAME`: the API server's host (and port), reached over HTTPS."""
 
 
 class BootstrapError(ValueError):
@@ -147,6 +155,7 @@ def read_custom_data(custom_data: str) -> NodeBootstrap:
         taints=_taints(flags.get("register-with-taints", "")),
         kubernetes_version=found.get("KUBERNETES_VERSION", ""),
         node_image_version=found.get("NODE_IMAGE_VERSION", ""),
+        api_server=found.get("API_SERVER_NAME", ""),
     )
 
 

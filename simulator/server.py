@@ -46,6 +46,8 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
+from simulator.aks import ClusterInfo as ClusterInfo  # re-exported: callers still import it from here
+from simulator.aks import merge_patch as merge_patch
 from simulator.arm import ArmSettings, ArmState, Fault, start_arm
 from simulator.kubelet import Kubelet, KubeletSettings
 from simulator.kubescheduler import KubeScheduler
@@ -144,40 +146,6 @@ def update_settings(settings: SimulatorSettings, patch: Mapping[str, Any]) -> Si
         else:
             setattr(settings, name, value)
     return settings
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge recursively, null removes a key, anything else replaces."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-class ClusterInfo(BaseModel):
-    """What a worker must be told about the simulated cluster and its Azure (`GET /aks`); never a secret."""
-
-    model_config = ConfigDict(frozen=True)
-
-    cluster_name: str
-    subscription_id: str
-    resource_group: str
-    location: str
-    subnet_id: str
-    kubernetes_version: str
-    node_image_version: str
-    api_server: str
-    bootstrap_token_secret: str
-    """`<namespace>/<name>` of the bootstrap token Secret."""
-    arm_endpoint: str | None = None
-    """The ARM emulator's base URL (https), once it is served."""
-    arm_ca_file: str | None = None
-    """The CA certificate (PEM) that signs the emulator's certificate."""
 
 
 class Simulator:

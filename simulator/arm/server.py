@@ -8,7 +8,7 @@ import logging
 import re
 import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,8 @@ def _check_auth(state: ArmState, request: web.Request) -> None:
         raise ArmError(401, "InvalidAuthenticationToken", "The access token is invalid.")
 
 
-async def _json_body(request: web.Request) -> Json:
+async def json_body(request: web.Request) -> Json:
+    """The request's JSON object; 400 `InvalidRequestContent` for anything else."""
     try:
         body = await request.json()
     except ValueError as error:
@@ -209,7 +210,7 @@ class _Arm:
             )
         route = _route(request)
         self.state.check_scope(route.subscription, route.resource_group)
-        body = await _json_body(request) if request.method in ("PUT", "PATCH") else None
+        body = await json_body(request) if request.method in ("PUT", "PATCH") else None
         return route, body
 
     def _call(self, method: str, route: _Route, body: Json | None) -> Call:
@@ -383,7 +384,7 @@ async def _control(state: ArmState, request: web.Request) -> web.Response:
         return web.json_response({"value": [fault.model_dump(mode="json") for fault in state.faults()]})
     if parts == ["faults"] and method == "POST":
         try:
-            fault = Fault.model_validate(await _json_body(request))
+            fault = Fault.model_validate(await json_body(request))
         except ValidationError as error:
             raise ArmError(400, "InvalidFault", str(error)) from None
         return web.json_response(state.add_fault(fault).model_dump(mode="json"), status=201)
@@ -395,7 +396,7 @@ async def _control(state: ArmState, request: web.Request) -> web.Response:
             raise ArmError(404, "NotFound", f"No fault with id '{parts[1]}'.")
         return web.Response(status=204)
     if parts == ["restrictions"] and method == "POST":
-        body = await _json_body(request)
+        body = await json_body(request)
         vm_size = body.get("vm_size")
         if not isinstance(vm_size, str) or not vm_size:
             raise ArmError(400, "InvalidRestriction", "'vm_size' is required.")
@@ -411,11 +412,13 @@ async def _control(state: ArmState, request: web.Request) -> web.Response:
     raise ArmError(404, "NotFound", f"No emulator endpoint {method} {request.path}.")
 
 
-def create_arm_app(state: ArmState) -> web.Application:
-    """The aiohttp application serving ARM (and the `/_emulator` control API) from `state`."""
+def create_arm_app(state: ArmState, routes: Iterable[web.RouteDef] = ()) -> web.Application:
+    """The aiohttp application serving ARM (and the `/_emulator` control API) from `state`; `routes` are more
+    control endpoints (what the emulated AKS adds under `/_emulator`)."""
     app = web.Application()
     app[STATE_KEY] = state
     add_retail_prices(app, state.catalog)  # prices.azure.com's API, on this host (before the catch-all)
+    app.add_routes(routes)
     app.router.add_route("*", "/{tail:.*}", _Arm(state).handle)
     return app
 
@@ -452,8 +455,15 @@ class RunningArm:
         await self.runner.cleanup()
 
 
-async def start_arm(state: ArmState, ca_dir: Path, host: str = "127.0.0.1", port: int = 0) -> RunningArm:
-    """Serve `state` over HTTPS on `host:port` (a free port for 0) in the running event loop.
+async def start_arm(
+    state: ArmState,
+    ca_dir: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    routes: Iterable[web.RouteDef] = (),
+) -> RunningArm:
+    """Serve `state` over HTTPS on `host:port` (a free port for 0) in the running event loop, with the extra
+    control `routes`.
 
     The CA's PEM is written to `ca_dir`; close the result when done.
     """
@@ -462,7 +472,7 @@ async def start_arm(state: ArmState, ca_dir: Path, host: str = "127.0.0.1", port
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    runner = web.AppRunner(create_arm_app(state), access_log=None)
+    runner = web.AppRunner(create_arm_app(state, routes), access_log=None)
     await runner.setup()
     site = web.SockSite(runner, sock, ssl_context=tls.server_context)
     await site.start()

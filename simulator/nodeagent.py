@@ -1,0 +1,606 @@
+"""The node agent: what a booted VM of the emulated AKS does to become a Node of the real API server.
+
+For every VM of the cluster (tag `karpenter.azure.com_cluster`) whose create has succeeded in the ARM emulator,
+one agent (an asyncio task) waits the boot and registration delays, then does what the kubelet does on an AKS
+node:
+
+1. reads the VM's custom data (`simulator.nodeboot`): the bootstrap token, the API server
+   (`https://<API_SERVER_NAME>`, verified with the cluster CA the node image carries), the kubelet flags and
+   the versions;
+2. TLS bootstrap: makes an EC P-256 key and posts a `certificates.k8s.io/v1` CertificateSigningRequest for
+   `CN=system:node:<node>, O=system:nodes` (signer `kubernetes.io/kube-apiserver-client-kubelet`) as the
+   bootstrap token; kube-controller-manager approves and signs it; the agent waits (bounded) for the
+   certificate. A token the API server refuses (wrong, expired) gets 401: one warning names the VM (never the
+   token) and the node never joins;
+3. with that certificate, as `system:node:<node>`, creates its Node: the labels of `--node-labels` plus the
+   hostname and node image version, the taints of `--register-with-taints`, the AKS provider ID, the VM size's
+   capacity and allocatable, nodeInfo, and the annotation `kwok.x-k8s.io/node: fake`, from which kwok keeps the
+   Node Ready (its lease, its conditions) and runs the pods bound to it;
+4. once the Node is Ready and after the startup-taint delay, removes the startup taints (the keys of the VM's
+   `nodewright_startup-taints` tag and of its NodeClaim's `startupTaints`), as the add-ons that own them would.
+   NodeRestriction forbids a node to change its own taints, so this uses the cluster add-on credential.
+
+When the VM is deleted, the node stops, as a kubelet that is gone: the agent, still as the node, removes the
+kwok annotation and sets its Ready condition to Unknown (`NodeStatusUnknown`). The NodeClaim lifecycle deletes
+the Node object itself. A VM registers at most once; `never_register` makes a VM's node never join.
+
+API calls are retried a bounded number of times on transient errors; an agent's failure is logged and ends that
+agent only. Deallocation and spot eviction are not emulated by the ARM emulator yet; when they are, they stop
+the node the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import logging
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from pydantic import BaseModel, ConfigDict, Field
+
+from core import labels
+from core.instancetypes.azure import azure_instance_types
+from core.instancetypes.catalog import load_shipped_catalog
+from core.instancetypes.types import InstanceType
+from core.resources import format_resources
+from simulator.arm import ArmState, ProvisioningState, Resource, ResourceType
+from simulator.kubeapi import (
+    STRATEGIC_MERGE_PATCH,
+    KubeApi,
+    KubeApiError,
+    KubeCredential,
+    node_path,
+    retrying,
+)
+from simulator.nodeboot import BootstrapError, NodeBootstrap, read_custom_data
+
+logger = logging.getLogger(__name__)
+
+CLUSTER_TAG = "karpenter.azure.com_cluster"
+NODECLAIM_TAG = "karpenter.sh_nodeclaim"
+VM_PREFIX = "aks-"
+STARTUP_TAINTS_TAG = "nodewright_startup-taints"
+"""A VM tag listing startup taint keys (comma-separated), for VMs launched without a NodeClaim; otherwise the
+startup taints are those of the NodeClaim the VM was made for."""
+NODE_IMAGE_VERSION_LABEL = "kubernetes.azure.com/node-image-version"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_ANNOTATION_VALUE = "fake"
+KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+NODECLAIM_PATH = "/apis/karpenter.sh/v1/nodeclaims"
+CONTAINER_RUNTIME = "containerd://1.7.27"
+_BOOTED = frozenset({ProvisioningState.SUCCEEDED.value, ProvisioningState.UPDATING.value})
+"""A VM in these states has finished creating (updates happen to running VMs)."""
+
+
+@functools.cache
+def shipped_instance_types(region: str) -> dict[str, InstanceType]:
+    """The VM sizes of the shipped catalog of a region, by lower-cased name (built once per region)."""
+    catalog = load_shipped_catalog(region)
+    return {instance_type.name.lower(): instance_type for instance_type in azure_instance_types(catalog)}
+
+
+def provider_id(subscription_id: str, resource_group: str, vm_name: str) -> str:
+    """The Node `spec.providerID` of a VM, as AKS writes it (resource group lower-cased)."""
+    return (
+        f"azure:///subscriptions/{subscription_id}/resourceGroups/{resource_group.lower()}"
+        f"/providers/Microsoft.Compute/virtualMachines/{vm_name}"
+    )
+
+
+class NodeAgentSettings(BaseModel):
+    """How long a node takes to start, and how long and how often its agent waits for the API server."""
+
+    model_config = ConfigDict(ser_json_timedelta="float", validate_assignment=True)
+
+    boot_delay: timedelta = timedelta(seconds=1)
+    """From the VM's create succeeding to its agent starting."""
+    registration_delay: timedelta = timedelta(seconds=1)
+    """From the agent starting to its TLS bootstrap (the kubelet starting)."""
+    startup_taint_delay: timedelta = timedelta(seconds=1)
+    """From the Node being Ready to its startup taints being removed (the add-ons starting)."""
+    certificate_timeout: timedelta = timedelta(seconds=60)
+    """How long the agent waits for its CSR to be approved and signed."""
+    ready_timeout: timedelta = timedelta(seconds=120)
+    """How long the agent waits for its Node to be Ready before it gives up removing startup taints."""
+    poll_interval: timedelta = timedelta(seconds=0.5)
+    """The longest wait between two reads of the CSR or the Node (the first reads come sooner)."""
+    api_attempts: int = Field(default=6, ge=1)
+    """Tries of one API call that keeps failing transiently (no answer, 429, 5xx)."""
+    api_max_backoff: timedelta = timedelta(seconds=2)
+
+    @classmethod
+    def instant(cls) -> NodeAgentSettings:
+        """No boot, registration or startup-taint delay (tests and benchmarks)."""
+        zero = timedelta(0)
+        return cls(boot_delay=zero, registration_delay=zero, startup_taint_delay=zero)
+
+
+class Phase(StrEnum):
+    """How far a VM's node has come."""
+
+    BOOTING = "Booting"
+    BOOTSTRAPPING = "Bootstrapping"
+    REGISTERED = "Registered"
+    READY = "Ready"
+    INITIALIZED = "Initialized"
+    """Ready and without its startup taints."""
+    NEVER_REGISTERS = "NeverRegisters"
+    REFUSED = "Refused"
+    """Its custom data carries no usable bootstrap, or the API server refused its token or CSR."""
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+class _Refused(Exception):
+    """The node cannot join; the message says why, naming the VM and never a credential."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _csr_request(node: str) -> tuple[ec.EllipticCurvePrivateKey, bytes]:
+    """A new key and a PEM certificate request for `system:node:<node>` in `system:nodes`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}"),
+        ]
+    )
+    request = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
+    return key, request.public_bytes(serialization.Encoding.PEM)
+
+
+class NodeAgent:
+    """The agent of one VM; `run` is its task."""
+
+    def __init__(self, agents: NodeAgents, vm: Resource) -> None:
+        self._agents = agents
+        self.vm_name = vm.name
+        self.vm_id = str(vm.properties.get("vmId") or "")
+        self.node_name = str((vm.properties.get("osProfile") or {}).get("computerName") or vm.name)
+        self.phase = Phase.BOOTING
+        self.csr_name: str | None = None
+        self.registered = False
+        self.credential: KubeCredential | None = None
+        """The node's own (its client certificate), once TLS bootstrap gave it one."""
+        self._stop = asyncio.Event()
+        self._node_api: KubeApi | None = None
+
+    @property
+    def settings(self) -> NodeAgentSettings:
+        return self._agents.settings
+
+    def stop(self) -> None:
+        """The VM is gone (or going): the node stops posting its status."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        join = asyncio.create_task(self._join(), name=f"node-agent-join/{self.vm_name}")
+        stopped = asyncio.create_task(self._stop.wait(), name=f"node-agent-stop/{self.vm_name}")
+        try:
+            await asyncio.wait({join, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not join.done():
+                join.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await join
+            await stopped
+            if self.registered:
+                await self._stop_node()
+            self.phase = Phase.STOPPED if self.registered else self.phase
+        except Exception:
+            logger.exception("the node agent of VM %s failed", self.vm_name)
+            self.phase = Phase.FAILED
+        finally:
+            join.cancel()
+            stopped.cancel()
+            if self._node_api is not None:
+                await self._node_api.close()
+
+    async def _join(self) -> None:
+        settings = self.settings
+        await asyncio.sleep((settings.boot_delay + settings.registration_delay).total_seconds())
+        if self.vm_name.lower() in self._agents.never:
+            self.phase = Phase.NEVER_REGISTERS
+            logger.info("VM %s boots but its node never registers", self.vm_name)
+            return
+        try:
+            boot = self._bootstrap()
+            self.phase = Phase.BOOTSTRAPPING
+            self.credential = await self._tls_bootstrap(boot)
+            self._node_api = KubeApi(self.credential)
+            await self._register(boot)
+        except _Refused as refused:
+            self.phase = Phase.REFUSED
+            logger.warning("%s", refused)
+            return
+        except Exception:
+            self.phase = Phase.FAILED
+            logger.exception("the node of VM %s could not join the cluster", self.vm_name)
+            return
+        self.registered = True
+        self.phase = Phase.REGISTERED
+        logger.info("VM %s registered node %s", self.vm_name, self.node_name)
+        if await self._wait_ready():
+            self.phase = Phase.READY
+            await asyncio.sleep(settings.startup_taint_delay.total_seconds())
+            await self._agents.remove_startup_taints(self.vm_name, self.node_name)
+            self.phase = Phase.INITIALIZED
+
+    def _bootstrap(self) -> NodeBootstrap:
+        vm = self._agents.arm.vm(self.vm_name)
+        if vm is None or vm.custom_data is None:
+            raise _Refused(f"VM {self.vm_name} has no custom data; its node cannot join the cluster")
+        try:
+            boot = read_custom_data(vm.custom_data)
+        except BootstrapError as error:
+            raise _Refused(f"VM {self.vm_name} cannot bootstrap: {error}") from None
+        if not boot.api_server:
+            raise _Refused(f"VM {self.vm_name} cannot bootstrap: its custom data sets no API_SERVER_NAME")
+        return boot
+
+    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        return await retrying(call, self.settings.api_attempts, self.settings.api_max_backoff)
+
+    async def _tls_bootstrap(self, boot: NodeBootstrap) -> KubeCredential:
+        """The node's client certificate, from a CSR sent as the bootstrap token."""
+        server = "https://" + boot.api_server.removeprefix("https://").rstrip("/")
+        key, request = _csr_request(self.node_name)
+        digest = hashlib.sha256(request).hexdigest()[:32]
+        self.csr_name = f"node-csr-{digest}"
+        csr = {
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": self.csr_name},
+            "spec": {
+                "request": base64.b64encode(request).decode(),
+                "signerName": KUBELET_SIGNER,
+                "usages": ["digital signature", "client auth"],
+            },
+        }
+        bootstrap = KubeApi(KubeCredential(server, self._agents.ca_pem, token=boot.token))
+        try:
+            try:
+                await self._call(lambda: bootstrap.create(CSR_PATH, csr))
+            except KubeApiError as error:
+                if error.status in (401, 403):
+                    raise _Refused(
+                        f"VM {self.vm_name}: TLS bootstrap refused by the API server ({error.status} "
+                        f"{error.reason}): the bootstrap token in its custom data is not accepted; the node "
+                        "does not join"
+                    ) from None
+                raise
+            certificate = await self._wait_certificate(bootstrap)
+        finally:
+            await bootstrap.close()
+        return self._agents.node_credential(server, self.node_name, key, certificate)
+
+    async def _wait_certificate(self, bootstrap: KubeApi) -> bytes:
+        assert self.csr_name is not None
+        path = f"{CSR_PATH}/{self.csr_name}"
+        async for _ in self._polls(self.settings.certificate_timeout):
+            csr = await self._call(lambda: bootstrap.get(path)) or {}
+            status = csr.get("status") or {}
+            for condition in status.get("conditions") or []:
+                if condition.get("type") in ("Denied", "Failed") and condition.get("status") == "True":
+                    raise _Refused(
+                        f"VM {self.vm_name}: its certificate signing request {self.csr_name} was "
+                        f"{condition['type'].lower()}: {condition.get('message') or condition.get('reason')}"
+                    )
+            if status.get("certificate"):
+                return base64.b64decode(status["certificate"])
+        raise _Refused(
+            f"VM {self.vm_name}: its certificate signing request {self.csr_name} was not signed within "
+            f"{self.settings.certificate_timeout.total_seconds():g} s; the node does not join"
+        )
+
+    async def _polls(self, timeout: timedelta) -> AsyncIterator[None]:
+        """Yields until `timeout`, waiting longer each time, up to the poll interval."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total_seconds()
+        wait = 0.02
+        while True:
+            yield
+            if loop.time() >= deadline:
+                return
+            await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
+            wait = min(wait * 2, self.settings.poll_interval.total_seconds())
+
+    async def _register(self, boot: NodeBootstrap) -> None:
+        """Create the Node as the node. One of that name that exists already (left by an earlier VM of the same
+        name, or made by hand) is taken over as a kubelet does: it becomes this node's, kept up by kwok."""
+        node = self._agents.node_manifest(self.vm_name, self.node_name, boot)
+        api = self._node_api
+        assert api is not None
+        try:
+            await self._call(lambda: api.create("/api/v1/nodes", node))
+        except KubeApiError as error:
+            if error.status == 409:
+                annotations = {"metadata": {"annotations": node["metadata"]["annotations"]}}
+                await self._call(lambda: api.patch(node_path(self.node_name), annotations))
+                return
+            if error.status in (401, 403, 422):
+                raise _Refused(
+                    f"VM {self.vm_name}: the API server refused Node {self.node_name} ({error.status} "
+                    f"{error.reason}): {error.message}"
+                ) from None
+            raise
+
+    async def _wait_ready(self) -> bool:
+        api = self._node_api
+        assert api is not None
+        path = node_path(self.node_name)
+        async for _ in self._polls(self.settings.ready_timeout):
+            node = await self._call(lambda: api.get(path))
+            if node is None:
+                logger.info("node %s of VM %s was deleted before it was Ready", self.node_name, self.vm_name)
+                return False
+            conditions = (node.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                return True
+        logger.warning(
+            "node %s of VM %s was not Ready within %g s; its startup taints stay",
+            self.node_name,
+            self.vm_name,
+            self.settings.ready_timeout.total_seconds(),
+        )
+        return False
+
+    async def _stop_node(self) -> None:
+        """As the node: leave kwok, then report the kubelet gone (what the node lifecycle controller would
+        conclude once the lease expired)."""
+        api = self._node_api
+        assert api is not None
+        path = node_path(self.node_name)
+        try:
+            await self._call(lambda: api.patch(path, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}}))
+            now = _now()
+            condition = {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            await self._call(
+                lambda: api.patch(
+                    node_path(self.node_name, "status"),
+                    {"status": {"conditions": [condition]}},
+                    STRATEGIC_MERGE_PATCH,
+                )
+            )
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
+        logger.info("VM %s is gone: node %s stopped posting its status", self.vm_name, self.node_name)
+
+
+class NodeAgents:
+    """The agents of the cluster's VMs: one task per booted VM, started and stopped as the ARM state changes.
+
+    `ca_file` is the cluster CA a node image carries (it verifies the API server); `addon` is the cluster add-on
+    credential that removes startup taints. Run `run()` as a task; `close()` cancels every agent.
+    """
+
+    def __init__(
+        self,
+        arm: ArmState,
+        settings: NodeAgentSettings,
+        *,
+        cluster_name: str,
+        ca_file: Path,
+        addon: KubeApi,
+        work_dir: Path | None = None,
+    ) -> None:
+        self.arm = arm
+        self.settings = settings
+        self.cluster_name = cluster_name
+        self.ca_pem = ca_file.read_text()
+        self.addon = addon
+        self.agents: dict[str, NodeAgent] = {}
+        """By lower-cased VM name."""
+        self.never: set[str] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._own_dir = work_dir is None
+        self._dir = work_dir or Path(tempfile.mkdtemp(prefix="node-agents-"))
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._types = shipped_instance_types(arm.settings.region)
+
+    def never_register(self, vm_name: str) -> None:
+        """This VM's node never joins (a node whose boot fails), e.g. to test the registration TTL."""
+        self.never.add(vm_name.lower())
+
+    def agent(self, vm_name: str) -> NodeAgent | None:
+        return self.agents.get(vm_name.lower())
+
+    def wake(self) -> None:
+        """Look at the VMs again (the ARM state changed)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Start and stop agents as VMs boot and go, until cancelled. A failed pass is logged and retried."""
+        while True:
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception:
+                logger.exception("node agents: looking at the VMs failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+
+    def reconcile(self) -> None:
+        """An agent for every booted VM of the cluster; a stop for every agent whose VM is gone or going."""
+        present: dict[str, Resource] = {
+            vm.name.lower(): vm
+            for vm in self.arm.resources(ResourceType.VIRTUAL_MACHINE)
+            if vm.tags.get(CLUSTER_TAG) == self.cluster_name
+        }
+        for key, agent in list(self.agents.items()):
+            vm = present.get(key)
+            # A VM of the same name made again is another machine: its node joins anew.
+            vanished = vm is None or str(vm.properties.get("vmId") or "") != agent.vm_id
+            if vanished or (vm is not None and vm.provisioning_state == ProvisioningState.DELETING):
+                agent.stop()
+            task = self._tasks.get(key)
+            if vanished and (task is None or task.done()):
+                del self.agents[key]
+                self._tasks.pop(key, None)
+        for key, vm in present.items():
+            if key in self.agents or vm.provisioning_state not in _BOOTED:
+                continue
+            agent = NodeAgent(self, vm)
+            self.agents[key] = agent
+            self._tasks[key] = asyncio.create_task(agent.run(), name=f"node-agent/{vm.name}")
+            self._tasks[key].add_done_callback(lambda _: self.wake())
+
+    async def close(self) -> None:
+        """Cancel every agent and forget their keys."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._own_dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    # --- what agents share ---------------------------------------------------------------------------------
+
+    def node_credential(
+        self, server: str, node: str, key: ec.EllipticCurvePrivateKey, certificate: bytes
+    ) -> KubeCredential:
+        """The node's client certificate and key as files (only the owner may read them)."""
+        cert_file, key_file = self._dir / f"{node}.crt", self._dir / f"{node}.key"
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        cert_file.write_bytes(certificate)
+        return KubeCredential(server, self.ca_pem, cert_file=cert_file, key_file=key_file)
+
+    def node_manifest(self, vm_name: str, node_name: str, boot: NodeBootstrap) -> dict[str, Any]:
+        """The Node a kubelet with these flags registers on this VM."""
+        vm = self.arm.vm(vm_name)
+        assert vm is not None
+        properties = vm.properties
+        size = str((properties.get("hardwareProfile") or {}).get("vmSize", ""))
+        instance_type = self._types.get(size.lower())
+        node_labels = {**boot.labels, labels.HOSTNAME: node_name}
+        if boot.node_image_version:
+            node_labels[NODE_IMAGE_VERSION_LABEL] = boot.node_image_version
+        version = boot.kubernetes_version
+        settings = self.arm.settings
+        addresses = [{"type": "Hostname", "address": node_name}]
+        if address := self._private_ip(vm):
+            addresses.insert(0, {"type": "InternalIP", "address": address})
+        now = _now()
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name,
+                "labels": node_labels,
+                "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+            },
+            "spec": {
+                "providerID": provider_id(settings.subscription_id, vm.resource_group, vm.name),
+                "taints": [
+                    taint.model_dump(mode="json", exclude_none=True, by_alias=True) for taint in boot.taints
+                ],
+            },
+            "status": {
+                "capacity": format_resources(instance_type.capacity) if instance_type else {},
+                "allocatable": format_resources(instance_type.allocatable()) if instance_type else {},
+                "addresses": addresses,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletNotReady",
+                        "message": "container runtime is starting",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": f"v{version.removeprefix('v')}" if version else "",
+                    "operatingSystem": node_labels.get(labels.OS, "linux"),
+                    "architecture": node_labels.get(labels.ARCH, "amd64"),
+                    "containerRuntimeVersion": CONTAINER_RUNTIME,
+                    "systemUUID": str(properties.get("vmId") or ""),
+                    "machineID": str(properties.get("vmId") or "").replace("-", ""),
+                    "bootID": "",
+                    "kernelVersion": "",
+                    "kubeProxyVersion": "",
+                    "osImage": "",
+                },
+            },
+        }
+
+    def _private_ip(self, vm: Resource) -> str | None:
+        """The first private IP address of the VM's NICs (what the kubelet reports as InternalIP)."""
+        network = vm.properties.get("networkProfile") or {}
+        for reference in network.get("networkInterfaces") or []:
+            nic = self.arm.nic(str(reference.get("id", "")).rsplit("/", 1)[-1], vm.resource_group)
+            for ip in (nic.properties.get("ipConfigurations") or []) if nic else []:
+                address = (ip.get("properties") or {}).get("privateIPAddress")
+                if address:
+                    return str(address)
+        return None
+
+    async def remove_startup_taints(self, vm_name: str, node_name: str) -> None:
+        """As the cluster add-on: remove the startup taints of the VM's tag and of its NodeClaim."""
+        vm = self.arm.vm(vm_name)
+        tags = vm.tags if vm is not None else {}
+        keys = {key for key in tags.get(STARTUP_TAINTS_TAG, "").split(",") if key}
+        claim_name = tags.get(NODECLAIM_TAG) or vm_name.removeprefix(VM_PREFIX)
+        attempts, backoff = self.settings.api_attempts, self.settings.api_max_backoff
+        claim = await retrying(lambda: self.addon.get(f"{NODECLAIM_PATH}/{claim_name}"), attempts, backoff)
+        for taint in ((claim or {}).get("spec") or {}).get("startupTaints") or []:
+            keys.add(str(taint.get("key")))
+        if not keys:
+            return
+        for _ in range(attempts):
+            node = await retrying(lambda: self.addon.get(node_path(node_name)), attempts, backoff)
+            if node is None:
+                return
+            taints = (node.get("spec") or {}).get("taints") or []
+            kept = [taint for taint in taints if taint.get("key") not in keys]
+            if len(kept) == len(taints):
+                return
+            patch = {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": kept},
+            }
+            try:
+                await retrying(
+                    functools.partial(self.addon.patch, node_path(node_name), patch), attempts, backoff
+                )
+            except KubeApiError as error:
+                if error.status == 409:
+                    continue  # the Node changed meanwhile: read it again
+                raise
+            logger.info("removed startup taints %s from node %s", ", ".join(sorted(keys)), node_name)
+            return
+        logger.warning("node %s kept changing; its startup taints were not removed", node_name)

@@ -1,0 +1,402 @@
+"""The node agent against a real control plane: a VM the ARM emulator boots joins by TLS bootstrap with the token
+of its custom data and registers its own Node as `system:node:<name>`; kwok makes it Ready; the startup taints
+go; a wrong or expired token never joins; a deleted VM's node turns Unknown. And the emulated AKS's control API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+import pytest_asyncio
+from azure.mgmt.compute.aio import ComputeManagementClient
+from azure.mgmt.network.aio import NetworkManagementClient
+from cryptography import x509
+
+from activities.azure.bootstrap import BootstrapRequest, render_script
+from activities.azure.names import NodeNames, nic_id
+from activities.azure.vm import azure_zones, nic_body, node_tags, vm_body
+from core import labels
+from core.api.meta import Taint, TaintEffect
+from core.cloudprovider import LaunchRequest
+from core.instancetypes.catalog import load_shipped_catalog
+from simulator.aks import AksSettings, EmulatedAks, serve_aks
+from simulator.aks_client import AksEmulatorClient
+from simulator.arm import Fault
+from simulator.kubeapi import KubeApi, KubeCredential, load_kubeconfig, node_path
+from simulator.nodeagent import CSR_PATH, KWOK_ANNOTATION, NODECLAIM_PATH, Phase, provider_id
+from workers.controlplane.run import BootstrapToken, ControlPlane
+
+T = TypeVar("T")
+
+IMAGE_VERSION = "AKSUbuntu-2204gen2containerd-202512.18.0"
+IMAGE = {
+    "communityGalleryImageId": "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/"
+    "2204gen2containerd/versions/202512.18.0"
+}
+UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
+STARTUP = Taint(key="node.cilium.io/agent-not-ready", value="true", effect=TaintEffect.NO_EXECUTE)
+TAGGED_STARTUP = Taint(key="example.com/agent-not-ready", effect=TaintEffect.NO_SCHEDULE)
+
+
+async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
+    """The first truthy result of `check`, polled until `timeout` (then the test fails)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:g} s; last: {result!r}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Cluster:
+    """An emulated AKS around the shared control plane, the SDK clients of its ARM, and an admin."""
+
+    plane: ControlPlane
+    aks: EmulatedAks
+    compute: ComputeManagementClient
+    network: NetworkManagementClient
+    admin: KubeApi
+
+    @property
+    def token(self) -> str:
+        token = self.plane.bootstrap_token
+        return f"{token.token_id}.{token.token_secret}"
+
+    async def launch(
+        self,
+        name: str,
+        token: str,
+        *,
+        startup_taints: tuple[Taint, ...] = (),
+        tags: dict[str, str] | None = None,
+    ) -> str:
+        """A NIC and a VM for NodeClaim `name`, made through ARM as the Azure provider makes them, with the
+        bootstrap rendered for this cluster and `token`; the VM's name."""
+        info = self.aks.info
+        request = LaunchRequest(
+            name=name,
+            nodepool="default",
+            instance_type="Standard_D4s_v5",
+            zone=f"{info.location}-1",
+            capacity_type="on-demand",
+            labels={labels.NODEPOOL: "default", labels.CAPACITY_TYPE: "on-demand"},
+            taints=[UNREGISTERED, *startup_taints],
+            tags=tags or {},
+        )
+        names = NodeNames.of(name)
+        group = info.resource_group
+        script = render_script(
+            BootstrapRequest(request, info.kubernetes_version, IMAGE_VERSION, max_pods=250),
+            info.api_server,
+            token,
+        )
+        vm_tags = node_tags(info.cluster_name, request.nodepool, name, request.tags)
+        nic = nic_body(
+            name=names.nic,
+            location=info.location,
+            subnet_id=info.subnet_id,
+            accelerated_networking=False,
+            tags=vm_tags,
+        )
+        await (await self.network.network_interfaces.begin_create_or_update(group, names.nic, nic)).result()
+        body = vm_body(
+            names=names,
+            location=info.location,
+            sku=load_shipped_catalog(info.location).sku(request.instance_type),
+            zone=request.zone,
+            capacity_type=request.capacity_type,
+            os_disk_size_gb=30,
+            image=IMAGE,
+            nic_id=nic_id(info.subscription_id, group, names.nic),
+            admin_username="azureuser",
+            ssh_public_key="ssh-ed25519 AAAA test",
+            custom_data=base64.b64encode(script.encode()).decode(),
+            tags=vm_tags,
+        )
+        assert azure_zones(request.zone, info.location) == ["1"]
+        poller = await self.compute.virtual_machines.begin_create_or_update(group, names.vm, body)
+        await poller.result()
+        return names.vm
+
+    async def delete_vm(self, vm_name: str) -> None:
+        poller = await self.compute.virtual_machines.begin_delete(self.aks.info.resource_group, vm_name)
+        await poller.result()
+
+    async def node(self, name: str) -> dict[str, Any] | None:
+        return await self.admin.get(node_path(name))
+
+    async def agent_phase(self, vm_name: str, *phases: Phase) -> Phase | None:
+        agent = self.aks.agents.agent(vm_name)
+        return agent.phase if agent is not None and agent.phase in phases else None
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def cluster(control_plane: ControlPlane) -> AsyncIterator[Cluster]:
+    settings = AksSettings.instant(seed=5)
+    settings.cluster_name = f"c-{uuid.uuid4().hex[:8]}"
+    async with serve_aks(
+        settings,
+        api_server=control_plane.server,
+        ca_file=control_plane.ca_file,
+        bootstrap_token_secret=control_plane.bootstrap_token_secret,
+        addon_kubeconfig=control_plane.kubeconfig,
+    ) as aks:
+        options = aks.arm.client_options()
+        credential = aks.arm.credential()
+        subscription = aks.info.subscription_id
+        async with (
+            ComputeManagementClient(credential, subscription, **options) as compute,
+            NetworkManagementClient(credential, subscription, **options) as network,
+            KubeApi(load_kubeconfig(control_plane.kubeconfig)) as admin,
+        ):
+            yield Cluster(control_plane, aks, compute, network, admin)
+
+
+def taint_keys(node: dict[str, Any]) -> set[str]:
+    return {taint["key"] for taint in node["spec"].get("taints") or []}
+
+
+def ready(node: dict[str, Any] | None) -> str | None:
+    conditions = (node or {}).get("status", {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
+
+
+def nodeclaim(name: str, *startup_taints: Taint) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {labels.NODEPOOL: "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+            "requirements": [{"key": labels.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
+            "startupTaints": [taint.model_dump(mode="json", exclude_none=True) for taint in startup_taints],
+        },
+    }
+
+
+def claim_name() -> str:
+    return f"default-{uuid.uuid4().hex[:6]}"
+
+
+async def test_a_booted_vm_joins_by_tls_bootstrap_and_registers_its_own_node(cluster: Cluster) -> None:
+    name = claim_name()
+    await cluster.admin.create(NODECLAIM_PATH, nodeclaim(name, STARTUP))
+    vm = await cluster.launch(
+        name,
+        cluster.token,
+        startup_taints=(STARTUP, TAGGED_STARTUP),
+        tags={"nodewright/startup-taints": TAGGED_STARTUP.key},
+    )
+
+    node = await eventually(lambda: cluster.node(vm), "the Node is registered")
+    agent = cluster.aks.agents.agent(vm)
+    assert agent is not None and agent.csr_name is not None
+
+    # The CSR was made by the bootstrap token's user, approved by kube-controller-manager and signed.
+    csr = await cluster.admin.get(f"{CSR_PATH}/{agent.csr_name}")
+    assert csr is not None
+    assert csr["spec"]["username"] == f"system:bootstrap:{cluster.plane.bootstrap_token.token_id}"
+    assert "system:bootstrappers" in csr["spec"]["groups"]
+    assert csr["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+    assert {c["type"]: c["status"] for c in csr["status"]["conditions"]} == {"Approved": "True"}
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(csr["status"]["certificate"]))
+    assert certificate.subject.rfc4514_string() == f"CN=system:node:{vm},O=system:nodes"
+
+    # That certificate is the node's identity, and the Node was written by the agent alone (then kwok).
+    credential = agent.credential
+    assert credential is not None
+    async with KubeApi(credential) as as_node:
+        review = await as_node.create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    assert review["status"]["userInfo"]["username"] == f"system:node:{vm}"
+    assert "system:nodes" in review["status"]["userInfo"]["groups"]
+    managers = {entry["manager"] for entry in node["metadata"]["managedFields"]}
+    assert managers <= {
+        "nodewright-node-agent",
+        "nodewright-cluster-addon",
+        "kwok",
+        "kube-controller-manager",
+    }
+    spec_owners = [
+        e["manager"] for e in node["metadata"]["managedFields"] if "f:providerID" in str(e["fieldsV1"])
+    ]
+    assert spec_owners == ["nodewright-node-agent"]
+
+    # What the kubelet flags and the VM say.
+    info = cluster.aks.info
+    assert node["spec"]["providerID"] == provider_id(info.subscription_id, info.resource_group, vm)
+    node_labels = node["metadata"]["labels"]
+    assert node_labels[labels.NODEPOOL] == "default"
+    assert node_labels[labels.HOSTNAME] == vm
+    assert node_labels["kubernetes.azure.com/node-image-version"] == IMAGE_VERSION
+    assert node["metadata"]["annotations"][KWOK_ANNOTATION] == "fake"
+    assert node["status"]["capacity"]["cpu"] == "4"
+    assert node["status"]["capacity"]["pods"] == "250"
+    assert node["status"]["allocatable"]["cpu"] == "3860m"
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == f"v{info.kubernetes_version}"
+
+    # kwok makes it Ready; then the startup taint goes (by the add-on credential) and the others stay.
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the node is initialized")
+    node = await cluster.node(vm)
+    assert node is not None and ready(node) == "True"
+    assert STARTUP.key not in taint_keys(node)
+    assert TAGGED_STARTUP.key not in taint_keys(node)
+    assert labels.UNREGISTERED_TAINT in taint_keys(node)
+    taint_owners = [
+        e["manager"] for e in node["metadata"]["managedFields"] if "f:taints" in str(e["fieldsV1"])
+    ]
+    assert taint_owners == ["nodewright-cluster-addon"]  # NodeRestriction: a node may not change its taints
+
+    # The VM goes: the node stops posting its status and leaves kwok.
+    await cluster.delete_vm(vm)
+
+    async def unknown() -> dict[str, Any] | None:
+        current = await cluster.node(vm)
+        return current if ready(current) == "Unknown" else None
+
+    node = await eventually(unknown, "the Node is Unknown")
+    condition = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert condition["reason"] == "NodeStatusUnknown"
+    assert condition["message"] == "Kubelet stopped posting node status."
+    assert KWOK_ANNOTATION not in (node["metadata"].get("annotations") or {})
+    await asyncio.sleep(0.5)
+    assert ready(await cluster.node(vm)) == "Unknown"
+    await cluster.admin.request("DELETE", node_path(vm))
+    await cluster.admin.request("DELETE", f"{NODECLAIM_PATH}/{name}")
+
+
+async def test_a_vm_made_again_with_the_same_name_takes_its_node_over(cluster: Cluster) -> None:
+    name = claim_name()
+    vm = await cluster.launch(name, cluster.token)
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the first VM's node is initialized")
+    await cluster.delete_vm(vm)
+
+    async def stopped() -> bool:
+        return ready(await cluster.node(vm)) == "Unknown"
+
+    await eventually(stopped, "the first VM's node stopped")
+
+    await cluster.launch(name, cluster.token)
+
+    await eventually(
+        lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the second VM's node is initialized"
+    )
+    node = await cluster.node(vm)
+    assert node is not None and ready(node) == "True"
+    assert node["metadata"]["annotations"][KWOK_ANNOTATION] == "fake"
+    await cluster.delete_vm(vm)
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
+async def refused(cluster: Cluster, vm: str, caplog: pytest.LogCaptureFixture, secret: str) -> None:
+    """The VM's node was refused: no Node, one warning naming the VM and never the token."""
+    await eventually(lambda: cluster.agent_phase(vm, Phase.REFUSED), "the node is refused")
+    assert await cluster.node(vm) is None
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and vm in r.getMessage()
+    ]
+    assert len(warnings) == 1, warnings
+    assert "401" in warnings[0]
+    assert all(secret not in r.getMessage() for r in caplog.records)
+
+
+async def test_a_wrong_token_never_joins(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    wrong = f"{cluster.plane.bootstrap_token.token_id}.0123456789abcdef"
+    vm = await cluster.launch(claim_name(), wrong)
+
+    await refused(cluster, vm, caplog, "0123456789abcdef")
+
+
+async def test_an_expired_token_never_joins(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    expired = BootstrapToken.generate()
+    secret = expired.secret()
+    secret["stringData"]["expiration"] = (datetime.now(UTC) - timedelta(hours=1)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    await asyncio.to_thread(cluster.plane.apply, [secret])
+    try:
+        vm = await cluster.launch(claim_name(), f"{expired.token_id}.{expired.token_secret}")
+
+        await refused(cluster, vm, caplog, expired.token_secret)
+    finally:
+        await asyncio.to_thread(
+            cluster.plane.kubectl,
+            "delete",
+            "secret",
+            "-n",
+            "kube-system",
+            expired.secret_name,
+            "--ignore-not-found",
+        )
+
+
+async def test_a_vm_that_never_registers_makes_no_csr_and_no_node(cluster: Cluster) -> None:
+    name = claim_name()
+    vm = NodeNames.of(name).vm
+    cluster.aks.agents.never_register(vm)
+    await cluster.launch(name, cluster.token)
+
+    await eventually(lambda: cluster.agent_phase(vm, Phase.NEVER_REGISTERS), "the agent gives up at once")
+    agent = cluster.aks.agents.agent(vm)
+    assert agent is not None and agent.csr_name is None
+    assert await cluster.node(vm) is None
+    await cluster.delete_vm(vm)
+
+
+async def test_the_control_api(cluster: Cluster) -> None:
+    aks = cluster.aks
+    async with AksEmulatorClient(aks.arm.url, aks.arm.ca_pem) as client:
+        assert await client.cluster_info() == aks.info
+        assert aks.info.api_server == cluster.plane.server.removeprefix("https://")
+        assert aks.info.bootstrap_token_secret == cluster.plane.bootstrap_token_secret
+
+        fault = await client.add_fault(Fault.throttle(retry_after=2, resource="skus"))
+        assert [f.id for f in await client.faults()] == [fault.id]
+        await client.remove_fault(fault.id)
+        await client.add_fault(Fault.transient(500, resource="skus"))
+        await client.clear_faults()
+        assert await client.faults() == []
+
+        before = (await client.counters()).vms_created
+        name = claim_name()
+        vm = NodeNames.of(name).vm
+        await client.never_register(vm)
+        await cluster.launch(name, cluster.token)
+        assert (await client.counters()).vms_created == before + 1
+        custom_data = await client.custom_data(vm)
+        assert cluster.token in base64.b64decode(custom_data).decode()
+        await eventually(lambda: cluster.agent_phase(vm, Phase.NEVER_REGISTERS), "never registers")
+
+        settings = await client.update_settings({"agent": {"boot_delay": 2.5}})
+        assert settings.agent.boot_delay == timedelta(seconds=2.5)
+        assert aks.agents.settings.boot_delay == timedelta(seconds=2.5)
+        await client.update_settings({"agent": {"boot_delay": 0}})
+        with pytest.raises(Exception, match="cluster_name cannot change"):
+            await client.update_settings({"cluster_name": "other"})
+        with pytest.raises(Exception, match="No VM"):
+            await client.custom_data("aks-nothing")
+        await cluster.delete_vm(vm)
+
+
+async def test_the_api_server_certificate_is_verified_with_the_cluster_ca(cluster: Cluster) -> None:
+    """A node image with another CA does not trust the API server (nothing is switched off)."""
+    wrong = KubeCredential(cluster.plane.server, cluster.aks.arm.ca_pem.read_text(), token=cluster.token)
+    async with KubeApi(wrong) as api:
+        with pytest.raises(Exception, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            await api.request("GET", "/version")
