@@ -192,21 +192,27 @@ class NodeAgent:
         self._stop.set()
 
     async def run(self) -> None:
+        """Join, until the VM goes; then stop the node. A failure is logged and ends only this agent's joining:
+        a node that registered still stops when its VM goes."""
         join = asyncio.create_task(self._join(), name=f"node-agent-join/{self.vm_name}")
         stopped = asyncio.create_task(self._stop.wait(), name=f"node-agent-stop/{self.vm_name}")
         try:
             await asyncio.wait({join, stopped}, return_when=asyncio.FIRST_COMPLETED)
             if not join.done():
                 join.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await join
+                await asyncio.wait({join})
+            if not join.cancelled() and (error := join.exception()) is not None:
+                self.phase = Phase.FAILED
+                logger.error("the node agent of VM %s failed", self.vm_name, exc_info=error)
             await stopped
             if self.registered:
-                await self._stop_node()
-            self.phase = Phase.STOPPED if self.registered else self.phase
-        except Exception:
-            logger.exception("the node agent of VM %s failed", self.vm_name)
-            self.phase = Phase.FAILED
+                try:
+                    await self._stop_node()
+                except Exception:
+                    logger.exception(
+                        "node %s of VM %s could not report that it stopped", self.node_name, self.vm_name
+                    )
+                self.phase = Phase.STOPPED
         finally:
             join.cancel()
             stopped.cancel()
@@ -229,10 +235,6 @@ class NodeAgent:
         except _Refused as refused:
             self.phase = Phase.REFUSED
             logger.warning("%s", refused)
-            return
-        except Exception:
-            self.phase = Phase.FAILED
-            logger.exception("the node of VM %s could not join the cluster", self.vm_name)
             return
         self.registered = True
         self.phase = Phase.REGISTERED

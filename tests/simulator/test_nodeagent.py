@@ -31,7 +31,14 @@ from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm import Fault
 from simulator.kubeapi import KubeApi, KubeCredential, load_kubeconfig, node_path
-from simulator.nodeagent import CSR_PATH, KWOK_ANNOTATION, NODECLAIM_PATH, Phase, provider_id
+from simulator.nodeagent import (
+    CSR_PATH,
+    KWOK_ANNOTATION,
+    NODECLAIM_PATH,
+    NodeAgentSettings,
+    Phase,
+    provider_id,
+)
 from workers.controlplane.run import BootstrapToken, ControlPlane
 
 T = TypeVar("T")
@@ -81,6 +88,7 @@ class Cluster:
         *,
         startup_taints: tuple[Taint, ...] = (),
         tags: dict[str, str] | None = None,
+        api_server: str | None = None,
     ) -> str:
         """A NIC and a VM for NodeClaim `name`, made through ARM as the Azure provider makes them, with the
         bootstrap rendered for this cluster and `token`; the VM's name."""
@@ -99,7 +107,7 @@ class Cluster:
         group = info.resource_group
         script = render_script(
             BootstrapRequest(request, info.kubernetes_version, IMAGE_VERSION, max_pods=250),
-            info.api_server,
+            api_server or info.api_server,
             token,
         )
         vm_tags = node_tags(info.cluster_name, request.nodepool, name, request.tags)
@@ -299,6 +307,29 @@ async def test_a_vm_made_again_with_the_same_name_takes_its_node_over(cluster: C
     assert node is not None and ready(node) == "True"
     assert node["metadata"]["annotations"][KWOK_ANNOTATION] == "fake"
     await cluster.delete_vm(vm)
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
+async def test_an_unreachable_api_server_fails_one_agent_after_bounded_retries(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = cluster.aks.agents.settings
+    settings.api_max_backoff = timedelta(milliseconds=10)
+    try:
+        lost = await cluster.launch(claim_name(), cluster.token, api_server="127.0.0.1:1")
+
+        await eventually(lambda: cluster.agent_phase(lost, Phase.FAILED), "the agent gives up")
+    finally:
+        settings.api_max_backoff = NodeAgentSettings().api_max_backoff
+    assert await cluster.node(lost) is None
+    assert any(lost in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    assert all(cluster.token not in r.getMessage() for r in caplog.records)
+
+    # The other agents carry on.
+    vm = await cluster.launch(claim_name(), cluster.token)
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "another VM's node joins")
+    await cluster.delete_vm(vm)
+    await cluster.delete_vm(lost)
     await cluster.admin.request("DELETE", node_path(vm))
 
 
