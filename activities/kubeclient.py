@@ -221,8 +221,12 @@ def status_error(code: int, status: Mapping[str, Any], retry_after: float = 1.0)
         return ConflictError(message, code="Expired")
     if code == 429:
         causes = (status.get("details") or {}).get("causes") or ()
-        if any(isinstance(cause, dict) and cause.get("reason") == "DisruptionBudget" for cause in causes):
+        budgets = [c for c in causes if isinstance(c, dict) and c.get("reason") == "DisruptionBudget"]
+        if budgets:
             reason = "DisruptionBudget"  # the eviction API's answer when a PodDisruptionBudget forbids it now
+            # Which budget, and why: "The disruption budget web needs 2 healthy pods and has 2 currently".
+            details = "; ".join(str(cause.get("message")) for cause in budgets if cause.get("message"))
+            message = f"{message.rstrip('.')}: {details}" if details else message
         return ThrottledError(message, retry_after, code=reason or "TooManyRequests")
     if code >= 500 or code == 0:
         return TransientError(message, code=reason or "InternalError")

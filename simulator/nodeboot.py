@@ -1,71 +1,22 @@
-"""Node bootstrap as the simulated cluster sees it: the bootstrap token Secret, and what a VM's custom data tells
-its kubelet.
+"""What a VM's custom data tells the node agent that boots on it.
 
-The cluster holds a kubeadm-style bootstrap token (`kube-system/bootstrap-token-<id>`, type
-`bootstrap.kubernetes.io/token`, data `token-id` and `token-secret`), made at start from the seed. A VM's custom
-data is the base64 bash script the AKS provider renders (scriptless mode): `export NAME=value` lines, among
-them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels` and
-`--register-with-taints`), `KUBERNETES_VERSION` and `NODE_IMAGE_VERSION`. A kubelet whose token is not the
-cluster's cannot join, as TLS bootstrapping would refuse it. Nothing here logs the token or puts it in an error message.
+The custom data is the base64 bash script the AKS provider renders (scriptless mode): `export NAME=value`
+lines, among them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels` and
+`--register-with-taints`), `KUBERNETES_VERSION` and `NODE_IMAGE_VERSION`. Whether the token is good is the API
+server's to say (TLS bootstrap, `simulator.nodeagent`). Nothing here logs the token or puts it in an error
+message.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import random
 import shlex
-import string
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from core.api.meta import ObjectMeta, Taint, TaintEffect
+from core.api.meta import Taint, TaintEffect
 
-if TYPE_CHECKING:
-    from simulator.state import Secret
-
-BOOTSTRAP_NAMESPACE = "kube-system"
-BOOTSTRAP_SECRET_TYPE = "bootstrap.kubernetes.io/token"
 TOKEN_VARIABLE = "TLS_BOOTSTRAP_TOKEN"
-_TOKEN_ALPHABET = string.ascii_lowercase + string.digits
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def bootstrap_token_secret(seed: int) -> Secret:
-    """The cluster's bootstrap token Secret: a 6-character id and a 16-character secret drawn from the seed."""
-    # The home-made cluster's Secret, imported here so that reading custom data does not need that cluster.
-    from simulator.state import Secret
-
-    draw = random.Random(f"{seed}/bootstrap-token")
-    token_id = "".join(draw.choice(_TOKEN_ALPHABET) for _ in range(6))
-    token_secret = "".join(draw.choice(_TOKEN_ALPHABET) for _ in range(16))
-    return Secret(
-        metadata=ObjectMeta(name=f"bootstrap-token-{token_id}", namespace=BOOTSTRAP_NAMESPACE),
-        type=BOOTSTRAP_SECRET_TYPE,
-        data={
-            "token-id": _b64(token_id),
-            "token-secret": _b64(token_secret),
-            "usage-bootstrap-authentication": _b64("true"),
-            "usage-bootstrap-signing": _b64("true"),
-            "auth-extra-groups": _b64("system:bootstrappers:kubeadm:default-node-token"),
-        },
-    )
-
-
-def token_of(secret: Secret) -> str | None:
-    """`<token-id>.<token-secret>` of a bootstrap token Secret; None for any other Secret."""
-    if secret.type != BOOTSTRAP_SECRET_TYPE:
-        return None
-    try:
-        token_id = base64.b64decode(secret.data.get("token-id", "")).decode()
-        token_secret = base64.b64decode(secret.data.get("token-secret", "")).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return f"{token_id}.{token_secret}" if token_id and token_secret else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +108,3 @@ def read_custom_data(custom_data: str) -> NodeBootstrap:
         node_image_version=found.get("NODE_IMAGE_VERSION", ""),
         api_server=found.get("API_SERVER_NAME", ""),
     )
-
-
-def cluster_tokens(secrets: Mapping[str, Secret]) -> frozenset[str]:
-    """The tokens the API server accepts: those of `kube-system/bootstrap-token-<id>` Secrets matching their name."""
-    tokens = set()
-    for name, secret in secrets.items():
-        token = token_of(secret)
-        if token is not None and name == f"bootstrap-token-{token.partition('.')[0]}":
-            tokens.add(token)
-    return frozenset(tokens)

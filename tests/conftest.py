@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import pytest_asyncio
@@ -23,6 +24,9 @@ from temporalio.testing import WorkflowEnvironment
 from workers.controlplane.run import ControlPlane, start_control_plane
 from workers.temporal_server import temporal_cli_path
 from workflows.search_attributes import ALL
+
+if TYPE_CHECKING:
+    from workers.simulated_aks import SimulatedAks
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -50,3 +54,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     plane = start_control_plane(tmp_path_factory.mktemp("control-plane"))
     yield plane
     plane.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def aks(control_plane: ControlPlane) -> AsyncIterator[SimulatedAks]:
+    """The control plane wiped clean and an emulated Azure of the test's own whose VMs join it (`fresh_aks`):
+    `aks.kube` is the Kubernetes API, `aks.emulator` the emulator's controls, `aks.azure` what a worker is
+    told."""
+    from tests.cluster import fresh_aks
+
+    async with fresh_aks(control_plane) as running:
+        yield running

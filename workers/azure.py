@@ -31,8 +31,8 @@ from activities.azure.prices import PriceSettings
 from activities.catalog_source import CatalogSource
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
+from simulator.aks import ClusterInfo
 from simulator.arm import StaticTokenCredential
-from simulator.server import ClusterInfo
 from workers.settings import ENV_PREFIX, Settings
 
 AZURE_VARIABLES: dict[str, str] = {

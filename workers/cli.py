@@ -10,10 +10,10 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -36,6 +36,7 @@ from core.scheduling.snapshot import (
 )
 
 if TYPE_CHECKING:
+    from activities.kubeclient import KubernetesCluster
     from workers.azure import AzureConfig
     from workers.settings import Settings
 
@@ -256,23 +257,33 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def connect_cluster(settings: Settings) -> KubernetesCluster:
+    """The Kubernetes API of the settings' kubeconfig (or the pod's service account); `ClusterConfigError`
+    when it cannot be read. The connection is checked by the caller, on its event loop."""
+    from activities.kubeclient import load_cluster
+
+    return load_cluster(
+        settings.kubeconfig, settings.kube_context, qps=settings.kube_qps, burst=settings.kube_burst
+    )
+
+
 async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
     from datetime import timedelta
 
     from activities.catalog_source import CatalogSource
-    from simulator.client import SimulatorClient
     from workers.azure import cloud_provider, price_settings
     from workers.schedules import ensure_schedules, refresh_in_process
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker, connect
 
+    cluster = connect_cluster(settings)
+    await cluster.check_connection()
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     await ensure_search_attributes(client)
-    simulator = SimulatorClient(settings.simulator_url)
     catalogs = CatalogSource.shipped(azure.settings.location)
     prices = price_settings(azure)
-    async with cloud_provider(simulator, azure, catalogs) as cloud:
-        worker = build_worker(client, settings.task_queue, simulator, cloud, catalogs, prices)
+    async with cluster, cloud_provider(cluster, azure, catalogs) as cloud:
+        worker = build_worker(client, settings.task_queue, cluster, cloud, catalogs, prices)
         await ensure_schedules(
             client,
             azure.settings.cluster_name,
@@ -284,30 +295,43 @@ async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
         await worker.run()
 
 
-async def _serve_controller() -> None:
+async def _serve_controller(settings: Settings) -> None:
     from activities.metrics import default_metrics
     from core.messages import ProvisionerInput
-    from simulator.client import SimulatorClient
     from workers.consolidate import disruption_input
     from workers.controller import Controller
-    from workers.settings import load_settings
     from workers.worker import connect
 
-    settings = load_settings()
+    cluster = connect_cluster(settings)
+    await cluster.check_connection()
     client = await connect(settings.temporal_address, settings.temporal_namespace)
     provisioner = ProvisionerInput(
         cluster=settings.cluster_name,
         batch_idle_seconds=settings.batch_idle_seconds,
         batch_max_seconds=settings.batch_max_seconds,
     )
-    await Controller(
-        client,
-        SimulatorClient(settings.simulator_url),
-        provisioner,
-        settings.task_queue,
-        disruption=disruption_input(settings),
-        metrics=default_metrics(),
-    ).run()
+    async with cluster:
+        await Controller(
+            client,
+            cluster,
+            provisioner,
+            settings.task_queue,
+            disruption=disruption_input(settings),
+            metrics=default_metrics(),
+        ).run()
+
+
+def _serve(main: Coroutine[Any, Any, None], err: TextIO) -> int:
+    """Run a long-running command until SIGINT or SIGTERM; a cluster it cannot reach is one line, exit 2."""
+    from activities.kubeclient import ClusterConfigError
+    from workers.processes import until_signalled
+
+    try:
+        asyncio.run(until_signalled(main))
+    except ClusterConfigError as error:
+        print(f"error: {error}", file=err)
+        return 2
+    return 0
 
 
 def start_metrics_server(port: int, variable: str, err: TextIO) -> bool:
@@ -342,34 +366,34 @@ def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not start_metrics_server(settings.metrics_port, "NODEWRIGHT_METRICS_PORT", err):
         return 2
     setup_logging(out)
-    asyncio.run(_serve_worker(settings, azure))
-    return 0
+    return _serve(_serve_worker(settings, azure), err)
 
 
 def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.logs import setup_logging
     from workers.settings import load_settings
 
-    port = load_settings().controller_metrics_port
+    settings = load_settings()
+    port = settings.controller_metrics_port
     if not start_metrics_server(port, "NODEWRIGHT_METRICS_PORT, plus one for the controller", err):
         return 2
     setup_logging(out)
-    asyncio.run(_serve_controller())
-    return 0
+    return _serve(_serve_controller(settings), err)
 
 
-def simulator(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from simulator.server import SimulatorSettings, run
-    from workers.logs import setup_logging
+def cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.localcluster import ClusterOptions, run_cluster
     from workers.settings import load_settings
 
     settings = load_settings()
-    simulated = SimulatorSettings(seed=args.seed, cluster_name=settings.cluster_name)
-    simulated.arm.region = settings.region  # the cluster and region a worker with the same environment uses
-    setup_logging(out)
-    ca_dir = Path(args.ca_dir) if args.ca_dir else None
-    asyncio.run(run(simulated, args.host, args.port, args.arm_port, ca_dir))
-    return 0
+    options = ClusterOptions(
+        directory=Path(args.dir) if args.dir else None,
+        cluster_name=settings.cluster_name,
+        region=settings.region,
+        arm_port=args.arm_port,
+        seed=args.seed,
+    )
+    return _serve(run_cluster(options, out), err)
 
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
@@ -430,9 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     walk = commands.add_parser(
         "demo",
-        help="run the whole system on a simulated AKS and walk through provisioning and termination",
-        description="Starts the Temporal dev server (with UI), the simulated AKS, a worker and the controller, "
-        "applies deploy/examples/ and walks through scale-ups, a scale-down and a node deletion.",
+        help="run the whole system on a local control plane and walk through what Karpenter users do",
+        description="Starts the Temporal dev server (with UI), a real Kubernetes control plane and the emulated "
+        "Azure around it, a worker and the controller, applies deploy/examples/ and walks through scale-ups, "
+        "consolidation, emptiness, drift under a PDB and a node deletion.",
     )
     walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
     walk.add_argument("--record-histories", metavar="DIR", help="write every workflow history to DIR as JSON")
@@ -466,21 +491,18 @@ def build_parser() -> argparse.ArgumentParser:
         handler=controller
     )
 
-    sim = commands.add_parser(
-        "simulator",
-        help="serve the simulated AKS over HTTP and its Azure Resource Manager over HTTPS",
-        description="Serves the Kubernetes API on --port and the ARM emulator on --arm-port. Point a worker at "
-        "both: NODEWRIGHT_SIMULATOR_URL, NODEWRIGHT_ARM_ENDPOINT=https://<host>:<arm-port> and "
-        "NODEWRIGHT_ARM_CA_FILE=<ca-dir>/arm-emulator-ca.pem; GET /aks on the simulator lists the other values.",
+    local = commands.add_parser(
+        "cluster",
+        help="run a local Kubernetes control plane and the emulated Azure around it, and print how to use them",
+        description="Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler (Kubernetes 1.36.3) and "
+        "kwok on loopback (built from the Go module proxy on first use and cached), installs the CRDs and the "
+        "bootstrap token, serves the ARM emulator whose VMs join the cluster, and prints the KUBECONFIG and "
+        "NODEWRIGHT_* exports for `nodewright worker` and `nodewright controller`. Runs until Ctrl-C.",
     )
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8765)
-    sim.add_argument("--arm-port", type=int, default=8766)
-    sim.add_argument(
-        "--ca-dir", help="write the ARM emulator's CA certificate here (default: a temporary directory)"
-    )
-    sim.add_argument("--seed", type=int, default=7)
-    sim.set_defaults(handler=simulator)
+    local.add_argument("--dir", help="where state, logs and the kubeconfig go (default: the cache directory)")
+    local.add_argument("--arm-port", type=int, default=0, help="the ARM emulator's port (default: any free)")
+    local.add_argument("--seed", type=int, default=7)
+    local.set_defaults(handler=cluster)
     return parser
 
 
@@ -501,6 +523,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
             "SearchAttributeError",
             "TimeoutError",
             "TemporalUnreachableError",
+            "ClusterConfigError",
+            "BuildError",
+            "ControlPlaneError",
         }:
             print(f"error: {error}", file=err)
             return 1

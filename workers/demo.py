@@ -1,12 +1,15 @@
 """`nodewright demo`: the whole system on a laptop, walking through what Karpenter users do.
 
-It starts the Temporal dev server (with its UI), the simulated AKS (its Kubernetes API and its ARM emulator, which
-the worker's real Azure provider talks to over HTTPS), a worker and the controller, applies `deploy/examples/`,
+It starts the Temporal dev server (with its UI), a real Kubernetes control plane (`workers.controlplane`: etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built once from Kubernetes' Go modules), the
+emulated Azure around it (the ARM emulator, which the worker's real Azure provider talks to over HTTPS, and the node
+agent every VM runs to join the cluster), a worker and the controller (both through a kubeconfig and the official
+Kubernetes client, as on AKS), applies `deploy/examples/` with the built kubectl,
 then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one zone) and the
 unconstrained `inflate-wide` up; scales them down and lets consolidation, then emptiness, remove nodes; ships a
 newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
 NodeClaim's workflow drains and terminates; and ends with a dry-run manual consolidation. Karpenter-style log
-lines and a `kubectl get nodeclaims`-style table show progress; the Temporal UI keeps every workflow's history.
+lines and real `kubectl get nodeclaims` output show progress; the Temporal UI keeps every workflow's history.
 """
 
 from __future__ import annotations
@@ -35,14 +38,17 @@ from core.messages import (
     LifecycleSettings,
     ProvisionerInput,
 )
-from simulator.client import SimulatorClient
-from simulator.server import SimulatorSettings, serve
-from workers.azure import cloud_provider, emulator_config, price_settings
+from simulator.aks import AksSettings
+from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
+from workers.controlplane.build import cache_root
+from workers.controlplane.run import ControlPlane, start_control_plane
 from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
+from workers.processes import until_signalled
 from workers.schedules import ensure_schedules, refresh_catalog_now
+from workers.simulated_aks import SimulatedAks, simulated_aks
 from workers.temporal_server import DevServer
 from workers.worker import build_worker, connect
 
@@ -62,6 +68,8 @@ class DemoOptions:
     seed: int = 7
     record_histories: Path | None = None
     """Write every workflow's history here as JSON after the walkthrough (for replay tests)."""
+    directory: Path | None = None
+    """Where the control plane keeps its state, logs and kubeconfig (default: under the cache directory)."""
 
 
 def _age(created: datetime | None, now: datetime) -> str:
@@ -98,8 +106,9 @@ def nodeclaim_table(claims: list[NodeClaim], now: datetime | None = None) -> str
 class Walkthrough:
     """The demo's steps against a running system."""
 
-    def __init__(self, simulator: SimulatorClient, client: Client, options: DemoOptions, out: TextIO) -> None:
-        self.sim = simulator
+    def __init__(self, aks: SimulatedAks, client: Client, options: DemoOptions, out: TextIO) -> None:
+        self.aks = aks
+        self.sim = aks.kube
         self.client = client
         self.options = options
         self.out = out
@@ -108,11 +117,20 @@ class Walkthrough:
     def say(self, text: str) -> None:
         print(f"\n=== {text}", file=self.out, flush=True)
 
+    async def kubectl(self, *args: str, show: bool = True) -> str:
+        """Run the built kubectl against the control plane, printing the command and what it printed."""
+        done = await asyncio.to_thread(self.aks.plane.kubectl, *args)
+        if show:
+            print(f"$ kubectl {' '.join(args)}\n{done.stdout.rstrip()}", file=self.out, flush=True)
+        return done.stdout
+
     async def show_table(self, force: bool = False) -> None:
+        """`kubectl get nodeclaims` whenever the NodeClaims changed (ages aside)."""
         table = nodeclaim_table(await self.sim.list_nodeclaims())
         if force or table != self._last_table:
             self._last_table = table
-            print(f"\n$ kubectl get nodeclaims\n{table}\n", file=self.out, flush=True)
+            print(file=self.out)
+            await self.kubectl("get", "nodeclaims")
 
     async def until(self, what: str, done: Callable[[], Awaitable[bool]]) -> None:
         """Wait for a condition, showing the table as it changes; fail after the step timeout."""
@@ -138,18 +156,26 @@ class Walkthrough:
         self.say(
             f"Applying {options.examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0"
         )
+        await self.kubectl("apply", "-f", str(options.examples))
+        # kubectl leaves status out; the AKSNodeClass's images are what the AKS image controller would resolve.
         for path in sorted(options.examples.glob("*.yaml")):
             await self.sim.apply(path.read_text())
+        print(
+            "(AKSNodeClass default status: node images and Kubernetes version, as the image controller writes them)",
+            file=self.out,
+        )
 
         self.say(
             f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, eastus-2)"
         )
-        await self.sim.scale("Deployment", "default", "inflate", options.inflate_replicas)
+        await self.kubectl("scale", "deployment", "inflate", f"--replicas={options.inflate_replicas}")
         await self.until("inflate running", lambda: self.running("inflate", options.inflate_replicas))
 
         self.say(f"2. Scale deployment inflate-wide to {options.wide_replicas} (no constraints)")
-        await self.sim.scale("Deployment", "default", "inflate-wide", options.wide_replicas)
+        await self.kubectl("scale", "deployment", "inflate-wide", f"--replicas={options.wide_replicas}")
         await self.until("inflate-wide running", lambda: self.running("inflate-wide", options.wide_replicas))
+        await self.kubectl("get", "nodeclaims", "-o", "wide")
+        await self.kubectl("get", "nodes", "-L", "karpenter.sh/nodepool,node.kubernetes.io/instance-type")
 
         await consolidation_steps(self)
         await drift_step(self)
@@ -158,8 +184,7 @@ class Walkthrough:
         claims = [claim for claim in await self.sim.list_nodeclaims() if claim.status.node_name]
         victim = sorted(claims, key=lambda c: c.name)[0]
         node = victim.status.node_name or ""
-        print(f"$ kubectl delete node {node}", file=self.out, flush=True)
-        await self.sim.delete_node(node)
+        await self.kubectl("delete", "node", node, "--wait=false")
 
         async def replaced() -> bool:
             names = {claim.name for claim in await self.sim.list_nodeclaims()}
@@ -171,55 +196,59 @@ class Walkthrough:
 
 
 @contextlib.asynccontextmanager
-async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatorClient]]:
-    """Dev server, simulated AKS, worker and controller, all running until the block ends."""
-    simulated = SimulatorSettings(seed=options.seed, cluster_name=options.cluster)
-    simulated.arm.region = options.region
+async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatedAks]]:
+    """Dev server, control plane, emulated Azure, worker and controller, all running until the block ends."""
+    settings = AksSettings(seed=options.seed, cluster_name=options.cluster)
+    settings.arm.region = options.region
     catalogs = CatalogSource.shipped(options.region)
-    async with (
-        DevServer(ui=True) as temporal,
-        serve(simulated) as url,
-        SimulatorClient(url) as simulator,
-    ):
-        azure = emulator_config(await simulator.cluster_info())
-        async with cloud_provider(simulator, azure, catalogs) as cloud:
-            client = await connect(temporal.target)
-            worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalogs, price_settings(azure))
-            lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
-            provisioner = ProvisionerInput(
-                cluster=options.cluster, batch_idle_seconds=1, batch_max_seconds=10, lifecycle=lifecycle
-            )
-            disruption = DisruptionInput(
-                cluster=options.cluster,
-                settings=DisruptionSettings(poll_seconds=2, validation_seconds=3),
-                lifecycle=lifecycle,
-            )
-            controller = Controller(
-                client,
-                simulator,
-                provisioner,
-                TASK_QUEUE,
-                requeue_seconds=10,
-                disruption=disruption,
-                metrics=default_metrics(),
-                metrics_seconds=2,
-            )
-            async with worker:
-                await ensure_schedules(
-                    client,
-                    options.cluster,
-                    TASK_QUEUE,
-                    gc_every=timedelta(seconds=10),
-                    garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
+    directory = options.directory or cache_root() / "demo"
+    print(f"Starting a Kubernetes control plane in {directory}", file=out, flush=True)
+    plane: ControlPlane = await asyncio.to_thread(start_control_plane, directory)
+    try:
+        async with DevServer(ui=True) as temporal, simulated_aks(plane, settings) as aks:
+            azure = aks.azure
+            async with cloud_provider(aks.kube, azure, catalogs) as cloud:
+                client = await connect(temporal.target)
+                worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
+                lifecycle = LifecycleSettings(
+                    registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1
                 )
-                await refresh_catalog_now(client, options.cluster)
-                task = asyncio.create_task(controller.run())
-                try:
-                    yield temporal, simulator
-                finally:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                provisioner = ProvisionerInput(
+                    cluster=options.cluster, batch_idle_seconds=1, batch_max_seconds=10, lifecycle=lifecycle
+                )
+                disruption = DisruptionInput(
+                    cluster=options.cluster,
+                    settings=DisruptionSettings(poll_seconds=2, validation_seconds=3),
+                    lifecycle=lifecycle,
+                )
+                controller = Controller(
+                    client,
+                    aks.kube,
+                    provisioner,
+                    TASK_QUEUE,
+                    requeue_seconds=10,
+                    disruption=disruption,
+                    metrics=default_metrics(),
+                    metrics_seconds=2,
+                )
+                async with worker:
+                    await ensure_schedules(
+                        client,
+                        options.cluster,
+                        TASK_QUEUE,
+                        gc_every=timedelta(seconds=10),
+                        garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
+                    )
+                    await refresh_catalog_now(client, options.cluster)
+                    task = asyncio.create_task(controller.run())
+                    try:
+                        yield temporal, aks
+                    finally:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+    finally:
+        await asyncio.to_thread(plane.stop)
 
 
 async def record_histories(client: Client, directory: Path) -> list[Path]:
@@ -243,17 +272,22 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     metrics_server = serve_metrics(0, addr="127.0.0.1")
     set_build_info(default_metrics())
     try:
-        return await _walk_through(options, out, started, metrics_server.server_port)
+        result = await until_signalled(_walk_through(options, out, started, metrics_server.server_port))
+        if result is None:
+            print("Stopped: every process the demo started has ended.", file=out, flush=True)
+            return 0 if options.keep_running else 130
+        return result
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()
 
 
 async def _walk_through(options: DemoOptions, out: TextIO, started: float, metrics_port: int) -> int:
-    async with system(options, out) as (temporal, simulator):
+    async with system(options, out) as (temporal, aks):
         print(f"Temporal UI: {temporal.ui_url}", file=out, flush=True)
         print(f"Metrics: http://127.0.0.1:{metrics_port}/metrics", file=out, flush=True)
-        walkthrough = Walkthrough(simulator, await connect(temporal.target), options, out)
+        print(f"Kubernetes: export KUBECONFIG={aks.plane.kubeconfig}", file=out, flush=True)
+        walkthrough = Walkthrough(aks, await connect(temporal.target), options, out)
         await walkthrough.run()
         elapsed = time.monotonic() - started
         print(f"\nWalkthrough finished in {elapsed:.0f} s.", file=out)
@@ -270,8 +304,10 @@ async def _walk_through(options: DemoOptions, out: TextIO, started: float, metri
         if options.keep_running:
             print(
                 "Everything keeps running (--keep-running); in another shell, try:\n"
+                f"  export KUBECONFIG={aks.plane.kubeconfig} PATH={aks.plane.binaries.directory}:$PATH\n"
                 f"  export NODEWRIGHT_TEMPORAL_ADDRESS={temporal.target} NODEWRIGHT_TASK_QUEUE={TASK_QUEUE} "
                 f"NODEWRIGHT_CLUSTER_NAME={options.cluster}\n"
+                "  kubectl get nodeclaims -o wide; kubectl describe nodeclaim; kubectl get events\n"
                 f"  nodewright explain nodeclaim {walkthrough.victim}\n"
                 "  nodewright consolidate --dry-run\n"
                 "Press Ctrl-C to stop.",

@@ -19,8 +19,6 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from core import labels
 from core.api.kube import Node
 from core.api.nodeclaim import NodeClaim
@@ -62,30 +60,20 @@ def status_images(claims: list[NodeClaim], nodes: list[Node]) -> list[dict[str, 
     ]
 
 
-async def _patch(walk: Walkthrough, path: str, patch: dict[str, Any], shown: str) -> None:
-    """A merge patch through the simulated API server, printed as the kubectl command that does it."""
-    print(f"$ {shown} -p '{json.dumps(patch, separators=(',', ':'))}'", file=walk.out, flush=True)
-    async with (
-        aiohttp.ClientSession() as session,
-        session.patch(f"{walk.sim.base_url}{path}", json=patch) as response,
-    ):
-        response.raise_for_status()
+async def _patch(walk: Walkthrough, kind: str, patch: dict[str, Any], *options: str) -> None:
+    """`kubectl patch <kind> default --type merge -p <patch>`, printed as it runs."""
+    await walk.kubectl("patch", kind, "default", *options, "--type", "merge", "-p", json.dumps(patch))
 
 
 async def consolidation_steps(walk: Walkthrough) -> None:
     """Scale down and watch consolidation, then emptiness, remove the nodes the pods no longer need."""
     sim = walk.sim
-    await _patch(
-        walk,
-        "/apis/karpenter.sh/v1/nodepools/default",
-        {"spec": {"disruption": {"consolidateAfter": "0s"}}},
-        "kubectl patch nodepool default --type merge",
-    )
+    await _patch(walk, "nodepool", {"spec": {"disruption": {"consolidateAfter": "0s"}}})
     walk.say(
         "3. Scale inflate to 2: the pods left on one node fit on the others, so consolidation removes it"
     )
     before = len(await sim.list_nodeclaims())
-    await sim.scale("Deployment", "default", "inflate", 2)
+    await walk.kubectl("scale", "deployment", "inflate", "--replicas=2")
 
     async def consolidated() -> bool:
         return (
@@ -97,8 +85,7 @@ async def consolidation_steps(walk: Walkthrough) -> None:
     await walk.until("a node consolidated away", consolidated)
 
     walk.say("4. Scale inflate and inflate-wide to 0: emptiness deletes the empty nodes")
-    await sim.scale("Deployment", "default", "inflate", 0)
-    await sim.scale("Deployment", "default", "inflate-wide", 0)
+    await walk.kubectl("scale", "deployment", "inflate", "inflate-wide", "--replicas=0")
 
     async def empty() -> bool:
         return not await sim.list_nodeclaims()
@@ -113,22 +100,12 @@ async def drift_step(walk: Walkthrough) -> None:
         f"5. Scale storefront to {WEB_REPLICAS} (PDB minAvailable {WEB_MIN_AVAILABLE}), then ship a newer node "
         "image: drift replaces the nodes one at a time"
     )
-    await _patch(
-        walk,
-        "/apis/karpenter.sh/v1/nodepools/default",
-        {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}},
-        "kubectl patch nodepool default --type merge",
-    )
-    await sim.scale("Deployment", "default", "storefront", WEB_REPLICAS)
+    await _patch(walk, "nodepool", {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}})
+    await walk.kubectl("scale", "deployment", "storefront", f"--replicas={WEB_REPLICAS}")
     await walk.until("storefront running", lambda: walk.running("storefront", WEB_REPLICAS))
     images = status_images(await sim.list_nodeclaims(), await sim.list_nodes())
     wanted = {image["id"] for image in images}
-    await _patch(
-        walk,
-        "/apis/karpenter.azure.com/v1beta1/aksnodeclasses/default/status",
-        {"status": {"images": images}},
-        "kubectl patch aksnodeclass default --subresource status --type merge",
-    )
+    await _patch(walk, "aksnodeclass", {"status": {"images": images}}, "--subresource", "status")
     fewest_available = WEB_REPLICAS
 
     async def drifted() -> bool:

@@ -1,10 +1,11 @@
 """Durability: NodeClaims survive a worker killed with SIGKILL mid-launch, and a Temporal server restart.
 
 The system runs as `nodewright demo` runs it, except that the worker is a real `nodewright worker` process
-(configured through the environment, its Azure provider pointed at the simulated AKS's ARM; SIGKILL loses
-whatever it held in memory, including a VM create it was polling) and the dev server keeps its state in a database file (so it can
-die and come back). The simulated AKS and the controller run in the test process: they are the cluster and
-its watch, which outlive any worker. A deployment whose pods refuse to share a node makes one NodeClaim per
+(configured through the environment as on AKS: a kubeconfig for the real API server of the test process's
+control plane, its Azure provider pointed at the emulated ARM; SIGKILL loses whatever it held in memory,
+including a VM create it was polling) and the dev server keeps its state in a database file (so it can
+die and come back). The emulated Azure and the controller run in the test process: they are the cloud and
+the cluster's watch, which outlive any worker. A deployment whose pods refuse to share a node makes one NodeClaim per
 replica; while they launch, a process dies. Afterwards every NodeClaim must be Initialized with its workflow
 Running, with exactly one instance each and no instance without a NodeClaim.
 """
@@ -28,15 +29,19 @@ from typing import IO, Any, TypeVar
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
+from activities.kubeclient import KubernetesCluster
 from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider
 from core.messages import LifecycleSettings, LifecycleStatus, Phase, ProvisionerInput
+from simulator.aks import AksSettings
+from simulator.aks_client import AksEmulatorClient
 from simulator.arm import ArmSettings, Counters
-from simulator.client import SimulatorClient
-from simulator.kubelet import KubeletSettings
-from simulator.server import SimulatorSettings, serve
-from workers.azure import cloud_provider, emulator_config, emulator_environment
+from simulator.nodeagent import NodeAgentSettings
+from tests.cluster import fresh_aks
+from tests.workflows.conftest import PAUSE
+from workers.azure import cloud_provider, emulator_environment
 from workers.controller import Controller
+from workers.controlplane.run import ControlPlane
 from workers.settings import env_var
 from workers.temporal_server import DevServer
 from workers.worker import connect
@@ -44,7 +49,6 @@ from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import nodeclaim_id
 
 NODEWRIGHT = Path(sys.executable).parent / "nodewright"
-CLUSTER = "durability"
 APP = "spread"
 REPLICAS = 10
 STEP_TIMEOUT = 15.0
@@ -58,30 +62,22 @@ OUTAGE_SECONDS = 2.0
 T = TypeVar("T")
 
 
-def simulator_settings() -> SimulatorSettings:
+def aks_settings() -> AksSettings:
     """A cloud slow enough to interrupt between a launch and its node turning Ready, fast enough for CI: VM
-    creates take a few polls of the worker's provider (0.1 s apart), then the VM boots."""
+    creates take a few polls of the worker's provider (0.1 s apart), then the VM boots and its node joins."""
     delay = timedelta(seconds=0.5)
-    return SimulatorSettings(
+    return AksSettings(
         seed=3,
-        scheduler_interval=timedelta(seconds=0.1),
-        cluster_name=CLUSTER,
         arm=ArmSettings(seed=3, create_polls=3, delete_polls=3),
-        kubelet=KubeletSettings(
-            boot_delay=delay,
-            registration_delay=delay,
-            node_ready_delay=delay,
-            startup_taint_delay=delay,
-            pod_ready_delay=timedelta(seconds=0.2),
-        ),
+        agent=NodeAgentSettings(boot_delay=delay, registration_delay=delay),
     )
 
 
-def provisioner_input() -> ProvisionerInput:
+def provisioner_input(cluster: str) -> ProvisionerInput:
     """Short batches and polls; a launch activity lost with its worker is retried after 5 s, not 5 min, and a
     plan after 3 s without a heartbeat."""
     return ProvisionerInput(
-        cluster=CLUSTER,
+        cluster=cluster,
         batch_idle_seconds=1,
         batch_max_seconds=3,
         plan_heartbeat_seconds=3,
@@ -132,7 +128,13 @@ def one_pod_per_node(name: str, replicas: int) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": {"app": name}},
                 "spec": {
-                    "containers": [{"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": PAUSE,
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ],
                     "affinity": {
                         "podAntiAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -194,9 +196,10 @@ class WorkerProcess:
 class System:
     temporal: DevServer
     client: Client
-    sim: SimulatorClient
+    kube: KubernetesCluster
+    aks: AksEmulatorClient
     cloud: CloudProvider
-    """The Azure provider on the simulated ARM, in this process: to list what the worker made."""
+    """The Azure provider on the emulated ARM, in this process: to list what the worker made."""
     worker: WorkerProcess
     controller: asyncio.Task[None]
 
@@ -222,8 +225,8 @@ class System:
 
     async def report(self) -> str:
         """Each NodeClaim's conditions and what its workflow waits for (pending activities)."""
-        lines = [f"ARM: {await self.sim.counters()}", "NodeClaims:"]
-        for claim in sorted(await self.sim.list_nodeclaims(), key=lambda c: c.name):
+        lines = [f"ARM: {await self.aks.counters()}", "NodeClaims:"]
+        for claim in sorted(await self.kube.list_nodeclaims(), key=lambda c: c.name):
             description = await self.client.get_workflow_handle(nodeclaim_id(claim.name)).describe()
             pending = [
                 f"{activity.activity_type.name} attempt {activity.attempt} "
@@ -238,39 +241,40 @@ class System:
 
 
 @contextlib.asynccontextmanager
-async def running_system(tmp_path: Path) -> AsyncIterator[System]:
-    """Dev server on a database file, simulated AKS and controller in this process, a worker subprocess."""
+async def running_system(tmp_path: Path, plane: ControlPlane) -> AsyncIterator[System]:
+    """Dev server on a database file, emulated Azure and controller in this process, a worker subprocess."""
     task_queue = f"durability-{uuid.uuid4().hex[:8]}"
     async with (
         DevServer(db_filename=tmp_path / "temporal.db", log_path=tmp_path / "temporal.log") as temporal,
-        serve(simulator_settings()) as url,
-        SimulatorClient(url) as sim,
-        cloud_provider(sim, emulator_config(await sim.cluster_info())) as cloud,
+        fresh_aks(plane, aks_settings()) as aks,
+        cloud_provider(aks.kube, aks.azure) as cloud,
     ):
+        cluster = aks.azure.settings.cluster_name
         worker = WorkerProcess(
             env={
                 **os.environ,
-                **emulator_environment(await sim.cluster_info()),
+                **emulator_environment(aks.emulated.info),
                 env_var("temporal_address"): temporal.target,
-                env_var("simulator_url"): url,
+                env_var("kubeconfig"): str(plane.kubeconfig),
                 env_var("task_queue"): task_queue,
-                env_var("cluster_name"): CLUSTER,
+                env_var("cluster_name"): cluster,
                 env_var("metrics_port"): "0",  # no /metrics: port 8080 may be taken on a test machine
             },
             log_path=tmp_path / "worker.log",
         )
         client = await connect(temporal.target)
-        controller = asyncio.create_task(Controller(client, sim, provisioner_input(), task_queue).run())
+        controller = asyncio.create_task(
+            Controller(client, aks.kube, provisioner_input(cluster), task_queue).run()
+        )
         try:
             worker.start()
-            await sim.apply(nodepool())
-            yield System(temporal, client, sim, cloud, worker, controller)
+            await aks.kube.apply(nodepool())
+            yield System(temporal, client, aks.kube, aks.emulator, cloud, worker, controller)
         finally:
             worker.kill()
             controller.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await controller
-            await sim.close()
 
 
 # ------------------------------------------------------------------------------------------- the scenario
@@ -279,13 +283,13 @@ async def running_system(tmp_path: Path) -> AsyncIterator[System]:
 async def launch_and_interrupt(system: System, interrupt: Callable[[], Awaitable[None]]) -> None:
     """Scale to REPLICAS one-pod-per-node pods, interrupt as soon as the first instance exists (the other
     launches are under way or yet to come), then check that the system ends as if nothing had happened."""
-    await system.sim.apply([one_pod_per_node(APP, REPLICAS)])
+    await system.kube.apply([one_pod_per_node(APP, REPLICAS)])
 
     async def launching() -> bool:
-        return (await system.sim.counters()).vms_created >= 1
+        return (await system.aks.counters()).vms_created >= 1
 
     await system.wait("the first VM created", launching)
-    claims = await system.sim.list_nodeclaims()
+    claims = await system.kube.list_nodeclaims()
     assert not all(_initialized(claim) for claim in claims), "every NodeClaim was Initialized already"
     await interrupt()
     await assert_end_state(system)
@@ -293,7 +297,7 @@ async def launch_and_interrupt(system: System, interrupt: Callable[[], Awaitable
 
 async def assert_end_state(system: System) -> None:
     async def all_initialized() -> list[NodeClaim] | None:
-        claims = await system.sim.list_nodeclaims()
+        claims = await system.kube.list_nodeclaims()
         return claims if len(claims) >= REPLICAS and all(_initialized(claim) for claim in claims) else None
 
     claims = await system.wait(f"{REPLICAS} NodeClaims Initialized", all_initialized, RECOVERY_TIMEOUT)
@@ -301,7 +305,7 @@ async def assert_end_state(system: System) -> None:
     assert len(names) == REPLICAS, f"one NodeClaim per pod expected, got {len(names)}: {names}"
 
     async def all_running() -> bool:
-        pods = await system.sim.list_pods("default", label_selector=f"app={APP}")
+        pods = await system.kube.list_pods("default", label_selector=f"app={APP}")
         return len(pods) == REPLICAS and all(pod.status and pod.status.phase == "Running" for pod in pods)
 
     await system.wait(f"{REPLICAS} pods Running", all_running)
@@ -314,14 +318,14 @@ async def assert_end_state(system: System) -> None:
 
         await system.wait(f"workflow {nodeclaim_id(name)} in phase Running", in_phase_running)
 
-    counters: Counters = await system.sim.counters()
+    counters: Counters = await system.aks.counters()
     assert counters.vms_created == REPLICAS, (
         f"{counters.vms_created} VMs created for {REPLICAS} NodeClaims, one twice: {counters}"
     )
     assert counters.vms_deleted == 0, f"a VM was deleted: {counters}"
     instances = sorted(instance.name for instance in await system.cloud.list())
     assert instances == names, f"instances {instances} are not the NodeClaims {names}: one leaked"
-    nodes = sorted(node.spec.provider_id or "" for node in await system.sim.list_nodes())
+    nodes = sorted(node.spec.provider_id or "" for node in await system.kube.list_nodes())
     assert nodes == sorted(claim.status.provider_id or "" for claim in claims), (
         f"the Nodes {nodes} are not those of the NodeClaims"
     )
@@ -339,8 +343,8 @@ def _conditions(claim: NodeClaim) -> str:
 # ------------------------------------------------------------------------------------------------------ tests
 
 
-async def test_worker_killed_mid_launch_then_replaced(tmp_path: Path) -> None:
-    async with running_system(tmp_path) as system:
+async def test_worker_killed_mid_launch_then_replaced(tmp_path: Path, control_plane: ControlPlane) -> None:
+    async with running_system(tmp_path, control_plane) as system:
 
         async def kill_and_replace_worker() -> None:
             system.worker.kill()
@@ -349,8 +353,8 @@ async def test_worker_killed_mid_launch_then_replaced(tmp_path: Path) -> None:
         await launch_and_interrupt(system, kill_and_replace_worker)
 
 
-async def test_temporal_server_restarted_mid_launch(tmp_path: Path) -> None:
-    async with running_system(tmp_path) as system:
+async def test_temporal_server_restarted_mid_launch(tmp_path: Path, control_plane: ControlPlane) -> None:
+    async with running_system(tmp_path, control_plane) as system:
 
         async def restart_server() -> None:
             await system.temporal.kill()

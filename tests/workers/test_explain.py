@@ -47,6 +47,7 @@ from tests.workflows.conftest import (
     running_system,
     start_input,
 )
+from workers.controlplane.run import ControlPlane
 from workers.cli import main
 from workers.explain import DisruptionSpan, Explainer, ExplainError, Story, explain, render_text
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -227,8 +228,8 @@ async def _when_complete(explainer: Explainer, cluster: str, node: str) -> list[
 
 
 @pytest_asyncio.fixture
-async def system(temporal_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[System]:
-    async with running_system(temporal_env, task_queue) as running:
+async def system(temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane) -> AsyncIterator[System]:
+    async with running_system(temporal_env, task_queue, control_plane) as running:
         yield running
 
 
@@ -236,10 +237,10 @@ async def test_explain_tells_why_a_nodeclaim_was_created_launched_and_removed(
     system: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await system.apply_examples()
-    await system.sim.apply([deployment("pinned", 2, node_selector=pinned())])
+    await system.kube.apply([deployment("pinned", 2, node_selector=pinned())])
     pods = await system.unschedulable("pinned", 2)
     # Whichever offering is tried first has no capacity in its zone; the fault is then used up.
-    await system.sim.add_fault(Fault.fail_late("ZonalAllocationFailed", vm_size=INSTANCE_TYPE, times=1))
+    await system.aks.add_fault(Fault.fail_late("ZonalAllocationFailed", vm_size=INSTANCE_TYPE, times=1))
     await system.start_provisioner(pods)
     [claim] = await eventually(system.nodeclaims, what="a NodeClaim")
     lifecycle = await system.nodeclaim_workflow(claim.name)
@@ -299,7 +300,7 @@ async def test_explain_tells_why_a_nodeclaim_was_created_launched_and_removed(
 
 async def test_explain_names_the_disruption_command_that_removed_a_node(system: System) -> None:
     await system.apply_examples()
-    await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
     await system.start_provisioner(await system.unschedulable("pinned", 1))
     [claim] = await eventually(system.nodeclaims, what="a NodeClaim")
     lifecycle = await system.nodeclaim_workflow(claim.name)
@@ -319,7 +320,7 @@ async def test_explain_names_the_disruption_command_that_removed_a_node(system: 
 
 async def test_explain_says_a_node_expired(system: System) -> None:
     await system.apply_examples(expireAfter="2s")
-    await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
     await system.start_provisioner(await system.unschedulable("pinned", 1))
     [claim] = await eventually(system.nodeclaims, what="a NodeClaim")
     await (await system.nodeclaim_workflow(claim.name)).result()

@@ -1,6 +1,7 @@
-"""The whole system for workflow tests: a simulated AKS of the test's own, a worker on the test's task queue of
-the shared dev server, optionally the controller, and readers for what happened (the simulator's watch
-stream, workflow histories, NodeClaim conditions).
+"""The whole system for workflow tests: the test process's real control plane (wiped before each test), an
+emulated Azure of the test's own around it, a worker on the test's task queue of the shared dev server,
+optionally the controller, and readers for what happened (a watch of the API server, workflow histories,
+NodeClaim conditions).
 
 Every wait in the lifecycle is shrunk (`FAST`): registration TTL 3 s, polls and drain retries every second.
 Temporal timers have a 1 s resolution, so nothing here can be shorter.
@@ -27,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.kube import nodeclaim_object
+from activities.kubeclient import KubernetesCluster
 from core import labels
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
@@ -43,16 +45,19 @@ from core.messages import (
     PodsPending,
     ProvisionerInput,
 )
-from simulator.client import SimulatorClient
-from simulator.kubelet import KubeletSettings
-from simulator.server import SimulatorSettings, serve
-from workers.azure import cloud_provider, emulator_config
+from simulator.aks import AksSettings
+from simulator.aks_client import AksEmulatorClient
+from tests.cluster import fresh_aks
+from workers.azure import cloud_provider
 from workers.controller import Controller
+from workers.controlplane.run import ControlPlane
 from workers.worker import build_worker
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+PAUSE = "mcr.microsoft.com/oss/kubernetes/pause:3.6"
+"""The image of every test pod (kwok runs no containers, but the API server requires an image)."""
 CATALOG = load_shipped_catalog("eastus")
 FAST = LifecycleSettings(
     registration_ttl_seconds=3, poll_seconds=1, drain_retry_seconds=1, launch_timeout_seconds=30
@@ -76,16 +81,11 @@ async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 
         await asyncio.sleep(0.05)
 
 
-def small_delays(seed: int = 1, boot: float = 0.0, registration: float = 0.0) -> SimulatorSettings:
-    """Instant, except for the VM boot and the kubelet's registration (seconds)."""
-    settings = SimulatorSettings.instant(seed)
-    settings.kubelet = KubeletSettings(
-        boot_delay=timedelta(seconds=boot),
-        registration_delay=timedelta(seconds=registration),
-        node_ready_delay=timedelta(0),
-        startup_taint_delay=timedelta(0),
-        pod_ready_delay=timedelta(0),
-    )
+def small_delays(seed: int = 1, boot: float = 0.0, registration: float = 0.0) -> AksSettings:
+    """Instant, except for the VM boot and the node agent's registration (seconds)."""
+    settings = AksSettings.instant(seed)
+    settings.agent.boot_delay = timedelta(seconds=boot)
+    settings.agent.registration_delay = timedelta(seconds=registration)
     return settings
 
 
@@ -96,7 +96,9 @@ def deployment(
     name: str, replicas: int, cpu: str = "500m", node_selector: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """A Deployment whose pods request `cpu` and carry `app: <name>`."""
-    spec: dict[str, Any] = {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": cpu}}}]
+    }
     if node_selector:
         spec["nodeSelector"] = node_selector
     return {
@@ -272,14 +274,16 @@ def condition(claim: NodeClaim, kind: str) -> tuple[str, str] | None:
 
 @dataclass
 class System:
-    """One test's simulated AKS, its Temporal client and task queue, and a record of every watch event."""
+    """One test's cluster and emulated Azure, its Temporal client and task queue, and a record of every watch
+    event."""
 
     client: Client
-    sim: SimulatorClient
+    kube: KubernetesCluster
+    aks: AksEmulatorClient
     task_queue: str
     cluster: str
     cloud: CloudProvider
-    """The Azure provider on the simulated AKS's ARM, as the worker uses it."""
+    """The Azure provider on the emulated ARM, as the worker uses it."""
     events: list[WatchEvent] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -315,7 +319,7 @@ class System:
         settings: LifecycleSettings = FAST,
     ) -> WorkflowHandle[NodeClaimWorkflow, LifecycleStatus]:
         """Create the NodeClaim object and start its lifecycle, as the provisioner does."""
-        await self.sim.create_nodeclaim(nodeclaim_object(claim, "default", claim_requirements(claim)))
+        await self.kube.create_nodeclaim(nodeclaim_object(claim, "default", claim_requirements(claim)))
         return await self.client.start_workflow(
             NodeClaimWorkflow.run,
             LifecycleInput(cluster=self.cluster, nodeclaim=claim, settings=settings),
@@ -332,7 +336,7 @@ class System:
         signal a test sees comes from a change the controller watched."""
         controller = Controller(
             self.client,
-            self.sim,
+            self.kube,
             self.provisioner_input(**provisioner),
             self.task_queue,
             debounce_seconds=0.05,
@@ -342,18 +346,18 @@ class System:
         return controller
 
     async def apply_examples(self, **nodepool_template_spec: Any) -> None:
-        await self.sim.apply(example_manifests(**nodepool_template_spec))
+        await self.kube.apply(example_manifests(**nodepool_template_spec))
 
     # --- reading state ---
 
     async def nodeclaims(self) -> list[NodeClaim]:
-        return await self.sim.list_nodeclaims()
+        return await self.kube.list_nodeclaims()
 
     async def nodeclaim(self, name: str) -> NodeClaim | None:
-        return await self.sim.get_nodeclaim(name)
+        return await self.kube.get_nodeclaim(name)
 
     async def pods(self, app: str) -> list[Pod]:
-        return await self.sim.list_pods("default", label_selector=f"app={app}")
+        return await self.kube.list_pods("default", label_selector=f"app={app}")
 
     async def running(self, app: str, count: int) -> list[Pod]:
         """The app's pods when all `count` run on a node, else an empty list."""
@@ -377,7 +381,7 @@ class System:
         return await eventually(marked, what=f"{count} unschedulable {app} pods")
 
     async def node(self, name: str) -> Node | None:
-        return await self.sim.get_node(name)
+        return await self.kube.get_node(name)
 
     async def claim_of(self, node: str) -> str:
         """The name of the NodeClaim whose Node this is (Nodes are named after their VMs, `aks-<nodeclaim>`)."""
@@ -404,7 +408,7 @@ class System:
         return NodeClaim.parse(last[-1].object) if last else None
 
     async def _record(self) -> None:
-        async for event in self.sim.watch(0):
+        async for event in self.kube.watch(0):
             self.events.append(event)
 
     async def stop(self) -> None:
@@ -419,30 +423,33 @@ class System:
 async def running_system(
     env: WorkflowEnvironment,
     task_queue: str,
-    settings: SimulatorSettings | None = None,
-    worker: Callable[[Client, str, SimulatorClient, CloudProvider], Worker] | None = None,
+    plane: ControlPlane,
+    settings: AksSettings | None = None,
+    worker: Callable[[Client, str, KubernetesCluster, CloudProvider], Worker] | None = None,
 ) -> AsyncIterator[System]:
-    """A simulated AKS (instant unless `settings` say otherwise), the Azure provider on its ARM, and a worker,
-    until the block ends."""
-    async with serve(settings or SimulatorSettings.instant(seed=1)) as url:
-        sim = SimulatorClient(url, timeout=10.0)
-        config = emulator_config(await sim.cluster_info(), timedelta(0))
-        async with cloud_provider(sim, config, CATALOG) as cloud:
-            system = System(env.client, sim, task_queue, cluster=f"c-{uuid.uuid4().hex[:10]}", cloud=cloud)
-            system._tasks.append(asyncio.create_task(system._record()))
-            make = worker or (
-                lambda client, queue, sim, cloud: build_worker(client, queue, sim, cloud, CATALOG)
-            )
-            try:
-                async with make(env.client, task_queue, sim, cloud):
-                    yield system
-            finally:
-                await system.stop()
-                await sim.close()
+    """An emptied cluster, an emulated Azure (instant unless `settings` say otherwise) around it, the Azure
+    provider on its ARM, and a worker, until the block ends."""
+    async with (
+        fresh_aks(plane, settings or AksSettings.instant(seed=1)) as aks,
+        cloud_provider(aks.kube, aks.azure, CATALOG) as cloud,
+    ):
+        cluster = aks.azure.settings.cluster_name
+        system = System(env.client, aks.kube, aks.emulator, task_queue, cluster=cluster, cloud=cloud)
+        system._tasks.append(asyncio.create_task(system._record()))
+        make = worker or (
+            lambda client, queue, kube, cloud: build_worker(client, queue, kube, cloud, CATALOG)
+        )
+        try:
+            async with make(env.client, task_queue, aks.kube, cloud):
+                yield system
+        finally:
+            await system.stop()
 
 
 @pytest_asyncio.fixture
-async def system(temporal_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[System]:
-    """The whole system on an instant simulator (no boot or registration delays)."""
-    async with running_system(temporal_env, task_queue) as running:
+async def system(
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
+) -> AsyncIterator[System]:
+    """The whole system on an instant emulated Azure (no boot or registration delays)."""
+    async with running_system(temporal_env, task_queue, control_plane) as running:
         yield running

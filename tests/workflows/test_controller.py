@@ -37,6 +37,7 @@ from tests.workflows.conftest import (
     start_input,
     started,
 )
+from workers.controlplane.run import ControlPlane
 
 ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
 """A lifecycle that would look for itself only once a minute: anything quicker was a signal's doing."""
@@ -57,7 +58,7 @@ async def test_a_provisionable_pod_starts_the_provisioner_with_its_signal(system
     system.start_controller()
     await system.apply_examples()
 
-    await system.sim.apply([deployment("web", 2)])
+    await system.kube.apply([deployment("web", 2)])
 
     provisioner = await started(system.provisioner())
     web = sorted(f"default/{pod.metadata.name}" for pod in await system.pods("web"))
@@ -107,10 +108,12 @@ async def wakes_on_node_event(system: System) -> None:
 
 
 async def test_a_node_event_wakes_the_nodeclaim_workflow(
-    temporal_env: WorkflowEnvironment, task_queue: str
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
 ) -> None:
     # The kubelet registers a second after the VM runs: by then the controller knows the NodeClaim's providerID.
-    async with running_system(temporal_env, task_queue, small_delays(registration=1.5)) as system:
+    async with running_system(
+        temporal_env, task_queue, control_plane, small_delays(registration=1.5)
+    ) as system:
         await wakes_on_node_event(system)
 
 
@@ -126,7 +129,7 @@ async def test_a_deleted_nodeclaim_gets_its_workflow_to_terminate(system: System
     lifecycle = await system.start_nodeclaim(claim, FAST)
     await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=10, what="running")
 
-    await system.sim.delete_nodeclaim(claim.name)
+    await system.kube.delete_nodeclaim(claim.name)
 
     result = await asyncio.wait_for(lifecycle.result(), 15)
     assert result.phase is Phase.TERMINATED

@@ -33,6 +33,7 @@ from core.messages import (
 from simulator.arm import Fault
 from tests.workflows.conftest import (
     FAST,
+    PAUSE,
     System,
     activity_calls,
     condition,
@@ -84,7 +85,11 @@ def small_app(name: str, annotations: dict[str, str] | None = None) -> dict[str,
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": template,
-                "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "100m"}}}]},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": "100m"}}}
+                    ]
+                },
             },
         },
     }
@@ -127,18 +132,19 @@ async def taints(system: System, node: str) -> list[str]:
 
 
 async def events_about(system: System, name: str, reason: str) -> list[str]:
+    """The notes of the `events.k8s.io/v1` events with this reason about the object of this name."""
     return [
-        event["message"]
-        for event in await system.sim.list_objects("Event")
-        if event["involvedObject"]["name"] == name and event["reason"] == reason
+        event.get("note", "")
+        for event in await system.kube.list_objects("Event")
+        if event.get("regarding", {}).get("name") == name and event.get("reason") == reason
     ]
 
 
 async def underutilized(system: System) -> tuple[str, str]:
     """A big on-demand node running one small pod: (nodeclaim, node)."""
-    await system.sim.apply(manifests())
+    await system.kube.apply(manifests())
     claim, node = await running_node(system, BIG)
-    await system.sim.apply([small_app("small")])
+    await system.kube.apply([small_app("small")])
     [pod] = await eventually(lambda: system.running("small", 1), what="the small pod running")
     assert pod.spec.node_name == node
     return claim, node
@@ -148,7 +154,7 @@ async def underutilized(system: System) -> tuple[str, str]:
 
 
 async def test_an_empty_node_is_deleted(system: System) -> None:
-    await system.sim.apply(manifests())
+    await system.kube.apply(manifests())
     claim, node = await running_node(system)
     handle = await start(system)
 
@@ -209,7 +215,7 @@ def _first(system: System, name: str, check: Any) -> int:
 
 
 async def test_validation_abandons_a_command_when_a_pod_arrives_during_the_wait(system: System) -> None:
-    await system.sim.apply(manifests())
+    await system.kube.apply(manifests())
     claim, node = await running_node(system)
     handle = await start(system, settings=SETTINGS.model_copy(update={"validation_seconds": 3}))
 
@@ -217,7 +223,7 @@ async def test_validation_abandons_a_command_when_a_pod_arrives_during_the_wait(
         return (await handle.query(DisruptionWorkflow.plan)).waiting_for == "validation"
 
     await eventually(validating, what="the emptiness command waiting for validation")
-    await system.sim.apply([small_app("arrives", {labels.DO_NOT_DISRUPT: "true"})])
+    await system.kube.apply([small_app("arrives", {labels.DO_NOT_DISRUPT: "true"})])
     status = await eventually(
         lambda: result_with(handle, CommandOutcome.ABANDONED), timeout=15, what="an abandoned command"
     )
@@ -230,7 +236,7 @@ async def test_validation_abandons_a_command_when_a_pod_arrives_during_the_wait(
 
 
 async def test_a_zero_budget_blocks_with_a_reason_an_event_and_unchanged_passes(system: System) -> None:
-    await system.sim.apply(manifests(budgets=[{"nodes": "0"}]))
+    await system.kube.apply(manifests(budgets=[{"nodes": "0"}]))
     claim, node = await running_node(system)
     handle = await start(system)
 
@@ -258,7 +264,7 @@ async def test_a_zero_budget_blocks_with_a_reason_an_event_and_unchanged_passes(
 
 
 async def test_events_a_pass_had_no_room_for_are_sent_by_the_next_passes(system: System) -> None:
-    await system.sim.apply(manifests(budgets=[{"nodes": "0"}]))
+    await system.kube.apply(manifests(budgets=[{"nodes": "0"}]))
     first, second = await running_node(system), await running_node(system)
     # Room for one node's pair of events per pass: the other node's must still go out on a later pass.
     handle = await start(system, settings=SETTINGS.model_copy(update={"max_events_per_pass": 2}))
@@ -278,7 +284,7 @@ async def test_events_a_pass_had_no_room_for_are_sent_by_the_next_passes(system:
 
 
 async def test_the_loop_continues_as_new_carrying_its_passes(system: System) -> None:
-    await system.sim.apply(manifests(budgets=[{"nodes": "0"}]))
+    await system.kube.apply(manifests(budgets=[{"nodes": "0"}]))
     await running_node(system)
     handle = await start(system, settings=SETTINGS.model_copy(update={"passes_before_continue_as_new": 2}))
 
@@ -326,7 +332,7 @@ async def test_a_confirmed_manual_consolidation_executes(system: System) -> None
 
 async def test_a_replacement_that_cannot_launch_rolls_back(system: System) -> None:
     claim, node = await underutilized(system)
-    await system.sim.add_fault(Fault.sku_not_available())
+    await system.aks.add_fault(Fault.sku_not_available())
     handle = await start(system, DisruptionMode.MANUAL)
     await eventually(lambda: _waiting_for(handle, "confirmation"), what="the plan waiting for confirmation")
     await handle.signal(DisruptionWorkflow.confirm, True)
@@ -424,7 +430,7 @@ async def test_the_controller_starts_the_disruption_loop_once(system: System) ->
     runs = []
     for _ in range(2):  # a restarted controller finds the loop running
         controller = Controller(
-            system.client, system.sim, system.provisioner_input(), system.task_queue, disruption=request
+            system.client, system.kube, system.provisioner_input(), system.task_queue, disruption=request
         )
         task = asyncio.create_task(controller.run())
         await started(handle)

@@ -1,5 +1,6 @@
-"""The maintenance workflows on the dev server, with their activities against the ARM emulator and the simulated
-cluster, and the schedules that start them: created, updated in place, and really starting their workflow."""
+"""The maintenance workflows on the dev server, with their activities against the emulated AKS (its ARM, whose
+VMs join the real control plane), and the schedules that start them: created, updated in place, and really
+starting their workflow."""
 
 from __future__ import annotations
 
@@ -15,24 +16,20 @@ from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleInter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.azure.bootstrap import ClusterBootstrap
+from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
+from core.cloudprovider import LaunchRequest
 from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionInput
-from simulator.arm import RunningArm, serve_arm
-from simulator.client import SimulatorClient
+from simulator.arm import RunningArm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
-from simulator.server import SimulatorSettings, serve
-from tests.activities.azure.test_provider import (
-    GROUP,
-    REGION,
-    SUBSCRIPTION,
-    fixed_bootstrap,
-    launch,
-    settings,
-)
+from tests.activities.azure.test_provider import launch
+from tests.activities.cluster import apply_examples
 from tests.workflows.conftest import eventually
 from workers.schedules import ensure_schedules, maintenance_activities, maintenance_workflows
+from workers.simulated_aks import SimulatedAks
 from workflows.maintenance import (
     CatalogRefreshWorkflow,
     GarbageCollectionWorkflow,
@@ -51,29 +48,37 @@ class Maintenance:
     catalogs: CatalogSource
 
 
+def leaked(name: str) -> LaunchRequest:
+    """A VM of the cluster that no NodeClaim claims."""
+    return launch(name, zone="eastus-1")
+
+
 @pytest_asyncio.fixture
-async def maintenance(temporal_env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Maintenance]:
-    cluster = f"c-{uuid.uuid4().hex[:10]}"
+async def maintenance(
+    temporal_env: WorkflowEnvironment, task_queue: str, aks: SimulatedAks
+) -> AsyncIterator[Maintenance]:
+    """A worker of the maintenance workflows on the emulated AKS (its cluster name is the test's own)."""
+    await apply_examples(aks.kube)
+    arm = aks.emulated.arm
+    settings = aks.azure.settings
+    options = arm.client_options()
     async with (
-        serve_arm(REGION, SUBSCRIPTION, resource_group=GROUP) as arm,
-        serve(SimulatorSettings.instant(seed=7)) as url,
-        SimulatorClient(url) as sim,
+        ComputeManagementClient(arm.credential(), settings.subscription_id, **options) as compute,
+        NetworkManagementClient(arm.credential(), settings.subscription_id, **options) as network,
     ):
-        options = arm.client_options()
-        async with (
-            ComputeManagementClient(arm.credential(), SUBSCRIPTION, **options) as compute,
-            NetworkManagementClient(arm.credential(), SUBSCRIPTION, **options) as network,
+        bootstrap = ClusterBootstrap(aks.kube, settings.bootstrap_token_secret, settings.cluster_endpoint)
+        provider = AzureCloudProvider(
+            compute, network, settings, bootstrap, node_class=ClusterNodeClasses(aks.kube)
+        )
+        catalogs = CatalogSource.shipped(settings.location)
+        prices = PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem, backoff=timedelta(0))
+        async with Worker(
+            temporal_env.client,
+            task_queue=task_queue,
+            workflows=maintenance_workflows(),
+            activities=maintenance_activities(aks.kube, provider, catalogs, prices),
         ):
-            provider = AzureCloudProvider(compute, network, settings(cluster_name=cluster), fixed_bootstrap)
-            catalogs = CatalogSource.shipped(REGION)
-            prices = PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem, backoff=timedelta(0))
-            async with Worker(
-                temporal_env.client,
-                task_queue=task_queue,
-                workflows=maintenance_workflows(),
-                activities=maintenance_activities(sim, provider, catalogs, prices),
-            ):
-                yield Maintenance(temporal_env.client, task_queue, cluster, arm, provider, catalogs)
+            yield Maintenance(temporal_env.client, task_queue, settings.cluster_name, arm, provider, catalogs)
 
 
 async def test_the_catalog_refresh_workflow_makes_the_live_catalog_current(maintenance: Maintenance) -> None:
@@ -93,7 +98,7 @@ async def test_the_catalog_refresh_workflow_makes_the_live_catalog_current(maint
 
 
 async def test_the_garbage_collection_workflow_deletes_a_leaked_vm(maintenance: Maintenance) -> None:
-    await maintenance.provider.create(launch("leaked-1"))
+    await maintenance.provider.create(leaked("leaked-1"))
 
     result = await maintenance.client.execute_workflow(
         GarbageCollectionWorkflow.run,
@@ -147,7 +152,7 @@ async def test_ensure_schedules_creates_then_updates_and_the_schedules_start_the
             ("GarbageCollection", maintenance.task_queue, ids[1]),
         ]
 
-        await maintenance.provider.create(launch("leaked-2"))
+        await maintenance.provider.create(leaked("leaked-2"))
         await client.get_schedule_handle(ids[1]).trigger()
 
         async def collected() -> bool:

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.kubeclient import KubernetesCluster
 from activities.planning import LifecycleStarter, PlanningActivities
 from core.cloudprovider import CloudProvider
 from core.messages import (
@@ -23,7 +24,6 @@ from core.messages import (
     ProvisionerInput,
     UnavailableOffering,
 )
-from simulator.client import SimulatorClient
 from tests.workflows.conftest import (
     CATALOG,
     INSTANCE_TYPE,
@@ -36,6 +36,7 @@ from tests.workflows.conftest import (
     running_system,
     small_delays,
 )
+from workers.controlplane.run import ControlPlane
 from workers.worker import WORKFLOWS, activities_for, lifecycle_starter
 from workflows.provisioner import ProvisionerWorkflow
 
@@ -63,7 +64,7 @@ async def _at_least(system: System, count: int) -> list[tuple[PlanInput, PlanRes
 
 async def test_signals_within_the_idle_window_become_one_plan(system: System) -> None:
     await system.apply_examples()
-    await system.sim.apply([deployment("web", 3)])
+    await system.kube.apply([deployment("web", 3)])
     pods = await system.unschedulable("web", 3)
 
     await system.start_provisioner(pods[:1], batch_idle_seconds=1, batch_max_seconds=10)
@@ -114,12 +115,12 @@ async def _last_signal_at(system: System) -> datetime:
 
 
 async def test_pods_on_nodeclaims_in_flight_are_not_provisioned_twice(
-    temporal_env: WorkflowEnvironment, task_queue: str
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
 ) -> None:
     # VMs take 3 s to boot, so the pods stay pending while their NodeClaims are in flight.
-    async with running_system(temporal_env, task_queue, small_delays(boot=3)) as system:
+    async with running_system(temporal_env, task_queue, control_plane, small_delays(boot=3)) as system:
         await system.apply_examples()
-        await system.sim.apply([deployment("web", 3)])
+        await system.kube.apply([deployment("web", 3)])
         pods = await system.unschedulable("web", 3)
         await system.start_provisioner(pods)
         [(_, first)] = await eventually(lambda: plans(system), what="the first plan")
@@ -133,7 +134,7 @@ async def test_pods_on_nodeclaims_in_flight_are_not_provisioned_twice(
         assert (second.pods, second.scheduled_on_existing, second.nodeclaims) == (3, 3, [])
         assert sorted(claim.name for claim in await system.nodeclaims()) == sorted(c.name for c in claims)
         await eventually(lambda: system.running("web", 3), timeout=15, what="web running")
-        assert (await system.sim.counters()).vms_created == len(claims)
+        assert (await system.aks.counters()).vms_created == len(claims)
 
 
 def unavailable(zone: str, until: datetime, instance_type: str = INSTANCE_TYPE) -> UnavailableOffering:
@@ -144,7 +145,7 @@ def unavailable(zone: str, until: datetime, instance_type: str = INSTANCE_TYPE) 
 
 async def test_unavailable_offerings_are_left_out_of_the_next_plan(system: System) -> None:
     await system.apply_examples()
-    await system.sim.apply([deployment("pinned", 1, node_selector=pinned())])
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
     [pod] = await system.unschedulable("pinned", 1)
     handle = await system.start_provisioner()
     until = datetime.now(UTC) + timedelta(hours=1)
@@ -167,8 +168,8 @@ async def test_unavailable_offerings_are_left_out_of_the_next_plan(system: Syste
 class GatedPlanning:
     """The planning activity, held until the test lets it finish."""
 
-    def __init__(self, sim: SimulatorClient, starter: LifecycleStarter) -> None:
-        self.planning = PlanningActivities(sim, CATALOG, starter)
+    def __init__(self, kube: KubernetesCluster, starter: LifecycleStarter) -> None:
+        self.planning = PlanningActivities(kube, CATALOG, starter)
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -180,15 +181,15 @@ class GatedPlanning:
 
 
 async def test_continue_as_new_carries_the_pending_pods_and_the_unavailable_offerings(
-    temporal_env: WorkflowEnvironment, task_queue: str
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
 ) -> None:
     gates: list[GatedPlanning] = []
 
-    def worker(client: Client, queue: str, sim: SimulatorClient, cloud: CloudProvider) -> Worker:
+    def worker(client: Client, queue: str, kube: KubernetesCluster, cloud: CloudProvider) -> Worker:
         starter = lifecycle_starter(client, queue)
-        gates.append(GatedPlanning(sim, starter))
+        gates.append(GatedPlanning(kube, starter))
         others = [
-            a for a in activities_for(sim, cloud, CATALOG, starter) if a.__name__ != "plan_provisioning"
+            a for a in activities_for(kube, cloud, CATALOG, starter) if a.__name__ != "plan_provisioning"
         ]
         return Worker(
             client,
@@ -197,7 +198,7 @@ async def test_continue_as_new_carries_the_pending_pods_and_the_unavailable_offe
             activities=[gates[0].plan_provisioning, *others],
         )
 
-    async with running_system(temporal_env, task_queue, worker=worker) as system:
+    async with running_system(temporal_env, task_queue, control_plane, worker=worker) as system:
         [gate] = gates
         started = await system.start_provisioner(["default/a"], batches_before_continue_as_new=1)
         first = system.client.get_workflow_handle(started.id, run_id=started.first_execution_run_id)
