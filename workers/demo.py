@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shlex
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
@@ -72,35 +73,22 @@ class DemoOptions:
     """Where the control plane keeps its state, logs and kubeconfig (default: under the cache directory)."""
 
 
-def _age(created: datetime | None, now: datetime) -> str:
-    if created is None:
-        return "-"
-    seconds = int((now - created).total_seconds())
-    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
-
-
-def nodeclaim_table(claims: list[NodeClaim], now: datetime | None = None) -> str:
-    """`kubectl get nodeclaims` as Karpenter prints it: NAME TYPE CAPACITY ZONE NODE READY AGE."""
-    now = now or datetime.now(UTC)
-    rows = [("NAME", "TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE")]
+def progress(claims: list[NodeClaim]) -> list[tuple[str, ...]]:
+    """What `kubectl get nodeclaims` shows of each NodeClaim but its age: the table is printed when it changes."""
+    rows = []
     for claim in sorted(claims, key=lambda c: c.name):
-        labels = claim.labels
         ready = claim.status.condition("Ready")
         rows.append(
             (
                 claim.name,
-                labels.get("node.kubernetes.io/instance-type", ""),
-                labels.get("karpenter.sh/capacity-type", ""),
-                labels.get("topology.kubernetes.io/zone", ""),
+                claim.labels.get("node.kubernetes.io/instance-type", ""),
+                claim.labels.get("karpenter.sh/capacity-type", ""),
+                claim.labels.get("topology.kubernetes.io/zone", ""),
                 claim.status.node_name or "",
                 ready.status if ready is not None else "Unknown",
-                _age(claim.metadata.creation_timestamp, now),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
+    return rows
 
 
 class Walkthrough:
@@ -112,7 +100,7 @@ class Walkthrough:
         self.client = client
         self.options = options
         self.out = out
-        self._last_table = ""
+        self._last_table: list[tuple[str, ...]] = []
 
     def say(self, text: str) -> None:
         print(f"\n=== {text}", file=self.out, flush=True)
@@ -121,12 +109,12 @@ class Walkthrough:
         """Run the built kubectl against the control plane, printing the command and what it printed."""
         done = await asyncio.to_thread(self.aks.plane.kubectl, *args)
         if show:
-            print(f"$ kubectl {' '.join(args)}\n{done.stdout.rstrip()}", file=self.out, flush=True)
+            print(f"$ kubectl {shlex.join(args)}\n{done.stdout.rstrip()}", file=self.out, flush=True)
         return done.stdout
 
     async def show_table(self, force: bool = False) -> None:
         """`kubectl get nodeclaims` whenever the NodeClaims changed (ages aside)."""
-        table = nodeclaim_table(await self.sim.list_nodeclaims())
+        table = progress(await self.sim.list_nodeclaims())
         if force or table != self._last_table:
             self._last_table = table
             print(file=self.out)

@@ -203,7 +203,8 @@ def build_snapshot(manifests: Manifests, provider: InstanceTypeProvider) -> Sche
         if node_name:
             if node_name in bound:
                 bound[node_name].append(pod)
-            else:
+            elif not is_daemonset_pod(pod):
+                # A DaemonSet pod outlives its deleted Node until the pod garbage collector removes it.
                 snapshot.notes.append(
                     f"Pod {pod.metadata.namespace}/{pod.metadata.name}: bound to unknown node {node_name}"
                 )
