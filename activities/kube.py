@@ -37,9 +37,23 @@ CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
 def nodeclaim_object(
-    claim: PlannedNodeClaim, nodeclass: str, requirements: list[dict[str, object]]
+    claim: PlannedNodeClaim,
+    nodeclass: str,
+    requirements: list[dict[str, object]],
+    nodepool_uid: str = "",
 ) -> NodeClaim:
-    """The NodeClaim object for a planned NodeClaim, owned by its NodePool and held by the termination finalizer."""
+    """The NodeClaim object for a planned NodeClaim, held by the termination finalizer and, given its NodePool's
+    UID, owned by the NodePool. Without the UID there is no owner reference: kube-controller-manager's garbage
+    collector deletes an object whose owner reference names a UID that does not exist."""
+    owners = [
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "name": claim.nodepool,
+            "uid": nodepool_uid,
+            "blockOwnerDeletion": True,
+        }
+    ]
     return NodeClaim.parse(
         {
             "apiVersion": "karpenter.sh/v1",
@@ -48,15 +62,7 @@ def nodeclaim_object(
                 "name": claim.name,
                 "labels": claim.labels,
                 "finalizers": [labels.TERMINATION_FINALIZER],
-                "ownerReferences": [
-                    {
-                        "apiVersion": "karpenter.sh/v1",
-                        "kind": "NodePool",
-                        "name": claim.nodepool,
-                        "uid": claim.nodepool,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
+                "ownerReferences": owners if nodepool_uid else [],
             },
             "spec": {
                 "requirements": requirements,

@@ -132,7 +132,8 @@ def lifecycle_nodeclaim(
     """The NodeClaim object of a planned lifecycle (from provisioning or a disruption's replacement), carrying
     its lifecycle input so that a retry can start the lifecycle an earlier attempt did not."""
     nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
-    nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements)
+    uid = pool.metadata.uid if pool else ""
+    nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements, uid)
     nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
     return nodeclaim
 
