@@ -1,12 +1,10 @@
 """The disruption activities: pass records (and unchanged passes), replacements launched as lifecycles (and
-found again by a retry), their progress, tainting, and the plan activity on the simulated AKS."""
+found again by a retry), their progress, tainting, and the plan activity against a real API server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
+import uuid
 
-import pytest
 from prometheus_client import CollectorRegistry
 from temporalio.testing import ActivityEnvironment
 
@@ -27,20 +25,11 @@ from core.messages import (
     TaintCandidates,
 )
 from core.resources import parse_resources
-from simulator.client import SimulatorClient
-from simulator.server import SimulatorSettings, serve
+from tests.activities.cluster import apply_examples, events
 from tests.core.disruption.fixtures import NOW, bound, cluster, node_pair, nodepool, plan
+from workers.simulated_aks import SimulatedAks
 
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 CATALOG = load_shipped_catalog("eastus")
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimulatorClient]:
-    async with serve(SimulatorSettings.instant(9)) as url, SimulatorClient(url) as client:
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            await client.apply(path.read_text())
-        yield client
 
 
 # --- pass records --------------------------------------------------------------------------------------------
@@ -110,10 +99,11 @@ def test_replacement_launches_follow_the_requirements_cheapest_first() -> None:
     assert prices == sorted(prices)
 
 
-# --- against the simulated AKS --------------------------------------------------------------------------------
+# --- against the API server ----------------------------------------------------------------------------------
 
 
 def replace_command_input(key: str) -> LaunchReplacementsInput:
+    """A consolidation's replace command; its replacement's NodeClaim name derives from `key`."""
     result = plan(cluster([nodepool()], [node_pair("a")], [bound("a", cpu="2", memory="3Gi")]))
     command = command_message(result.commands[0])
     # The example NodePool's instance types: the plan above used Catalog D's.
@@ -128,20 +118,27 @@ def replace_command_input(key: str) -> LaunchReplacementsInput:
     )
 
 
-async def test_replacements_are_created_as_lifecycles_and_a_retry_finds_them(sim: SimulatorClient) -> None:
+def run_key() -> str:
+    """A disruption run of its own (replacement names derive from it; events outlive a test)."""
+    return uuid.uuid4().hex
+
+
+async def test_replacements_are_created_as_lifecycles_and_a_retry_finds_them(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
     started: list[LifecycleInput] = []
 
     async def start(request: LifecycleInput) -> None:
         started.append(request)
 
-    activities = DisruptionActivities(sim, CATALOG, start)
-    request = replace_command_input("run-1/3/0")
+    activities = DisruptionActivities(aks.kube, CATALOG, start)
+    run = run_key()
+    request = replace_command_input(f"{run}/3/0")
     names = await ActivityEnvironment().run(activities.launch_replacements, request)
     again = await ActivityEnvironment().run(activities.launch_replacements, request)
 
     assert names == again and len(names) == 1 and names[0].startswith("default-")
-    assert [c.name for c in await sim.list_nodeclaims()] == names
-    claim = await sim.get_nodeclaim(names[0])
+    assert [c.name for c in await aks.kube.list_nodeclaims()] == names
+    claim = await aks.kube.get_nodeclaim(names[0])
     assert claim is not None
     lifecycle = LifecycleInput.model_validate_json(claim.metadata.annotations[LIFECYCLE_ANNOTATION])
     assert [s.nodeclaim.name for s in started] == names * 2
@@ -151,29 +148,41 @@ async def test_replacements_are_created_as_lifecycles_and_a_retry_finds_them(sim
     assert {c.instance_type for c in candidates} <= {"Standard_D4s_v5", "Standard_D4as_v5"}
     assert claim.requests["cpu"] >= 2000
     assert lifecycle.nodeclaim.requests == request.command.replacements[0].requests
-    launching = [e for e in await sim.list_objects("Event") if e["reason"] == "DisruptionLaunching"]
-    assert launching[0]["message"] == "Launching NodeClaim: Underutilized"
+    pool = await aks.kube.get_object("NodePool", "default")
+    assert pool is not None
+    owners = [(o.kind, o.name, o.uid) for o in claim.metadata.owner_references]
+    assert owners == [("NodePool", "default", pool["metadata"]["uid"])]
+    launching = await events(aks.kube, "DisruptionLaunching", names)
+    assert launching and all(e["note"] == "Launching NodeClaim: Underutilized" for e in launching)
+    assert {(e["regarding"]["kind"], e["regarding"]["name"]) for e in launching} == {("NodeClaim", names[0])}
     other = await ActivityEnvironment().run(
-        activities.launch_replacements, replace_command_input("run-1/4/0")
+        activities.launch_replacements, replace_command_input(f"{run}/4/0")
     )
     assert other != names
 
 
-async def test_replacement_progress_reads_the_nodeclaims(sim: SimulatorClient) -> None:
+async def test_replacement_progress_reads_the_nodeclaims(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+
     async def start(request: LifecycleInput) -> None:
         return None
 
-    activities = DisruptionActivities(sim, CATALOG, start)
-    [coming] = await ActivityEnvironment().run(activities.launch_replacements, replace_command_input("k/1/0"))
-    [ready] = await ActivityEnvironment().run(activities.launch_replacements, replace_command_input("k/2/0"))
-    assert await apply_condition(sim, ConditionUpdate(name=ready, type="Initialized", status="True"))
+    activities = DisruptionActivities(aks.kube, CATALOG, start)
+    run = run_key()
+    [coming] = await ActivityEnvironment().run(
+        activities.launch_replacements, replace_command_input(f"{run}/1/0")
+    )
+    [ready] = await ActivityEnvironment().run(
+        activities.launch_replacements, replace_command_input(f"{run}/2/0")
+    )
+    assert await apply_condition(aks.kube, ConditionUpdate(name=ready, type="Initialized", status="True"))
     progress = await ActivityEnvironment().run(activities.replacement_progress, [coming, ready, "gone-abcde"])
     assert (progress.waiting, progress.initialized, progress.failed) == ([coming], [ready], ["gone-abcde"])
 
 
-async def test_candidates_are_tainted_and_untainted(sim: SimulatorClient) -> None:
+async def test_candidates_are_tainted_and_untainted(aks: SimulatedAks) -> None:
     _, node = node_pair("n1")
-    await sim.apply(
+    await aks.kube.apply(
         [
             {
                 "apiVersion": "v1",
@@ -187,7 +196,7 @@ async def test_candidates_are_tainted_and_untainted(sim: SimulatorClient) -> Non
         return None
 
     registry = CollectorRegistry()
-    activities = DisruptionActivities(sim, CATALOG, start, metrics=Metrics(registry))
+    activities = DisruptionActivities(aks.kube, CATALOG, start, metrics=Metrics(registry))
     request = TaintCandidates(
         nodes=["n1", "missing"], decision="delete", reason="Underutilized", method="multi-node-consolidation"
     )
@@ -197,18 +206,20 @@ async def test_candidates_are_tainted_and_untainted(sim: SimulatorClient) -> Non
     assert await ActivityEnvironment().run(activities.taint_candidates, request) == ["n1"]
     decided = {"decision": "delete", "reason": "underutilized", "consolidation_type": "multi"}
     assert registry.get_sample_value("karpenter_voluntary_disruption_decisions_total", decided) == 1
-    found = await sim.get_node("n1")
+    found = await aks.kube.get_node("n1")
     assert found is not None and labels.DISRUPTED_TAINT in [t.key for t in found.spec.taints]
     await ActivityEnvironment().run(activities.untaint_candidates, ["n1"])
-    found = await sim.get_node("n1")
+    found = await aks.kube.get_node("n1")
     assert found is not None and labels.DISRUPTED_TAINT not in [t.key for t in found.spec.taints]
 
 
-async def test_the_plan_activity_plans_the_cluster_as_it_is(sim: SimulatorClient) -> None:
+async def test_the_plan_activity_plans_the_cluster_as_it_is(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+
     async def start(request: LifecycleInput) -> None:
         return None
 
-    activities = DisruptionActivities(sim, CATALOG, start)
+    activities = DisruptionActivities(aks.kube, CATALOG, start)
     record = await ActivityEnvironment().run(
         activities.plan_disruption, DisruptionPlanInput(cluster="test", mode=DisruptionMode.MANUAL)
     )

@@ -1,84 +1,74 @@
-"""The Kubernetes side of the activities against the simulated AKS: NodeClaims created by planning, their
-conditions, and Karpenter's events."""
+"""The Kubernetes side of the activities against a real API server: NodeClaims created by planning for the pods
+kube-scheduler could not place, their conditions, and Karpenter's `events.k8s.io/v1` events."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities.kube import KubeActivities
 from activities.planning import PlanningActivities
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, LifecycleInput, PlanInput
-from simulator.client import SimulatorClient
-from simulator.server import SimulatorSettings, serve
-
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
+from tests.activities.cluster import activity_environment, apply_examples, events, scale_pending
+from workers.simulated_aks import SimulatedAks
 
 
-@pytest.fixture
-async def sim() -> AsyncIterator[SimulatorClient]:
-    async with serve(SimulatorSettings.instant(3)) as url, SimulatorClient(url) as client:
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            await client.apply(path.read_text())
-        yield client
-
-
-async def events(sim: SimulatorClient, reason: str) -> list[dict[str, object]]:
-    return [event for event in await sim.list_objects("Event") if event["reason"] == reason]
-
-
-async def planned_claim(sim: SimulatorClient, replicas: int = 2) -> str:
-    """Scale the pinned example deployment and let planning create a NodeClaim for it."""
-    await sim.scale("Deployment", "default", "inflate", replicas)
+async def planned_claim(aks: SimulatedAks, replicas: int = 2) -> tuple[str, list[str]]:
+    """Scale the pinned example deployment, wait until kube-scheduler finds no node for its pods, and let one
+    plan create a NodeClaim for them; its name and the pods."""
+    await apply_examples(aks.kube)
+    pods = await scale_pending(aks.kube, "inflate", replicas)
     started: list[str] = []
 
     async def start(request: LifecycleInput) -> None:
         started.append(request.nodeclaim.name)
 
-    planning = PlanningActivities(sim, load_shipped_catalog("eastus"), start)
-    for _ in range(50):
-        plan = await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="test"))
-        if plan.nodeclaims:
-            assert started == [claim.name for claim in plan.nodeclaims]
-            return plan.nodeclaims[0].name
-    raise AssertionError("planning never saw the pending pods")
+    planning = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), start)
+    plan = await activity_environment().run(planning.plan_provisioning, PlanInput(cluster="test"))
+    assert plan.pods == replicas and plan.nodeclaims, f"planning saw no pending pods: {plan}"
+    assert started == [claim.name for claim in plan.nodeclaims]
+    return plan.nodeclaims[0].name, pods
 
 
-async def test_planning_creates_nodeclaims_and_nominates_their_pods(sim: SimulatorClient) -> None:
-    name = await planned_claim(sim)
-    claim = await sim.get_nodeclaim(name)
+async def test_planning_creates_nodeclaims_and_nominates_their_pods(aks: SimulatedAks) -> None:
+    name, pods = await planned_claim(aks)
+    claim = await aks.kube.get_nodeclaim(name)
     assert claim is not None and "karpenter.sh/termination" in claim.metadata.finalizers
+    # Owned by the NodePool as it exists: an owner reference to any other UID gets the NodeClaim deleted by the
+    # garbage collector.
+    pool = await aks.kube.get_object("NodePool", "default")
+    assert pool is not None
+    owners = [(o.kind, o.name, o.uid) for o in claim.metadata.owner_references]
+    assert owners == [("NodePool", "default", pool["metadata"]["uid"])]
     assert claim.requirements().get("node.kubernetes.io/instance-type").values == {"Standard_D4ps_v5"}
-    nominated = await events(sim, "Nominated")
-    assert len(nominated) == 2
-    assert all(e["message"] == f"Pod should schedule on: nodeclaim/{name}" for e in nominated)
+    nominated = await events(aks.kube, "Nominated", {pod.partition("/")[2] for pod in pods})
+    assert sorted(f"default/{e['regarding']['name']}" for e in nominated) == pods
+    assert all(e["note"] == f"Pod should schedule on: nodeclaim/{name}" for e in nominated)
+    assert all(
+        (e["type"], e["regarding"]["kind"], e["reportingController"]) == ("Normal", "Pod", "karpenter")
+        for e in nominated
+    )
 
 
-async def test_ready_follows_launched_registered_initialized(sim: SimulatorClient) -> None:
-    name = await planned_claim(sim)
-    activities = KubeActivities(sim)
-    environment = ActivityEnvironment()
+async def test_ready_follows_launched_registered_initialized(aks: SimulatedAks) -> None:
+    name, _ = await planned_claim(aks)
+    activities = KubeActivities(aks.kube)
+    environment = activity_environment()
     for condition in ("Launched", "Registered"):
         await environment.run(
             activities.update_nodeclaim, ConditionUpdate(name=name, type=condition, status="True")
         )
-        claim = await sim.get_nodeclaim(name)
-        assert claim is not None and not claim.status.is_true("Ready")
+        claim = await aks.kube.get_nodeclaim(name)
+        assert claim is not None and claim.status.is_true(condition) and not claim.status.is_true("Ready")
     await environment.run(
         activities.update_nodeclaim, ConditionUpdate(name=name, type="Initialized", status="True")
     )
-    claim = await sim.get_nodeclaim(name)
+    claim = await aks.kube.get_nodeclaim(name)
     assert claim is not None and claim.status.is_true("Ready")
 
 
-async def test_a_launch_failure_is_recorded_as_a_warning_event(sim: SimulatorClient) -> None:
-    name = await planned_claim(sim)
-    activities = KubeActivities(sim)
-    environment = ActivityEnvironment()
+async def test_a_launch_failure_is_recorded_as_a_warning_event(aks: SimulatedAks) -> None:
+    name, _ = await planned_claim(aks)
+    activities = KubeActivities(aks.kube)
+    environment = activity_environment()
     update = ConditionUpdate(
         name=name,
         type="Launched",
@@ -89,8 +79,16 @@ async def test_a_launch_failure_is_recorded_as_a_warning_event(sim: SimulatorCli
         event_type="Warning",
     )
     assert await environment.run(activities.update_nodeclaim, update)
-    [event] = await events(sim, "InsufficientCapacityError")
-    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "NodeClaim"  # type: ignore[index]
+    [event] = await events(aks.kube, "InsufficientCapacityError", {name})
+    assert (event["type"], event["regarding"]["kind"], event["regarding"]["apiVersion"]) == (
+        "Warning",
+        "NodeClaim",
+        "karpenter.sh/v1",
+    )
+    assert event["note"] == "no offering could be launched"
+    claim = await aks.kube.get_nodeclaim(name)
+    launched = claim.status.condition("Launched") if claim is not None else None
+    assert launched is not None and (launched.status, launched.reason) == ("False", "LaunchFailed")
     assert not await environment.run(
         activities.update_nodeclaim, update.model_copy(update={"name": "missing"})
     )

@@ -1,15 +1,12 @@
 """The planning activity: a NodeClaim an earlier attempt created but could not start a lifecycle for gets its
 lifecycle on the next attempt, and is not created twice; every planned NodeClaim says which pods it is for and
-why its launch was chosen."""
+why its launch was chosen. The pods are ones kube-scheduler found no node for."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import AsyncIterator
-from pathlib import Path
+import uuid
 
 import pytest
-from temporalio.testing import ActivityEnvironment
 
 from activities.planning import PlanningActivities, planned
 from core.instancetypes.catalog import load_shipped_catalog
@@ -17,26 +14,17 @@ from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
-from simulator.client import SimulatorClient
-from simulator.server import SimulatorSettings, serve
-
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimulatorClient]:
-    async with serve(SimulatorSettings.instant(5)) as url, SimulatorClient(url) as client:
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            await client.apply(path.read_text())
-        yield client
+from tests.activities.cluster import activity_environment, apply_examples, scale_pending
+from workers.simulated_aks import SimulatedAks
 
 
 class Crash(Exception):
     """The worker dying between creating a NodeClaim and starting its lifecycle."""
 
 
-async def test_a_retried_plan_starts_what_the_failed_attempt_created(sim: SimulatorClient) -> None:
-    await sim.scale("Deployment", "default", "inflate", 2)
+async def test_a_retried_plan_starts_what_the_failed_attempt_created(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+    await scale_pending(aks.kube, "inflate", 2)
     started: list[str] = []
 
     async def crash(request: LifecycleInput) -> None:
@@ -46,45 +34,35 @@ async def test_a_retried_plan_starts_what_the_failed_attempt_created(sim: Simula
         started.append(request.nodeclaim.name)
 
     catalog = load_shipped_catalog("eastus")
-    first = ActivityEnvironment()
+    run = uuid.uuid4().hex
     request = PlanInput(cluster="test", batch=1)
-    for _ in range(50):
-        if [pod for pod in await sim.list_pods() if pod.metadata.labels.get("app") == "inflate"]:
-            try:
-                await first.run(PlanningActivities(sim, catalog, crash).plan_provisioning, request)
-            except Crash:
-                break
-    [orphan] = await sim.list_nodeclaims()
+    with pytest.raises(Crash):
+        await activity_environment(run).run(
+            PlanningActivities(aks.kube, catalog, crash).plan_provisioning, request
+        )
+    [orphan] = await aks.kube.list_nodeclaims()
 
-    retry = ActivityEnvironment()
-    retry.info = dataclasses.replace(first.info, attempt=2)
-    plan = await retry.run(PlanningActivities(sim, catalog, record).plan_provisioning, request)
+    retry = activity_environment(run, attempt=2)
+    plan = await retry.run(PlanningActivities(aks.kube, catalog, record).plan_provisioning, request)
 
     assert started[0] == orphan.name
     assert plan.nodeclaims == []  # the pods fit the NodeClaim the first attempt made
-    assert [claim.name for claim in await sim.list_nodeclaims()] == [orphan.name]
+    assert [claim.name for claim in await aks.kube.list_nodeclaims()] == [orphan.name]
 
 
-async def test_a_planned_nodeclaim_names_its_pods_and_why_its_launch_was_chosen(sim: SimulatorClient) -> None:
-    await sim.scale("Deployment", "default", "inflate", 2)
+async def test_a_planned_nodeclaim_names_its_pods_and_why_its_launch_was_chosen(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+    inflate = await scale_pending(aks.kube, "inflate", 2)
     started: list[LifecycleInput] = []
 
     async def record(request: LifecycleInput) -> None:
         started.append(request)
 
-    activities = PlanningActivities(sim, load_shipped_catalog("eastus"), record)
-    for _ in range(50):
-        if [pod for pod in await sim.list_pods() if pod.metadata.labels.get("app") == "inflate"]:
-            break
-    await ActivityEnvironment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=7))
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), record)
+    await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=7))
 
     [lifecycle] = started
     claim = lifecycle.nodeclaim
-    inflate = sorted(
-        f"default/{pod.metadata.name}"
-        for pod in await sim.list_pods()
-        if pod.metadata.labels.get("app") == "inflate"
-    )
     assert sorted(claim.pods) == inflate and claim.pod_count == 2
     assert claim.batch == 7
     # inflate is pinned to one type, on-demand, in eastus-2; the DaemonSet's 100m and 128Mi are included.

@@ -1,8 +1,9 @@
 """The bootstrap token stays inside the launch (and the node reports the image it booted): the demo's system
-(dev server, simulated AKS with its ARM, worker with the real Azure provider, controller) launches nodes and
-deletes one, and the token is in no workflow history (payloads decoded) and no log line of any logger at
-DEBUG, nor in what the demo prints. So that the test can fail, the token must be found where it belongs: in the
-cluster's Secret and in the custom data the emulator stored for the VMs (which is how the nodes could join).
+(dev server, a real control plane of its own, the emulated Azure with its ARM and node agents, worker with the
+real Azure provider, controller) launches nodes and deletes one, and the token is in no workflow history
+(payloads decoded) and no log line of any logger at DEBUG, nor in what the demo prints. So that the test can
+fail, the token must be found where it belongs: in the cluster's bootstrap token Secret and in the custom data
+the emulator stored for the VMs (with which their nodes joined by TLS bootstrap).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.azure.names import NodeNames
-from simulator.client import SimulatorClient
+from activities.kubeclient import KubernetesCluster
 from workers.demo import EXAMPLES, DemoOptions, record_histories, system
 from workers.worker import connect
 
@@ -45,8 +46,8 @@ async def until(what: str, done: Callable[[], Awaitable[bool]]) -> None:
         await asyncio.sleep(0.2)
 
 
-async def running(sim: SimulatorClient, app: str, count: int) -> bool:
-    pods = await sim.list_pods("default", label_selector=f"app={app}")
+async def running(kube: KubernetesCluster, app: str, count: int) -> bool:
+    pods = await kube.list_pods("default", label_selector=f"app={app}")
     return len(pods) == count and all(pod.spec.node_name and pod.status.phase == "Running" for pod in pods)
 
 
@@ -78,33 +79,35 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
     root.setLevel(logging.DEBUG)
     out = io.StringIO()
     try:
-        async with system(DemoOptions(seed=11), out) as (temporal, sim):
+        options = DemoOptions(seed=11, directory=tmp_path / "control-plane")
+        async with system(options, out) as (temporal, aks):
+            kube = aks.kube
             for path in sorted(EXAMPLES.glob("*.yaml")):
-                await sim.apply(path.read_text())
-            await sim.scale("Deployment", "default", "inflate", 2)
-            await until("inflate running", lambda: running(sim, "inflate", 2))
-            await sim.scale("Deployment", "default", "inflate", 0)
-            [claim, *_] = [claim for claim in await sim.list_nodeclaims() if claim.status.node_name]
+                await kube.apply(path.read_text())
+            await kube.scale("Deployment", "default", "inflate", 2)
+            await until("inflate running", lambda: running(kube, "inflate", 2))
+            await kube.scale("Deployment", "default", "inflate", 0)
+            [claim, *_] = [claim for claim in await kube.list_nodeclaims() if claim.status.node_name]
             vm = NodeNames.of(claim.name).vm
             # The image of the examples' AKSNodeClass status that an arm64 size boots, on the NodeClaim and Node.
             assert (claim.status.image_id or "").endswith(
                 "/images/2204gen2arm64containerd/versions/202512.18.0"
             )
-            node = await sim.get_node(claim.status.node_name or "")
+            node = await kube.get_node(claim.status.node_name or "")
             assert node is not None
             assert node.metadata.labels["kubernetes.azure.com/node-image-version"] == (
                 "AKSUbuntu-2204gen2arm64containerd-202512.18.0"
             )
-            custom_data = await sim.custom_data(vm)
-            await sim.delete_node(claim.status.node_name or "")
+            custom_data = await aks.emulator.custom_data(vm)
+            await kube.delete_node(claim.status.node_name or "")
 
             async def gone() -> bool:
-                return all(other.name != claim.name for other in await sim.list_nodeclaims())
+                return all(other.name != claim.name for other in await kube.list_nodeclaims())
 
             await until(f"NodeClaim {claim.name} deleted", gone)
-            info = await sim.cluster_info()
+            info = await aks.emulator.cluster_info()
             namespace, _, name = info.bootstrap_token_secret.partition("/")
-            secret = await sim.get_secret(namespace, name)
+            secret = await kube.get_secret(namespace, name)
             await asyncio.sleep(1)  # the last activity results land in the histories
             histories = await record_histories(await connect(temporal.target), tmp_path / "histories")
     finally:

@@ -9,9 +9,8 @@ import contextlib
 import dataclasses
 import io
 import urllib.request
-from collections.abc import AsyncIterator
+import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -19,6 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.disruption import DisruptionActivities
 from activities.kube import KubeActivities, apply_condition, has_expired
+from activities.kubeclient import KubernetesCluster
 from activities.metrics import Metrics, snake_case
 from activities.planning import PlanningActivities
 from core import labels
@@ -28,10 +28,10 @@ from core.cloudprovider import Instance, LaunchRequest
 from core.errors import InsufficientCapacityError, NotFoundError, Offering
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, DisruptionPlanInput, LifecycleInput, PlanInput
-from simulator.client import SimulatorClient
-from simulator.server import SimulatorSettings, serve
+from tests.activities.cluster import activity_environment, apply_examples, scale_pending
 from tests.activities.test_disruption import replace_command_input
 from tests.core.disruption.fixtures import bound, cluster, node_pair, nodepool, plan
+from tests.workflows.conftest import eventually
 from workers.cli import start_metrics_server
 from workers.metrics import (
     MeteredCloudProvider,
@@ -41,8 +41,8 @@ from workers.metrics import (
     watch_cluster_state,
 )
 from workers.settings import SettingsError, load_settings
+from workers.simulated_aks import SimulatedAks
 
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 CATALOG = load_shipped_catalog("eastus")
 
 
@@ -52,11 +52,10 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[SimulatorClient]:
-    async with serve(SimulatorSettings.instant(3)) as url, SimulatorClient(url) as client:
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            await client.apply(path.read_text())
-        yield client
+async def kube(aks: SimulatedAks) -> KubernetesCluster:
+    """The real API server, emptied, with `deploy/examples/` applied."""
+    await apply_examples(aks.kube)
+    return aks.kube
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -67,29 +66,27 @@ async def _nothing(_: LifecycleInput) -> None:
     return None
 
 
-async def planned(sim: SimulatorClient, metrics: Metrics, replicas: int = 2) -> list[str]:
-    """Scale the pinned example deployment and plan until planning creates its NodeClaims (three of its pods
-    fill one)."""
-    await sim.scale("Deployment", "default", "inflate", replicas)
-    planning = PlanningActivities(sim, CATALOG, _nothing, metrics)
-    for _ in range(50):
-        result = await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="test"))
-        if result.nodeclaims:
-            return [claim.name for claim in result.nodeclaims]
-    raise AssertionError("planning never saw the pending pods")
+async def planned(kube: KubernetesCluster, metrics: Metrics, replicas: int = 2) -> list[str]:
+    """Scale the pinned example deployment, wait until kube-scheduler finds no node for its pods, and plan
+    their NodeClaims (three of its pods fill one)."""
+    await scale_pending(kube, "inflate", replicas)
+    planning = PlanningActivities(kube, CATALOG, _nothing, metrics)
+    result = await activity_environment().run(planning.plan_provisioning, PlanInput(cluster="test"))
+    assert result.pods == replicas and result.nodeclaims, f"planning saw no pending pods: {result}"
+    return [claim.name for claim in result.nodeclaims]
 
 
-async def launched(sim: SimulatorClient, name: str, capacity_type: str, zone: str) -> None:
+async def launched(kube: KubernetesCluster, name: str, capacity_type: str, zone: str) -> None:
     """Record the NodeClaim as launched with an offering, as the launch activity does."""
     offering = {labels.CAPACITY_TYPE: capacity_type, labels.ZONE: zone}
-    await apply_condition(sim, ConditionUpdate(name=name, type="Launched", status="True", labels=offering))
+    await apply_condition(kube, ConditionUpdate(name=name, type="Launched", status="True", labels=offering))
 
 
 # --- activities ----------------------------------------------------------------------------------------------
 
 
-async def test_planning_counts_the_nodeclaims_it_created(sim: SimulatorClient, metrics: Metrics) -> None:
-    names = await planned(sim, metrics)
+async def test_planning_counts_the_nodeclaims_it_created(kube: KubernetesCluster, metrics: Metrics) -> None:
+    names = await planned(kube, metrics)
     created = value(
         metrics,
         "karpenter_nodeclaims_created_total",
@@ -101,10 +98,10 @@ async def test_planning_counts_the_nodeclaims_it_created(sim: SimulatorClient, m
 
 
 async def test_a_replacement_is_counted_once_with_its_disruption_reason(
-    sim: SimulatorClient, metrics: Metrics
+    kube: KubernetesCluster, metrics: Metrics
 ) -> None:
-    activities = DisruptionActivities(sim, CATALOG, _nothing, metrics)
-    request = replace_command_input("run-1/3/0")
+    activities = DisruptionActivities(kube, CATALOG, _nothing, metrics)
+    request = replace_command_input(f"{uuid.uuid4().hex}/3/0")
     await ActivityEnvironment().run(activities.launch_replacements, request)
     await ActivityEnvironment().run(activities.launch_replacements, request)  # a retry finds it
     reason = request.command.reason.lower()
@@ -120,14 +117,16 @@ async def test_a_replacement_is_counted_once_with_its_disruption_reason(
 
 
 async def test_a_disruption_reason_is_counted_once_with_karpenters_labels(
-    sim: SimulatorClient, metrics: Metrics
+    kube: KubernetesCluster, metrics: Metrics
 ) -> None:
-    [name, *_] = await planned(sim, metrics)
-    await launched(sim, name, "on-demand", "eastus-2")
-    kube = KubeActivities(sim, metrics)
+    [name, *_] = await planned(kube, metrics)
+    await launched(kube, name, "on-demand", "eastus-2")
+    activities = KubeActivities(kube, metrics)
     update = ConditionUpdate(name=name, type="DisruptionReason", status="True", reason="Underutilized")
-    await ActivityEnvironment().run(kube.update_nodeclaim, update)
-    await ActivityEnvironment().run(kube.update_nodeclaim, update)  # a retry changes nothing: not counted
+    await ActivityEnvironment().run(activities.update_nodeclaim, update)
+    await ActivityEnvironment().run(
+        activities.update_nodeclaim, update
+    )  # a retry changes nothing: not counted
     disrupted = value(
         metrics,
         "karpenter_nodeclaims_disrupted_total",
@@ -141,21 +140,21 @@ async def test_a_disruption_reason_is_counted_once_with_karpenters_labels(
 
 
 async def test_launch_failures_and_registration_timeouts_count_as_karpenter_does(
-    sim: SimulatorClient, metrics: Metrics
+    kube: KubernetesCluster, metrics: Metrics
 ) -> None:
-    first, second = await planned(sim, metrics, replicas=4)
-    kube = KubeActivities(sim, metrics)
+    first, second = await planned(kube, metrics, replicas=4)
+    activities = KubeActivities(kube, metrics)
     await ActivityEnvironment().run(
-        kube.update_nodeclaim,
+        activities.update_nodeclaim,
         ConditionUpdate(name=first, type="Launched", status="False", reason="LaunchFailed"),
     )
     await ActivityEnvironment().run(
-        kube.update_nodeclaim,
+        activities.update_nodeclaim,
         ConditionUpdate(name=second, type="Registered", status="False", reason="RegistrationTimeout"),
     )
     # An ordinary condition is no disruption.
     await ActivityEnvironment().run(
-        kube.update_nodeclaim, ConditionUpdate(name=second, type="Initialized", status="False")
+        activities.update_nodeclaim, ConditionUpdate(name=second, type="Initialized", status="False")
     )
     common = {"nodepool": "default", "capacity_type": "", "consolidation_policy": ""}
     common["termination_mode"] = "graceful"
@@ -166,13 +165,15 @@ async def test_launch_failures_and_registration_timeouts_count_as_karpenter_does
     assert total == 2
 
 
-async def test_a_deleted_nodeclaim_is_counted_terminated_once(sim: SimulatorClient, metrics: Metrics) -> None:
-    [name, *_] = await planned(sim, metrics)
-    await launched(sim, name, "spot", "eastus-1")
-    kube = KubeActivities(sim, metrics)
-    await ActivityEnvironment().run(kube.delete_nodeclaim, name)
-    await ActivityEnvironment().run(kube.delete_nodeclaim, name)
-    assert await sim.get_nodeclaim(name) is None
+async def test_a_deleted_nodeclaim_is_counted_terminated_once(
+    kube: KubernetesCluster, metrics: Metrics
+) -> None:
+    [name, *_] = await planned(kube, metrics)
+    await launched(kube, name, "spot", "eastus-1")
+    activities = KubeActivities(kube, metrics)
+    await ActivityEnvironment().run(activities.delete_nodeclaim, name)
+    await ActivityEnvironment().run(activities.delete_nodeclaim, name)
+    assert await kube.get_nodeclaim(name) is None
     terminated = value(
         metrics,
         "karpenter_nodeclaims_terminated_total",
@@ -188,14 +189,15 @@ async def test_a_deleted_nodeclaim_is_counted_terminated_once(sim: SimulatorClie
     )
 
 
-async def test_a_deleted_node_is_counted_terminated_once(sim: SimulatorClient, metrics: Metrics) -> None:
+async def test_a_deleted_node_is_counted_terminated_once(kube: KubernetesCluster, metrics: Metrics) -> None:
     _, node = node_pair("aks-default-abcde")
     body = node.model_dump(mode="json", by_alias=True, exclude_none=True)
     body["metadata"]["finalizers"] = [labels.TERMINATION_FINALIZER]
-    await sim.apply([{"apiVersion": "v1", "kind": "Node", **body}])
-    kube = KubeActivities(sim, metrics)
-    await ActivityEnvironment().run(kube.delete_node, "aks-default-abcde")
-    await ActivityEnvironment().run(kube.delete_node, "aks-default-abcde")
+    await kube.apply([{"apiVersion": "v1", "kind": "Node", **body}])
+    activities = KubeActivities(kube, metrics)
+    await ActivityEnvironment().run(activities.delete_node, "aks-default-abcde")
+    await ActivityEnvironment().run(activities.delete_node, "aks-default-abcde")
+    assert await kube.get_node("aks-default-abcde") is None
     zone = node.metadata.labels[labels.ZONE]
     assert value(metrics, "karpenter_nodes_terminated_total", nodepool="default", zone=zone) == 1
 
@@ -214,9 +216,9 @@ def test_an_expired_nodeclaim_is_one_its_pools_expireafter_ended_without_a_comma
 
 
 async def test_the_plan_sets_the_allowed_disruptions_from_its_budgets(
-    sim: SimulatorClient, metrics: Metrics
+    kube: KubernetesCluster, metrics: Metrics
 ) -> None:
-    activities = DisruptionActivities(sim, CATALOG, _nothing, metrics)
+    activities = DisruptionActivities(kube, CATALOG, _nothing, metrics)
     await ActivityEnvironment().run(activities.plan_disruption, DisruptionPlanInput(cluster="test"))
     samples = [s for f in metrics.allowed_disruptions.collect() for s in f.samples]
     # The example NodePool has no nodes yet: a percentage of none allows none.
@@ -375,7 +377,7 @@ def test_metrics_are_served_in_the_text_format(metrics: Metrics) -> None:
 
 
 async def test_the_controller_loop_keeps_the_gauges_and_outlives_a_failed_snapshot(
-    sim: SimulatorClient, metrics: Metrics
+    kube: KubernetesCluster, metrics: Metrics
 ) -> None:
     class Flaky:
         calls = 0
@@ -384,15 +386,16 @@ async def test_the_controller_loop_keeps_the_gauges_and_outlives_a_failed_snapsh
             self.calls += 1
             if self.calls == 1:
                 raise ConnectionError("the API server is restarting")
-            return await sim.snapshot()
+            return await kube.snapshot()
 
     cluster_api = Flaky()
     task = asyncio.create_task(watch_cluster_state(cluster_api, metrics, period_seconds=0.01))  # type: ignore[arg-type]
+
+    async def limit_set() -> float:
+        return value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu")
+
     try:
-        for _ in range(500):
-            if value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu"):
-                break
-            await asyncio.sleep(0.01)
+        await eventually(limit_set, timeout=10, what="the NodePool's cpu limit gauge")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

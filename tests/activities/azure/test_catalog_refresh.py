@@ -1,6 +1,7 @@
 """The catalog refresh against the ARM emulator (Resource SKUs and Retail Prices through the real clients):
-live data replaces the worker's catalog where every holder reads it, and a failure keeps the catalog in use
-with one log line that says what failed and which catalog stays."""
+live data replaces the worker's catalog where every holder reads it (the next plan for pods kube-scheduler
+could not place prices its launches at the live price), and a failure keeps the catalog in use with one log
+line that says what failed and which catalog stays."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import cast
 
 import pytest
@@ -27,13 +27,12 @@ from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
 from core.messages import CatalogOrigin, CatalogRefreshInput, CatalogRefreshResult, LifecycleInput, PlanInput
 from simulator.arm import Fault, FaultAction, RunningArm, serve_arm
-from simulator.client import SimulatorClient
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY, RetailPrices
-from simulator.server import SimulatorSettings, serve
 from tests.activities.azure.test_provider import fixed_bootstrap, settings
+from tests.activities.cluster import activity_environment, apply_examples, scale_pending
 from workers.schedules import maintenance_activities
+from workers.simulated_aks import SimulatedAks
 
-EXAMPLES = Path(__file__).parents[3] / "deploy" / "examples"
 REGION = "southcentralus"
 SHIPPED = load_shipped_catalog(REGION)
 NOW = datetime(2026, 11, 22, 3, 30, tzinfo=UTC)
@@ -150,37 +149,30 @@ async def test_a_failed_refresh_after_a_live_one_keeps_the_live_catalog(
     assert f"using the live {REGION} catalog of {NOW.isoformat(timespec='seconds')}" in line
 
 
-async def test_the_next_plan_after_a_refresh_prices_its_launches_at_the_live_price() -> None:
+async def test_the_next_plan_after_a_refresh_prices_its_launches_at_the_live_price(aks: SimulatedAks) -> None:
     pinned = "Standard_D4ps_v5"  # deploy/examples' inflate: on-demand in eastus-2
-    async with (
-        serve_arm("eastus") as arm,
-        serve(SimulatorSettings.instant(seed=3)) as url,
-        SimulatorClient(url) as sim,
-        ComputeManagementClient(
-            arm.credential(), arm.state.settings.subscription_id, **arm.client_options()
-        ) as compute,
-    ):
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            await sim.apply(path.read_text())
+    arm = aks.emulated.arm
+    assert arm.state.settings.region == "eastus"
+    async with ComputeManagementClient(
+        arm.credential(), arm.state.settings.subscription_id, **arm.client_options()
+    ) as compute:
+        await apply_examples(aks.kube)
         catalogs = CatalogSource.shipped("eastus")
         planned: list[LifecycleInput] = []
 
         async def start(request: LifecycleInput) -> None:
             planned.append(request)
 
-        planning = PlanningActivities(sim, catalogs, start)
+        planning = PlanningActivities(aks.kube, catalogs, start)
         prices = RetailPricesClient(PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem))
         arm.runner.app[RETAIL_PRICES_KEY].price_overrides[pinned] = 0.123
         await ActivityEnvironment().run(
             CatalogRefreshActivities(catalogs, compute, prices).refresh_catalog,
             CatalogRefreshInput(cluster="c"),
         )
-        await sim.scale("Deployment", "default", "inflate", 1)
+        await scale_pending(aks.kube, "inflate", 1)
 
-        for _ in range(50):
-            await ActivityEnvironment().run(planning.plan_provisioning, PlanInput(cluster="c"))
-            if planned:
-                break
+        await activity_environment().run(planning.plan_provisioning, PlanInput(cluster="c"))
         [lifecycle] = planned
         first = lifecycle.nodeclaim.launch_candidates[0]
         assert (first.instance_type, first.zone, first.price_micros) == (pinned, "eastus-2", 123_000)
