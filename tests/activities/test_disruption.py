@@ -25,7 +25,7 @@ from core.messages import (
     TaintCandidates,
 )
 from core.resources import parse_resources
-from tests.activities.cluster import apply_examples, events
+from tests.cluster import apply_examples, events
 from tests.core.disruption.fixtures import NOW, bound, cluster, node_pair, nodepool, plan
 from workers.simulated_aks import SimulatedAks
 

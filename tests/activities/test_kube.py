@@ -7,7 +7,7 @@ from activities.kube import KubeActivities
 from activities.planning import PlanningActivities
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, LifecycleInput, PlanInput
-from tests.activities.cluster import activity_environment, apply_examples, events, scale_pending
+from tests.cluster import activity_environment, apply_examples, events, scale_pending
 from workers.simulated_aks import SimulatedAks
 
 

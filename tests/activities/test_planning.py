@@ -14,7 +14,7 @@ from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
-from tests.activities.cluster import activity_environment, apply_examples, scale_pending
+from tests.cluster import activity_environment, apply_examples, scale_pending
 from workers.simulated_aks import SimulatedAks
 
 

@@ -47,8 +47,8 @@ from tests.workflows.conftest import (
     running_system,
     start_input,
 )
-from workers.controlplane.run import ControlPlane
 from workers.cli import main
+from workers.controlplane.run import ControlPlane
 from workers.explain import DisruptionSpan, Explainer, ExplainError, Story, explain, render_text
 from workflows.nodeclaim import NodeClaimWorkflow
 
@@ -228,7 +228,9 @@ async def _when_complete(explainer: Explainer, cluster: str, node: str) -> list[
 
 
 @pytest_asyncio.fixture
-async def system(temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane) -> AsyncIterator[System]:
+async def system(
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
+) -> AsyncIterator[System]:
     async with running_system(temporal_env, task_queue, control_plane) as running:
         yield running
 

@@ -28,8 +28,8 @@ from core.cloudprovider import Instance, LaunchRequest
 from core.errors import InsufficientCapacityError, NotFoundError, Offering
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, DisruptionPlanInput, LifecycleInput, PlanInput
-from tests.activities.cluster import activity_environment, apply_examples, scale_pending
 from tests.activities.test_disruption import replace_command_input
+from tests.cluster import activity_environment, apply_examples, scale_pending
 from tests.core.disruption.fixtures import bound, cluster, node_pair, nodepool, plan
 from tests.workflows.conftest import eventually
 from workers.cli import start_metrics_server

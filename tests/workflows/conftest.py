@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest_asyncio
@@ -47,7 +46,7 @@ from core.messages import (
 )
 from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
-from tests.cluster import fresh_aks
+from tests.cluster import EXAMPLES, eventually, fresh_aks, unschedulable
 from workers.azure import cloud_provider
 from workers.controller import Controller
 from workers.controlplane.run import ControlPlane
@@ -55,7 +54,6 @@ from workers.worker import build_worker
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
-EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 PAUSE = "mcr.microsoft.com/oss/kubernetes/pause:3.6"
 """The image of every test pod (kwok runs no containers, but the API server requires an image)."""
 CATALOG = load_shipped_catalog("eastus")
@@ -66,19 +64,6 @@ INSTANCE_TYPE = "Standard_D2s_v5"
 """A small amd64 size the example NodePool allows, on-demand in eastus-1..3 and without a zone ("0")."""
 
 T = TypeVar("T")
-
-
-async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
-    """The first truthy result of `check`, polled every 50 ms until `timeout` (then the test fails)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"{what or 'condition'} not reached within {timeout} s; last: {result!r}")
-        await asyncio.sleep(0.05)
 
 
 def small_delays(seed: int = 1, boot: float = 0.0, registration: float = 0.0) -> AksSettings:
@@ -367,18 +352,7 @@ class System:
 
     async def unschedulable(self, app: str, count: int) -> list[str]:
         """The app's pod keys, once kube-scheduler has marked all `count` of them unschedulable."""
-
-        async def marked() -> list[str]:
-            pods = [
-                pod
-                for pod in await self.pods(app)
-                if any(
-                    c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions
-                )
-            ]
-            return sorted(f"default/{pod.metadata.name}" for pod in pods) if len(pods) == count else []
-
-        return await eventually(marked, what=f"{count} unschedulable {app} pods")
+        return await unschedulable(self.kube, app, count)
 
     async def node(self, name: str) -> Node | None:
         return await self.kube.get_node(name)

@@ -31,6 +31,7 @@ from core.messages import (
     PlannedReplacement,
 )
 from simulator.arm import Fault
+from tests.cluster import events
 from tests.workflows.conftest import (
     FAST,
     PAUSE,
@@ -133,11 +134,7 @@ async def taints(system: System, node: str) -> list[str]:
 
 async def events_about(system: System, name: str, reason: str) -> list[str]:
     """The notes of the `events.k8s.io/v1` events with this reason about the object of this name."""
-    return [
-        event.get("note", "")
-        for event in await system.kube.list_objects("Event")
-        if event.get("regarding", {}).get("name") == name and event.get("reason") == reason
-    ]
+    return [event.get("note", "") for event in await events(system.kube, reason, [name])]
 
 
 async def underutilized(system: System) -> tuple[str, str]:

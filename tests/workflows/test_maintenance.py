@@ -26,7 +26,7 @@ from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionI
 from simulator.arm import RunningArm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
 from tests.activities.azure.test_provider import launch
-from tests.activities.cluster import apply_examples
+from tests.cluster import apply_examples
 from tests.workflows.conftest import eventually
 from workers.schedules import ensure_schedules, maintenance_activities, maintenance_workflows
 from workers.simulated_aks import SimulatedAks

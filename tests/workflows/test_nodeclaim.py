@@ -199,7 +199,9 @@ async def test_drain_waits_for_the_pod_disruption_budget(system: System) -> None
     for _, result in blocked:
         assert set(result.blocked) == {f"default/{name}" for name in on_node}
         assert result.evicted == []
-        assert all("disruption budget guarded needs 2" in reason for reason in result.blocked.values()), result
+        assert all("disruption budget guarded needs 2" in reason for reason in result.blocked.values()), (
+            result
+        )
     assert "eviction(s) blocked" in await current_details(lifecycle)
     assert (await lifecycle.query(NodeClaimWorkflow.status)).phase is Phase.TERMINATING
     still = {pod.metadata.name: pod.metadata.uid for pod in await system.kube.list_pods_on_node(node)}

@@ -29,7 +29,7 @@ from core.messages import CatalogOrigin, CatalogRefreshInput, CatalogRefreshResu
 from simulator.arm import Fault, FaultAction, RunningArm, serve_arm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY, RetailPrices
 from tests.activities.azure.test_provider import fixed_bootstrap, settings
-from tests.activities.cluster import activity_environment, apply_examples, scale_pending
+from tests.cluster import activity_environment, apply_examples, scale_pending
 from workers.schedules import maintenance_activities
 from workers.simulated_aks import SimulatedAks
 

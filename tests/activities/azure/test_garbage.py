@@ -29,7 +29,7 @@ from core.errors import InsufficientCapacityError
 from core.messages import GarbageCollectionInput, GarbageCollectionResult
 from simulator.arm import Fault, ResourceType, RunningArm
 from tests.activities.azure.test_provider import launch
-from tests.activities.cluster import apply_examples
+from tests.cluster import apply_examples
 from tests.workflows.conftest import eventually
 from workers.controlplane.run import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
 from workers.simulated_aks import SimulatedAks
