@@ -1138,11 +1138,12 @@ class KubernetesCluster:
         body = dict(document)
         if namespace:
             body["metadata"] = {**metadata, "namespace": namespace}
-        try:
+
+        def server_side_apply(target: Any, content: dict[str, Any], what: str) -> None:
             self._dynamic_raw(
                 lambda: self._dynamic().server_side_apply(
-                    resource,
-                    body=body,
+                    target,
+                    body=content,
                     name=name,
                     namespace=namespace,
                     field_manager=FIELD_MANAGER,
@@ -1150,29 +1151,23 @@ class KubernetesCluster:
                     serialize=False,
                     _request_timeout=self._timeout,
                 ),
-                f"apply {label}",
+                what,
             )
+
+        try:
+            server_side_apply(resource, body, f"apply {label}")
             status = document.get("status")
             if status and "status" in resource.subresources:
                 # What a controller would write (e.g. the AKS image controller's AKSNodeClass images): the main
                 # resource ignores status, so it goes through the status subresource.
-                self._dynamic_raw(
-                    lambda: self._dynamic().server_side_apply(
-                        resource.subresources["status"],
-                        body={
-                            "apiVersion": api_version,
-                            "kind": kind,
-                            "metadata": body["metadata"],
-                            "status": status,
-                        },
-                        name=name,
-                        namespace=namespace,
-                        field_manager=FIELD_MANAGER,
-                        force_conflicts=True,
-                        serialize=False,
-                        _request_timeout=self._timeout,
-                    ),
-                    f"apply the status of {label}",
+                status_body = {
+                    "apiVersion": api_version,
+                    "kind": kind,
+                    "metadata": body["metadata"],
+                    "status": status,
+                }
+                server_side_apply(
+                    resource.subresources["status"], status_body, f"apply the status of {label}"
                 )
         except (InvalidError, NotFoundError, ConflictError) as error:
             where = f"{namespace}/{name}" if namespace else name

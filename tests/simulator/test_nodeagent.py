@@ -39,6 +39,7 @@ from simulator.nodeagent import (
     Phase,
     provider_id,
 )
+from tests.cluster import eventually as wait_for
 from workers.controlplane.run import BootstrapToken, ControlPlane
 
 T = TypeVar("T")
@@ -54,16 +55,8 @@ TAGGED_STARTUP = Taint(key="example.com/agent-not-ready", effect=TaintEffect.NO_
 
 
 async def eventually(check: Callable[[], Awaitable[T]], what: str, timeout: float = 30.0) -> T:
-    """The first truthy result of `check`, polled until `timeout` (then the test fails)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:g} s; last: {result!r}")
-        await asyncio.sleep(0.05)
+    """`tests.cluster.eventually` with this module's longer default: agents on a loaded machine take seconds."""
+    return await wait_for(check, timeout, what)
 
 
 @dataclass
