@@ -1,25 +1,42 @@
 """Lifecycle benchmark: N pending pods that each need a node of their own, provisioned through the whole
-system and launched to Initialized, at N = 200 and 1,000. Prints figures; asserts nothing.
+system on a real Kubernetes control plane until every NodeClaim is Initialized and every pod Running, at
+N = 200 and 1,000. Prints figures; asserts nothing.
 
-A run is the system as `make demo` wires it, with default settings (batching idle 1 s, max 10 s; lifecycle
-poll 5 s): the Temporal dev server (in memory), the simulated AKS (and its ARM emulator, which the worker's
-Azure provider creates the VMs in through the real Azure SDK) with zero boot, registration and readiness
-delays and the controller, each in its own process, and one worker in this process. `deploy/examples/` is
-applied (without the NodePool's CPU limit, so N nodes fit), then a deployment of N replicas with required
-hostname anti-affinity: kube-scheduler marks the pods Unschedulable, the controller signals the provisioner,
-which plans, creates the NodeClaims and starts their lifecycle workflows.
+A run is the system as users run it, each part in a process of its own, with default settings (batching
+idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 50 requests/s, burst 100):
+
+- a control plane started by the benchmark in a temporary directory (`workers.controlplane`: etcd,
+  kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which runs the pods bound to the nodes);
+- the emulated Azure (`python -m simulator --instant`): the ARM emulator the worker's Azure provider creates
+  NICs and VMs in through the real Azure SDK, and the node agent each VM runs to join the cluster by TLS
+  bootstrap, with zero boot, registration and readiness delays;
+- the Temporal dev server (in memory);
+- one worker (`nodewright worker`) and the controller (`nodewright controller`), both reaching the cluster
+  through the control plane's kubeconfig (`NODEWRIGHT_KUBECONFIG`) and the emulated Azure through the
+  `NODEWRIGHT_*` variables the emulator describes (`workers.azure.emulator_environment`).
+
+This process only starts them, runs the trivial workflows, applies the manifests and watches the API server.
+`deploy/examples/` is applied (without the NodePool's CPU limit, so N nodes fit), then a deployment of N
+replicas with required hostname anti-affinity: kube-scheduler marks the pods Unschedulable, the controller
+signals the provisioner, which plans, creates the NodeClaims and starts their lifecycle workflows.
 
 - NodeClaims/s: NodeClaims Initialized ÷ (last one Initialized - first NodeClaim workflow start).
 - trivial wf/s: on the same server just before, N workflows of three no-op activities started at once on a
-  worker with the lifecycle worker's options ÷ (last close - first start). The target ratio is at least 0.5.
-- pending -> created: from the moment a pod is seen Unschedulable to the moment the NodeClaim the provisioner
-  planned for it (read from the provisioner's history) is seen created; p50 and p99. Target p50 under 1.5 s.
-- a profile: the provisioner's batches, what one lifecycle's history holds, and CPU seconds per process.
+  worker in this process with the lifecycle worker's options ÷ (last close - first start). The target ratio
+  is at least 0.5.
+- pending -> created: from the moment a pod is seen PodScheduled=False/Unschedulable (through a watch of the
+  API server) to the moment the NodeClaim the provisioner nominated it for ("Nominated" events) is seen
+  created; p50 and p99. Target p50 under 1.5 s.
+- pending -> running: from the same moment to the pod seen Running; p50 and p99.
+- per process: CPU seconds (utime + stime from /proc/<pid>/stat) while the trivial workflows ran and while
+  the NodeClaims were provisioned, and peak memory (VmHWM from /proc/<pid>/status), read before they exit.
+- a profile: the provisioner's batches and what one lifecycle's history holds.
 
 Pods are `pinned` to one instance type by default (as the demo's `inflate` is); `--shape any` leaves the
-choice to the scheduler. Each run happens in a fresh process so that its peak memory (max RSS) is its own.
+choice to the scheduler. Each run happens in a fresh process (and a fresh control plane). A run that does not
+finish within its timeout prints what it reached, and the benchmark exits with 1.
 
-    python benchmarks/lifecycle.py                          # N = 200 and 1,000: a table and a profile
+    python benchmarks/lifecycle.py                          # N = 200 and 1,000: tables and a profile
     python benchmarks/lifecycle.py --run 200 --shape any    # one run, JSON
 """
 
@@ -31,11 +48,15 @@ import contextlib
 import json
 import logging
 import os
-import resource
+import re
+import shutil
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -59,30 +80,44 @@ if not workflow.unsafe.in_sandbox():
 
 with workflow.unsafe.imports_passed_through():
     import yaml
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-    from core.instancetypes.catalog import load_shipped_catalog
+    from activities.kubeclient import KubernetesCluster, load_cluster
+    from core.cluster import EventType as WatchEventType
+    from core.errors import TransientError
     from core.messages import PlanResult
-    from simulator.client import SimulatorClient
-    from workers.azure import cloud_provider, emulator_config
+    from simulator.aks_client import AksEmulatorClient
+    from simulator.arm_tls import CA_FILE_NAME
+    from workers.azure import emulator_environment
+    from workers.controlplane.run import ControlPlane, start_control_plane
     from workers.temporal_server import DevServer, free_port
-    from workers.worker import build_worker, connect
+    from workers.worker import connect
+    from workflows.disruption import disruption_id
     from workflows.provisioner import provisioner_id
 
 RUNS = [200, 1000]
-SIMULATOR = (sys.executable, "-m", "simulator", "--instant")
 SHAPES = ("pinned", "any")
 PINNED_INSTANCE_TYPE = "Standard_D2s_v5"
 TASK_QUEUE = "bench-lifecycle"
 TRIVIAL_QUEUE = "bench-trivial"
 CLUSTER = "bench"
 APP = "bench"
-TIMEOUT_SECONDS = 240.0
+TIMEOUT_SECONDS = 900.0
 SAMPLED_HISTORIES = 20
 PROGRESS_SECONDS = 5.0
 STUCK_SECONDS = 30.0
 CATCH_UP_SECONDS = 1.0
-STARTUP_SECONDS = 30.0
+STARTUP_SECONDS = 60.0
 SIGNALLED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+PROCESSES = (*CONTROL_PLANE, "azure", "temporal", "worker", "controller", "bench")
+"""Every process measured, in the order they are printed; `bench` is this one (the trivial workflows' worker
+and the watch that times what happens)."""
+OBSERVER_QPS = 200.0
+MACHINE = "machine"
+SHOWN_EVICTIONS = 5
+SHOWN_REQUESTS = 12
 
 
 # --- the trivial workflow: what the server and one worker do for three no-op activities -------------------
@@ -178,20 +213,35 @@ def examples() -> list[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def child_process(args: Sequence[str], env: dict[str, str] | None = None) -> AsyncIterator[int]:
-    """A process of the system, from this checkout, for the duration of the block; yields its pid."""
-    process = subprocess.Popen(
-        args,
-        cwd=project_root(),
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+async def child_process(
+    args: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A process of the system, from this checkout, for the duration of the block; its output goes to `log`."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            args,
+            cwd=project_root(),
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
-        yield process.pid
+        yield process
     finally:
         process.terminate()
-        await asyncio.to_thread(process.wait)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(process.wait), 10)
+        except TimeoutError:
+            process.kill()
+            await asyncio.to_thread(process.wait)
+
+
+def tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _socket_inodes(pid: int) -> set[str]:
@@ -203,17 +253,13 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-async def until_connected(pid: int, port: int) -> None:
-    """Until the process holds a TCP connection to this local port, then a moment for it to catch up."""
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        rows = [line.split() for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]]
-        inodes = _socket_inodes(pid)
-        if any(int(row[2].rpartition(":")[2], 16) == port and row[9] in inodes for row in rows):
-            await asyncio.sleep(CATCH_UP_SECONDS)
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"process {pid} did not connect to port {port} within {STARTUP_SECONDS:g} s")
+def connections(pid: int, port: int) -> int:
+    """How many established TCP connections the process holds to this local port."""
+    rows = [line.split() for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]]
+    inodes = _socket_inodes(pid)
+    return sum(
+        int(row[2].rpartition(":")[2], 16) == port and row[3] == "01" and row[9] in inodes for row in rows
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -234,9 +280,133 @@ def temporal_pid() -> int:
     """The dev server: the child process of this one running the `temporal` binary."""
     for task in Path("/proc/self/task").iterdir():
         for pid in (task / "children").read_text().split():
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"temporal"):
-                return int(pid)
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"temporal"):
+                    return int(pid)
     raise RuntimeError("the Temporal dev server process was not found")
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    """Each process's CPU seconds so far, and under `machine` the whole machine's (all cores, busy time)."""
+    seconds = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    seconds[MACHINE] = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return seconds
+
+
+def others(cpu: dict[str, float]) -> dict[str, float]:
+    """Per-process CPU seconds, with the machine's busy time that none of them used as `others`."""
+    ours = {name: value for name, value in cpu.items() if name != MACHINE}
+    return {**ours, "others": max(0.0, cpu.get(MACHINE, 0.0) - sum(ours.values()))}
+
+
+def apiserver_requests(plane: ControlPlane) -> dict[str, list[float]]:
+    """The API server's requests so far from its /metrics: `VERB resource[/subresource]` to [count, seconds
+    spent answering] (seconds are not kept for WATCH, which stays open)."""
+    request = urllib.request.Request(
+        plane.server + "/metrics", headers={"Authorization": f"Bearer {plane.admin_token}"}
+    )
+    context = ssl.create_default_context(cafile=str(plane.ca_file))
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        text = response.read().decode()
+    totals: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        metric, _, rest = line.partition("{")
+        if metric not in ("apiserver_request_total", "apiserver_request_duration_seconds_sum"):
+            continue
+        labels_text, _, value = rest.rpartition("} ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '')} {resource}"
+        counted = totals.setdefault(key, [0.0, 0.0])
+        if metric == "apiserver_request_total":
+            counted[0] += float(value)
+        elif labels.get("verb") != "WATCH":
+            counted[1] += float(value)
+    return totals
+
+
+def request_profile(before: dict[str, list[float]], after: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """The requests of a phase, the most frequent first."""
+    rows = []
+    for key, (count, seconds) in after.items():
+        count -= before.get(key, [0.0, 0.0])[0]
+        seconds -= before.get(key, [0.0, 0.0])[1]
+        if count >= 1:
+            rows.append({"request": key, "count": int(count), "seconds": round(seconds, 1)})
+    return sorted(rows, key=lambda row: -row["count"])
+
+
+# --- the emulated Azure ----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def emulated_azure(
+    plane: ControlPlane, directory: Path, logs: Path
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
+    """`python -m simulator --instant` around the control plane, in its own process, for the block; yields the
+    process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`)."""
+    port, ca_dir = free_port(), directory / "emulated-aks"
+    command = [
+        *(sys.executable, "-m", "simulator", "--instant", "--kubeconfig", str(plane.kubeconfig)),
+        *("--bootstrap-token-secret", plane.bootstrap_token_secret, "--cluster-name", CLUSTER),
+        *("--port", str(port), "--ca-dir", str(ca_dir)),
+    ]
+    async with child_process(command, logs / "azure.log") as process:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the emulated Azure exited:\n{tail(logs / 'azure.log')}")
+            if (ca_dir / CA_FILE_NAME).is_file():
+                async with AksEmulatorClient(f"https://127.0.0.1:{port}", ca_dir / CA_FILE_NAME) as emulator:
+                    with contextlib.suppress(TransientError):
+                        info = await emulator.cluster_info()
+                        break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the emulated Azure did not answer within {STARTUP_SECONDS:g} s")
+            await asyncio.sleep(0.2)
+        yield process, emulator_environment(info)  # type: ignore[arg-type]
+
+
+# --- waiting for the processes ------------------------------------------------------------------------------
+
+
+async def has_pollers(client: Client, task_queue: str) -> bool:
+    """Whether some worker polls the task queue for both workflow and activity tasks."""
+    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=task_queue), task_queue_type=kind
+            )
+        )
+        if not response.pollers:
+            return False
+    return True
+
+
+async def workflow_exists(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except Exception:
+        return False
+    return True
+
+
+async def until(what: str, ready: Any, processes: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+    """Until `ready()` holds; fails naming the process that exited (with the end of its log) or the timeout."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while not await ready():
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with code {process.returncode}:\n{tail(logs / f'{name}.log')}"
+                )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} within {STARTUP_SECONDS:g} s")
+        await asyncio.sleep(0.2)
 
 
 # --- what happened ---------------------------------------------------------------------------------------
@@ -244,35 +414,96 @@ def temporal_pid() -> int:
 
 @dataclass
 class Observed:
-    """When this process saw each thing happen (time.time()), through the simulator's watch."""
+    """When this process saw each thing happen (time.time()), through its watch of the API server."""
 
     pod_pending: dict[str, float] = field(default_factory=dict)
+    pod_running: dict[str, float] = field(default_factory=dict)
     claim_created: dict[str, float] = field(default_factory=dict)
+    claim_launched: dict[str, float] = field(default_factory=dict)
     claim_initialized: dict[str, float] = field(default_factory=dict)
+    nodes: dict[str, float] = field(default_factory=dict)
+    pods_deleted: set[str] = field(default_factory=set)
+    pods_disrupted: dict[str, str] = field(default_factory=dict)
+    """Pods marked DisruptionTarget, with its reason (DeletionByTaintManager, ...)."""
+    claims_deleted: set[str] = field(default_factory=set)
+    node_taints: dict[str, set[str]] = field(default_factory=dict)
+    """The nodes each NoExecute taint key was seen on."""
+    noexecute_now: dict[str, list[str]] = field(default_factory=dict)
+    """The NoExecute taint keys each node has now."""
+    evictions: list[dict[str, Any]] = field(default_factory=list)
+    noexecute_cleared: dict[str, float] = field(default_factory=dict)
+    """When each node was last seen losing its NoExecute taints."""
+
+    @property
+    def running(self) -> int:
+        """Pods Running now (evicted ones no longer count)."""
+        return len(self.pod_running.keys() - self.pods_deleted)
+
+    """Bench pods marked DisruptionTarget: the node they were on and its NoExecute taints at that moment."""
 
 
 def _condition(manifest: dict[str, Any], condition: str) -> dict[str, Any]:
-    conditions = manifest.get("status", {}).get("conditions", [])
+    conditions = manifest.get("status", {}).get("conditions") or []
     return next((item for item in conditions if item.get("type") == condition), {})
 
 
-async def observe(simulator: SimulatorClient, since: int, seen: Observed) -> None:
-    # Raw manifests, not models: this process is also the worker being measured.
-    async for event in simulator.watch_kinds(since, ("Pod", "NodeClaim")):
+async def observe(kube: KubernetesCluster, since: int, seen: Observed) -> None:
+    # Raw manifests, not models: only the fields timed here are read.
+    async for event in kube.watch(since):
         now = time.time()
         manifest = event.object
         if event.kind == "Pod":
+            if not str(event.name).startswith(f"{APP}-"):
+                continue  # the DaemonSet's pods
             key = f"{event.namespace or 'default'}/{event.name}"
+            if event.type is WatchEventType.DELETED:
+                seen.pods_deleted.add(key)
+                continue
+            disrupted = _condition(manifest, "DisruptionTarget")
+            if disrupted.get("status") == "True" and key not in seen.pods_disrupted:
+                node = str((manifest.get("spec") or {}).get("nodeName") or "")
+                cleared = seen.noexecute_cleared.get(node)
+                seen.pods_disrupted[key] = str(disrupted.get("reason"))
+                seen.evictions.append(
+                    {
+                        "pod": key,
+                        "reason": str(disrupted.get("reason")),
+                        "node": node,
+                        "node's NoExecute taints": seen.noexecute_now.get(node, []),
+                        "s after the node appeared": _since(seen.nodes.get(node, now), now),
+                        "s after its NoExecute taints went": _since(cleared, now) if cleared else None,
+                    }
+                )
             scheduled = _condition(manifest, "PodScheduled")
             if key not in seen.pod_pending and scheduled.get("reason") == "Unschedulable":
                 seen.pod_pending[key] = now
-        else:
+            if key not in seen.pod_running and manifest.get("status", {}).get("phase") == "Running":
+                seen.pod_running[key] = now
+        elif event.kind == "NodeClaim":
             seen.claim_created.setdefault(event.name, now)
+            if event.type is WatchEventType.DELETED or manifest["metadata"].get("deletionTimestamp"):
+                seen.claims_deleted.add(event.name)
+            if (
+                event.name not in seen.claim_launched
+                and _condition(manifest, "Launched").get("status") == "True"
+            ):
+                seen.claim_launched[event.name] = now
             if (
                 event.name not in seen.claim_initialized
                 and _condition(manifest, "Initialized").get("status") == "True"
             ):
                 seen.claim_initialized[event.name] = now
+        elif event.kind == "Node":
+            seen.nodes.setdefault(event.name, now)
+            taints = (manifest.get("spec") or {}).get("taints") or []
+            before = seen.noexecute_now.get(event.name)
+            seen.noexecute_now[event.name] = [
+                str(t.get("key")) for t in taints if t.get("effect") == "NoExecute"
+            ]
+            if before and not seen.noexecute_now[event.name]:
+                seen.noexecute_cleared[event.name] = now
+            for key in seen.noexecute_now[event.name]:
+                seen.node_taints.setdefault(key, set()).add(event.name)
 
 
 async def _histories(client: Client, query: str, limit: int | None = None) -> list[Any]:
@@ -317,15 +548,16 @@ async def provisioner_profile(client: Client, origin: float) -> tuple[list[dict[
                         }
                     )
                     signalled = closed = None
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and batches:
                 completed = event.activity_task_completed_event_attributes
                 name, started = scheduled[completed.scheduled_event_id]
                 batches[-1][f"{name} s"] = round(at - started, 2)
                 if name == "plan_provisioning":
                     (plan,) = await client.data_converter.decode(completed.result.payloads, [PlanResult])
+                    batches[-1]["pods"] = plan.pods
                     batches[-1]["nodeclaims"] = len(plan.nodeclaims)
                     batches[-1]["plan bytes"] = completed.result.ByteSize()
-            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED and batches:
                 batches[-1].setdefault("first child started at", _since(origin, at))
                 batches[-1]["last child started at"] = _since(origin, at)
     events = [event for history in histories for event in history.events]
@@ -336,18 +568,18 @@ async def provisioner_profile(client: Client, origin: float) -> tuple[list[dict[
         "signals": sum(e.event_type == SIGNALLED for e in events),
         "history MB": round(sum(event.ByteSize() for event in events) / 1e6, 1),
     }
-    return sorted(batches, key=lambda batch: batch["planned at"]), totals
+    return sorted(batches, key=lambda batch: batch["planned at"] or 0.0), totals
 
 
-async def nominations(simulator: SimulatorClient) -> dict[str, list[str]]:
+async def nominations(kube: KubernetesCluster) -> dict[str, list[str]]:
     """The pods of each NodeClaim, from the Nominated events planning records ("Pod should schedule on: ...")."""
     pods_of: dict[str, list[str]] = {}
-    for event in await simulator.list_objects("Event"):
+    for event in await kube.list_objects("Event", "default"):
         if event.get("reason") == "Nominated":
-            claim = str(event.get("message", "")).rpartition("nodeclaim/")[2]
-            involved = event["involvedObject"]
-            pods_of.setdefault(claim, []).append(
-                f"{involved.get('namespace') or 'default'}/{involved['name']}"
+            note = str(event.get("note") or event.get("message") or "")
+            regarding = event.get("regarding") or event.get("involvedObject") or {}
+            pods_of.setdefault(note.rpartition("nodeclaim/")[2], []).append(
+                f"{regarding.get('namespace') or 'default'}/{regarding.get('name')}"
             )
     return pods_of
 
@@ -371,31 +603,54 @@ async def history_profile(client: Client, workflow_type: str) -> dict[str, float
 
 async def provisioner_failure(client: Client) -> str:
     """Why the provisioner's pending activity keeps failing, if it does."""
-    description = await client.get_workflow_handle(provisioner_id(CLUSTER)).describe()
-    for pending in description.raw_description.pending_activities:
-        if pending.attempt > 1 and pending.last_failure.message:
-            return f"{pending.activity_type.name} attempt {pending.attempt}: {pending.last_failure.message}"
+    with contextlib.suppress(Exception):
+        description = await client.get_workflow_handle(provisioner_id(CLUSTER)).describe()
+        for pending in description.raw_description.pending_activities:
+            if pending.attempt > 1 and pending.last_failure.message:
+                return (
+                    f"{pending.activity_type.name} attempt {pending.attempt}: {pending.last_failure.message}"
+                )
     return ""
 
 
-async def wait_until_initialized(client: Client, seen: Observed, count: int) -> str:
-    """Until `count` NodeClaims are Initialized or the time is up, with progress on stderr; gives up early
-    (returning why) when the provisioner is stuck on a failing activity."""
+def progress(seen: Observed) -> str:
+    return (
+        f"{len(seen.pod_pending)} pods pending, {len(seen.claim_created)} nodeclaims created, "
+        f"{len(seen.claim_launched)} launched, {len(seen.nodes)} nodes, "
+        f"{len(seen.claim_initialized)} initialized, {seen.running} pods running"
+    )
+
+
+async def wait_until_done(
+    client: Client,
+    seen: Observed,
+    count: int,
+    timeout: float,
+    processes: dict[str, subprocess.Popen[bytes]],
+    plane: ControlPlane,
+) -> str:
+    """Until `count` NodeClaims are Initialized and `count` pods Running, with progress on stderr. Returns ""
+    when done, else why not: the timeout, a process that exited, or the provisioner stuck on a failing
+    activity."""
     started = last_report = time.time()
-    while len(seen.claim_initialized) < count and time.time() - started < TIMEOUT_SECONDS:
+    while len(seen.claim_initialized) < count or seen.running < count:
         await asyncio.sleep(0.25)
-        if time.time() - last_report < PROGRESS_SECONDS:
+        now = time.time()
+        for name, process in processes.items():
+            if process.poll() is not None:
+                return f"{name} exited with code {process.returncode}"
+        for name, process in plane.processes.items():
+            if process.poll() is not None:
+                return f"{name} exited with code {process.returncode}"
+        if now - started > timeout:
+            return f"not done within {timeout:g} s: {progress(seen)}"
+        if now - last_report < PROGRESS_SECONDS:
             continue
-        last_report = time.time()
-        print(
-            f"{last_report - started:6.1f} s: {len(seen.pod_pending)} pods pending, "
-            f"{len(seen.claim_created)} nodeclaims created, {len(seen.claim_initialized)} initialized",
-            file=sys.stderr,
-            flush=True,
-        )
-        stuck = not seen.claim_created and last_report - started > STUCK_SECONDS
+        last_report = now
+        print(f"{now - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
+        stuck = not seen.claim_created and now - started > STUCK_SECONDS
         if stuck and (failure := await provisioner_failure(client)):
-            return failure
+            return f"the provisioner is stuck: {failure}"
     return ""
 
 
@@ -404,65 +659,105 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return round(statistics.median(values), 2), round(percentile(values, 0.99), 2)
+
+
 # --- one run ---------------------------------------------------------------------------------------------
 
 
-async def run_one(count: int, shape: str) -> dict[str, Any]:
+async def run_one(count: int, shape: str, timeout: float, keep: bool = False) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
-    sim_port = free_port()
-    simulator = SimulatorClient(f"http://127.0.0.1:{sim_port}")
+    directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
+    if keep:
+        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
+    logs = directory / "logs"
+    logs.mkdir()
+    try:
+        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane")
+        try:
+            return await _run_on(plane, directory, logs, count, shape, timeout)
+        finally:
+            await asyncio.to_thread(plane.stop)
+    finally:
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _run_on(
+    plane: ControlPlane, directory: Path, logs: Path, count: int, shape: str, timeout: float
+) -> dict[str, Any]:
+    api_port = int(plane.server.rpartition(":")[2])
+    kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
     async with (
-        DevServer() as temporal,
-        child_process(
-            [*SIMULATOR, "--port", str(sim_port), "--arm-port", "0", "--cluster-name", CLUSTER]
-        ) as sim_pid,
-        simulator,
-        contextlib.AsyncExitStack() as stack,
+        kube,
+        DevServer(log_path=logs / "temporal.log") as temporal,
+        emulated_azure(plane, directory, logs) as (azure, azure_environment),
     ):
         client = await connect(temporal.target)
-        await simulator.wait_until_ready()
-        catalog = load_shipped_catalog("eastus")
-        # The worker's Azure provider against the simulator's ARM emulator, polling its operations at once.
-        cloud = await stack.enter_async_context(
-            cloud_provider(simulator, emulator_config(await simulator.cluster_info(), timedelta(0)), catalog)
-        )
-        pids = {"worker": os.getpid(), "simulator": sim_pid, "temporal": temporal_pid()}
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        trivial_per_second = await trivial_rate(client, count)
-        trivial_cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        pids = {name: plane.processes[name].pid for name in CONTROL_PLANE}
+        pids |= {"azure": azure.pid, "temporal": temporal_pid(), "bench": os.getpid()}
 
-        await simulator.apply(examples())
-        _, version = await simulator.snapshot_with_version()
-        seen = Observed()
+        before = cpu_of(pids)
+        trivial_per_second = await trivial_rate(client, count)
+        trivial_cpu = others({name: cpu - before[name] for name, cpu in cpu_of(pids).items()})
+
+        await kube.apply(examples())
+        nodepool = await kube.get_object("NodePool", "default")
+        version = int((nodepool or {}).get("metadata", {}).get("resourceVersion") or 0)
         settings = {
+            "NODEWRIGHT_KUBECONFIG": str(plane.kubeconfig),
             "NODEWRIGHT_TEMPORAL_ADDRESS": temporal.target,
-            "NODEWRIGHT_SIMULATOR_URL": simulator.base_url,
             "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
             "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
+            "NODEWRIGHT_METRICS_PORT": "0",  # nothing to collide with other runs on this machine
             # The disruption loop plans once at start, then idles: this measures provisioning alone.
             "NODEWRIGHT_DISRUPTION_POLL_SECONDS": "3600",
+            **azure_environment,
         }
-        worker = build_worker(client, TASK_QUEUE, simulator, cloud, catalog)
-        controller = child_process([sys.executable, "-m", "workers.cli", "controller"], settings)
-        async with worker, controller as pids["controller"], asyncio.TaskGroup() as group:
-            # Pods turn pending within milliseconds: the controller must be watching by then.
-            await until_connected(pids["controller"], sim_port)
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            watcher = group.create_task(observe(simulator, version, seen))
+        nodewright = (sys.executable, "-m", "workers.cli")
+        seen = Observed()
+        async with (
+            child_process((*nodewright, "worker"), logs / "worker.log", settings) as worker,
+            child_process((*nodewright, "controller"), logs / "controller.log", settings) as controller,
+            asyncio.TaskGroup() as group,
+        ):
+            ours = {"azure": azure, "worker": worker, "controller": controller}
+            pids |= {"worker": worker.pid, "controller": controller.pid}
+            await until(
+                "the worker did not poll its task queue", lambda: has_pollers(client, TASK_QUEUE), ours, logs
+            )
+
+            async def controller_ready() -> bool:
+                # It starts the disruption loop, then lists and watches five kinds, each on a connection.
+                return await workflow_exists(client, disruption_id(CLUSTER)) and (
+                    connections(controller.pid, api_port) >= 5
+                )
+
+            await until("the controller did not watch the API server", controller_ready, ours, logs)
+            watcher = group.create_task(observe(kube, version, seen))
+            await asyncio.sleep(CATCH_UP_SECONDS)  # every watch of this process open, and the controller's
+            requests_before = await asyncio.to_thread(apiserver_requests, plane)
+            before = cpu_of(pids)
             started = time.time()
-            await simulator.apply([bench_deployment(count, shape)])
-            failure = await wait_until_initialized(client, seen, count)
-            lifecycle_cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            await kube.apply([bench_deployment(count, shape)])
+            failure = await wait_until_done(client, seen, count, timeout, ours, plane)
+            lifecycle_cpu = others({name: cpu - before[name] for name, cpu in cpu_of(pids).items()})
+            elapsed = time.time() - started
+            rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+            requests = request_profile(requests_before, await asyncio.to_thread(apiserver_requests, plane))
+            print(f"{time.time() - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
             watcher.cancel()
             await asyncio.sleep(1)  # the last workflow tasks land in the histories
 
         first_pending = min(seen.pod_pending.values(), default=started)
         starts = [e.start_time.timestamp() async for e in client.list_workflows('WorkflowType="NodeClaim"')]
         batches, provisioner = await provisioner_profile(client, first_pending)
-        pods_of = await nominations(simulator)
+        pods_of = await nominations(kube)
         per_lifecycle = await history_profile(client, "NodeClaim")
         per_trivial = await history_profile(client, "BenchTrivial")
-        rss = {name: peak_rss_mb(pids[name]) for name in ("simulator", "temporal")}
 
     initialized = len(seen.claim_initialized)
     first_start, last_initialized = (
@@ -472,36 +767,55 @@ async def run_one(count: int, shape: str) -> dict[str, Any]:
     claims_per_second = (
         initialized / (last_initialized - first_start) if first_start and last_initialized else 0.0
     )
-    latencies = [
+    to_created = [
         seen.claim_created[claim] - seen.pod_pending[pod]
         for claim, pods in pods_of.items()
         if claim in seen.claim_created
         for pod in pods
         if pod in seen.pod_pending
     ]
+    to_running = [
+        seen.pod_running[pod] - at for pod, at in seen.pod_pending.items() if pod in seen.pod_running
+    ]
+    created_p50, created_p99 = p50_p99(to_created)
+    running_p50, running_p99 = p50_p99(to_running)
     return {
         "pods": count,
         "shape": shape,
+        "finished": not failure,
+        "failure": failure,
         "pods_pending": len(seen.pod_pending),
+        "pods_running": seen.running,
         "nodeclaims_created": len(seen.claim_created),
+        "nodeclaims_launched": len(seen.claim_launched),
+        "nodes": len(seen.nodes),
         "nodeclaims_initialized": initialized,
+        "nominated_pods": sum(len(pods) for pods in pods_of.values()),
+        "pods_deleted": len(seen.pods_deleted),
+        "pods_disrupted": dict(Counter(seen.pods_disrupted.values())),
+        "nodeclaims_deleted": len(seen.claims_deleted),
+        "noexecute_taints": {key: len(nodes) for key, nodes in sorted(seen.node_taints.items())},
+        "evictions": seen.evictions,
+        "apiserver_requests": requests,
         "nodeclaims_per_second": round(claims_per_second, 1),
         "trivial_workflows_per_second": round(trivial_per_second, 1),
         "ratio": round(claims_per_second / trivial_per_second, 2),
-        "pending_to_created_p50": round(statistics.median(latencies), 2) if latencies else None,
-        "pending_to_created_p99": round(percentile(latencies, 0.99), 2) if latencies else None,
+        "pending_to_created_p50": created_p50,
+        "pending_to_created_p99": created_p99,
+        "pending_to_running_p50": running_p50,
+        "pending_to_running_p99": running_p99,
         "first_pending_to_first_nodeclaim_start": _since(first_pending, first_start),
         "first_pending_to_last_initialized": _since(first_pending, last_initialized),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "simulator_peak_rss_mb": rss["simulator"],
-        "temporal_peak_rss_mb": rss["temporal"],
-        "provisioner_failure": failure,
+        "first_pending_to_last_running": _since(first_pending, max(seen.pod_running.values(), default=None)),
+        "peak_mb": rss,
         "provisioner": provisioner,
         "batches": batches,
         "per_lifecycle": per_lifecycle,
         "per_trivial": per_trivial,
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
         "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in lifecycle_cpu.items()},
+        "lifecycle_seconds": round(elapsed, 1),
+        "cores": os.cpu_count(),
     }
 
 
@@ -513,52 +827,129 @@ def _fields(values: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in values.items())
 
 
+def print_tables(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'pods':>5} {'claims':>6} {'init':>5} {'running':>7} {'claims/s':>8} {'trivial/s':>9} {'ratio':>5} "
+        f"{'created p50':>11} {'p99':>5} {'running p50':>11} {'p99':>5} {'total s':>7}"
+    )
+    for row in rows:
+        print(
+            f"{row['pods']:>5} {row['nodeclaims_created']:>6} {row['nodeclaims_initialized']:>5} "
+            f"{row['pods_running']:>7} {row['nodeclaims_per_second']:>8} "
+            f"{row['trivial_workflows_per_second']:>9} {row['ratio']:>5} "
+            f"{row['pending_to_created_p50']!s:>11} {row['pending_to_created_p99']!s:>5} "
+            f"{row['pending_to_running_p50']!s:>11} {row['pending_to_running_p99']!s:>5} "
+            f"{row['first_pending_to_last_running']!s:>7}"
+        )
+    print(f"\n{'process':<24}" + "".join(f"{'CPU s N=' + str(row['pods']):>13}" for row in rows), end="")
+    print("".join(f"{'peak MB N=' + str(row['pods']):>14}" for row in rows))
+    for name in PROCESSES:
+        cpu = "".join(f"{row['cpu_seconds_lifecycle'].get(name, '-')!s:>13}" for row in rows)
+        peak = "".join(f"{row['peak_mb'].get(name, '-')!s:>14}" for row in rows)
+        print(f"{name:<24}{cpu}{peak}")
+
+    def cpu_row(label: str, value: Any) -> None:
+        print(f"{label:<24}" + "".join(f"{value(row)!s:>13}" for row in rows))
+
+    cpu_row("all of the above", lambda row: round(sum(row["cpu_seconds_lifecycle"][n] for n in PROCESSES), 1))
+    cpu_row("others on the machine", lambda row: row["cpu_seconds_lifecycle"]["others"])
+    cpu_row("available (wall x cores)", lambda row: round(row["lifecycle_seconds"] * (row["cores"] or 1), 1))
+
+
+def print_profile(row: dict[str, Any]) -> None:
+    print(f"\nN = {row['pods']} ({row['shape']} pods)")
+    if row["failure"]:
+        print(f"  NOT FINISHED: {row['failure']}")
+        print(
+            f"  reached: {row['pods_pending']} pods pending, {row['nodeclaims_created']} nodeclaims created, "
+            f"{row['nodeclaims_launched']} launched, {row['nodes']} nodes, "
+            f"{row['nodeclaims_initialized']} initialized, {row['pods_running']} pods running"
+        )
+    print(
+        f"  first pod pending -> first NodeClaim workflow started: {row['first_pending_to_first_nodeclaim_start']} s;"
+        f" -> last NodeClaim Initialized: {row['first_pending_to_last_initialized']} s;"
+        f" -> last pod Running: {row['first_pending_to_last_running']} s"
+    )
+    print(f"  pods nominated (Nominated events): {row['nominated_pods']}")
+    print(
+        f"  bench pods deleted: {row['pods_deleted']} (marked DisruptionTarget: {_fields(row['pods_disrupted'])}); "
+        f"NodeClaims deleted: {row['nodeclaims_deleted']}; "
+        f"nodes seen with NoExecute taints: {_fields(row['noexecute_taints'])}"
+    )
+    for eviction in row["evictions"][:SHOWN_EVICTIONS]:
+        print(f"  evicted: {_fields(eviction)}")
+    if len(row["evictions"]) > SHOWN_EVICTIONS:
+        print(f"  ... and {len(row['evictions']) - SHOWN_EVICTIONS} more evictions")
+    requests = row["apiserver_requests"]
+    print(
+        f"  API server: {sum(item['count'] for item in requests)} requests; the most frequent: "
+        + "; ".join(
+            f"{item['request']} {item['count']} ({item['seconds']} s)" for item in requests[:SHOWN_REQUESTS]
+        )
+    )
+    print(f"  provisioner: {_fields(row['provisioner'])}")
+    for batch in row["batches"]:
+        print(f"  batch: {_fields(batch)}")
+    print(f"  one lifecycle up to Running (mean of {SAMPLED_HISTORIES}): {_fields(row['per_lifecycle'])}")
+    print(f"  one trivial workflow (mean of {SAMPLED_HISTORIES}): {_fields(row['per_trivial'])}")
+    print(f"  CPU s, trivial workflows: {_fields(row['cpu_seconds_trivial'])}")
+    print(f"  CPU s, lifecycles: {_fields(row['cpu_seconds_lifecycle'])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--run", type=int, metavar="PODS", help="one run in this process, as JSON")
     parser.add_argument("--shape", choices=SHAPES, default=SHAPES[0], help="the pods' node constraints")
+    parser.add_argument(
+        "--timeout", type=float, default=TIMEOUT_SECONDS, help="seconds a run may take once the pods exist"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each run's directory (control plane state, every process's log)",
+    )
     args = parser.parse_args()
     if args.run:
-        print(json.dumps(asyncio.run(run_one(args.run, args.shape))))
-        return
+        row = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep))
+        print(json.dumps(row))
+        sys.exit(0 if row["finished"] else 1)
     rows = []
     for count in RUNS:
-        output = subprocess.run(
-            [sys.executable, __file__, "--run", str(count), "--shape", args.shape],
-            check=True,
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--run",
+                str(count),
+                "--shape",
+                args.shape,
+                "--timeout",
+                str(args.timeout),
+                *(["--keep"] if args.keep else []),
+            ],
+            check=False,
             stdout=subprocess.PIPE,
             text=True,
-        ).stdout
+        )
         # Temporal's core writes its warnings (payloads over 512 KB) to stdout too: the figures are the last line.
-        rows.append(json.loads(output.strip().splitlines()[-1]))
-    print(
-        f"{'pods':>5} {'claims':>6} {'init':>5} {'claims/s':>8} {'trivial/s':>9} {'ratio':>5} {'p50 s':>6} "
-        f"{'p99 s':>6} {'total s':>7} {'peak MB':>7} {'sim MB':>6} {'temporal MB':>11}"
-    )
+        lines = done.stdout.strip().splitlines()
+        try:
+            rows.append(json.loads(lines[-1]))
+        except (IndexError, json.JSONDecodeError):
+            print(
+                f"the run of {count} pods failed (exit code {done.returncode}) without figures",
+                file=sys.stderr,
+            )
+            if rows:
+                print_tables(rows)
+            sys.exit(1)
+    print_tables(rows)
     for row in rows:
-        print(
-            f"{row['pods']:>5} {row['nodeclaims_created']:>6} {row['nodeclaims_initialized']:>5} "
-            f"{row['nodeclaims_per_second']:>8} {row['trivial_workflows_per_second']:>9} {row['ratio']:>5} "
-            f"{row['pending_to_created_p50']!s:>6} {row['pending_to_created_p99']!s:>6} "
-            f"{row['first_pending_to_last_initialized']!s:>7} {row['peak_rss_mb']:>7} "
-            f"{row['simulator_peak_rss_mb']:>6} {row['temporal_peak_rss_mb']:>11}"
-        )
-    for row in rows:
-        print(f"\nN = {row['pods']} ({row['shape']} pods)")
-        if row["provisioner_failure"]:
-            print(f"  the provisioner is stuck: {row['provisioner_failure']}")
-        print(
-            f"  first pod pending -> first NodeClaim workflow started: {row['first_pending_to_first_nodeclaim_start']} s"
-        )
-        print(f"  provisioner: {_fields(row['provisioner'])}")
-        for batch in row["batches"]:
-            print(f"  batch: {_fields(batch)}")
-        print(f"  one lifecycle up to Running (mean of {SAMPLED_HISTORIES}): {_fields(row['per_lifecycle'])}")
-        print(f"  one trivial workflow (mean of {SAMPLED_HISTORIES}): {_fields(row['per_trivial'])}")
-        print(f"  CPU s, trivial workflows: {_fields(row['cpu_seconds_trivial'])}")
-        print(f"  CPU s, lifecycles: {_fields(row['cpu_seconds_lifecycle'])}")
+        print_profile(row)
+    if not all(row["finished"] for row in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
