@@ -51,9 +51,10 @@ from workflows.provisioner import nodeclaim_id
 NODEWRIGHT = Path(sys.executable).parent / "nodewright"
 APP = "spread"
 REPLICAS = 10
-STEP_TIMEOUT = 15.0
-"""Seconds a step may take when nothing was interrupted (each needs one or two)."""
-RECOVERY_TIMEOUT = 30.0
+STEP_TIMEOUT = 45.0
+"""Seconds a step may take when nothing was interrupted (each needs one or two; the first also waits for the
+worker process to start, which on 2 busy cores can take ten)."""
+RECOVERY_TIMEOUT = 60.0
 """Seconds for every NodeClaim to be Initialized after the interruption. Usually about 12; an activity that
 died with the worker is retried after its start-to-close timeout (5 s here, an input of the lifecycle)."""
 
