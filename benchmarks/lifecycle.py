@@ -29,12 +29,17 @@ signals the provisioner, which plans, creates the NodeClaims and starts their li
   created; p50 and p99. Target p50 under 1.5 s.
 - pending -> running: from the same moment to the pod seen Running; p50 and p99.
 - per process: CPU seconds (utime + stime from /proc/<pid>/stat) while the trivial workflows ran and while
-  the NodeClaims were provisioned, and peak memory (VmHWM from /proc/<pid>/status), read before they exit.
-- a profile: the provisioner's batches and what one lifecycle's history holds.
+  the NodeClaims were provisioned, and peak memory (VmHWM from /proc/<pid>/status), read before they exit;
+  and the machine's busy time that none of them used ("others": other work on a shared machine).
+- a profile: the provisioner's batches, what one lifecycle's history holds, the API server's requests by
+  verb and resource (from its /metrics), and bench pods deleted under the system (by the taint-eviction
+  controller, say) with the node they ran on.
 
 Pods are `pinned` to one instance type by default (as the demo's `inflate` is); `--shape any` leaves the
-choice to the scheduler. Each run happens in a fresh process (and a fresh control plane). A run that does not
-finish within its timeout prints what it reached, and the benchmark exits with 1.
+choice to the scheduler. Each run happens in a fresh process (and a fresh control plane), so that each peak
+is its own. A run that does not finish within its timeout (`--timeout`, 900 s) prints what it reached, and
+the benchmark exits with 1. `--keep` keeps each run's directory: the control plane's state and every
+process's log.
 
     python benchmarks/lifecycle.py                          # N = 200 and 1,000: tables and a profile
     python benchmarks/lifecycle.py --run 200 --shape any    # one run, JSON
@@ -368,7 +373,7 @@ async def emulated_azure(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the emulated Azure did not answer within {STARTUP_SECONDS:g} s")
             await asyncio.sleep(0.2)
-        yield process, emulator_environment(info)  # type: ignore[arg-type]
+        yield process, emulator_environment(info)
 
 
 # --- waiting for the processes ------------------------------------------------------------------------------
@@ -842,10 +847,10 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
             f"{row['first_pending_to_last_running']!s:>7}"
         )
     print(f"\n{'process':<24}" + "".join(f"{'CPU s N=' + str(row['pods']):>13}" for row in rows), end="")
-    print("".join(f"{'peak MB N=' + str(row['pods']):>14}" for row in rows))
+    print("".join(f"{'peak MB N=' + str(row['pods']):>16}" for row in rows))
     for name in PROCESSES:
         cpu = "".join(f"{row['cpu_seconds_lifecycle'].get(name, '-')!s:>13}" for row in rows)
-        peak = "".join(f"{row['peak_mb'].get(name, '-')!s:>14}" for row in rows)
+        peak = "".join(f"{row['peak_mb'].get(name, '-')!s:>16}" for row in rows)
         print(f"{name:<24}{cpu}{peak}")
 
     def cpu_row(label: str, value: Any) -> None:
