@@ -75,8 +75,8 @@ logger = logging.getLogger("nodewright.kube")
 
 T = TypeVar("T")
 
-DEFAULT_QPS = 50.0
-DEFAULT_BURST = 100
+DEFAULT_QPS = 200.0
+DEFAULT_BURST = 300
 """client-go's defaults (5 and 10) are far too low for a controller that drains and patches nodes in bulk."""
 DEFAULT_THREADS = 32
 DEFAULT_WATCH_TIMEOUT_SECONDS = 240
@@ -727,7 +727,14 @@ class KubernetesCluster:
         return None if raw is None else Node.model_validate(raw)
 
     async def find_node_by_provider_id(self, provider_id: str) -> Node | None:
-        # Nodes support no field selector on spec.providerID: list them and look.
+        # Nodes support no field selector on spec.providerID. Most clouds name the Node after the instance
+        # (on Azure the VM, `.../virtualMachines/aks-default-abcde`): try that name first, so a lookup is one
+        # GET, not a LIST of every Node (which made registering N nodes cost N LISTs of N Nodes).
+        guess = provider_id.rstrip("/").rpartition("/")[2].lower()
+        if guess:
+            node = await self.get_node(guess)
+            if node is not None and node.spec.provider_id == provider_id:
+                return node
         for item in await self._list(NODE):
             if (item.get("spec") or {}).get("providerID") == provider_id:
                 return Node.model_validate(item)

@@ -54,5 +54,6 @@ def setup_logging(
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
-    for noisy in ("temporalio.worker", "temporalio.activity", "aiohttp.access"):
+    # The Azure SDK logs every request's and response's headers at INFO: thousands of lines a minute at scale.
+    for noisy in ("temporalio.worker", "temporalio.activity", "aiohttp.access", "azure", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

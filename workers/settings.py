@@ -62,9 +62,10 @@ class Settings(BaseSettings):
     """The kubeconfig to use; when unset, `KUBECONFIG`, then `~/.kube/config`, or in a pod its service account."""
     kube_context: str | None = None
     """A context of the kubeconfig other than its current one."""
-    kube_qps: float = Field(default=50.0, gt=0)
-    """Client-side rate limit of Kubernetes API requests per second (a token bucket of `kube_burst`)."""
-    kube_burst: int = Field(default=100, ge=1)
+    kube_qps: float = Field(default=200.0, gt=0)
+    """Client-side rate limit of Kubernetes API requests per second (a token bucket of `kube_burst`); Karpenter's
+    defaults (`KUBE_CLIENT_QPS`, `KUBE_CLIENT_BURST`)."""
+    kube_burst: int = Field(default=300, ge=1)
     batch_idle_seconds: float = Field(default=1.0, gt=0)
     batch_max_seconds: float = Field(default=10.0, gt=0)
     registration_ttl_seconds: float = Field(default=900.0, gt=0)

@@ -23,7 +23,7 @@ def test_defaults() -> None:
     assert settings.cluster_name == "nodewright-demo"
     assert settings.kubeconfig is None
     assert settings.kube_context is None
-    assert (settings.kube_qps, settings.kube_burst) == (50.0, 100)
+    assert (settings.kube_qps, settings.kube_burst) == (200.0, 300)
     assert settings.batch_idle == timedelta(seconds=1)
     assert settings.batch_max == timedelta(seconds=10)
     assert settings.registration_ttl == timedelta(minutes=15)
