@@ -145,8 +145,8 @@ def emulator_config(info: ClusterInfo, poll_interval: timedelta = timedelta(seco
 
 
 def emulator_environment(info: ClusterInfo, poll_seconds: float = 0.1) -> dict[str, str]:
-    """The `NODEWRIGHT_*` variables that point a `nodewright worker` at a simulated AKS's ARM (tests, benchmarks
-    and anyone running the processes by hand: `GET /aks` on the simulator gives `info`)."""
+    """The `NODEWRIGHT_*` variables that point a `nodewright worker` at the emulated Azure (tests, benchmarks and
+    `nodewright cluster`, which prints them; `GET /_emulator/aks` on the emulator gives `info`)."""
     if info.arm_endpoint is None or info.arm_ca_file is None:
         raise AzureSettingsError("the simulated AKS does not serve its ARM emulator")
     values = {

@@ -39,17 +39,15 @@ from core.messages import (
     LifecycleSettings,
     ProvisionerInput,
 )
-from simulator.aks import AksSettings
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root
-from workers.controlplane.run import ControlPlane, start_control_plane
 from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
 from workers.schedules import ensure_schedules, refresh_catalog_now
-from workers.simulated_aks import SimulatedAks, simulated_aks
+from workers.simulated_aks import SimulatedAks, local_aks
 from workers.temporal_server import DevServer
 from workers.worker import build_worker, connect
 
@@ -186,57 +184,52 @@ class Walkthrough:
 @contextlib.asynccontextmanager
 async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatedAks]]:
     """Dev server, control plane, emulated Azure, worker and controller, all running until the block ends."""
-    settings = AksSettings(seed=options.seed, cluster_name=options.cluster)
-    settings.arm.region = options.region
     catalogs = CatalogSource.shipped(options.region)
     directory = options.directory or cache_root() / "demo"
     print(f"Starting a Kubernetes control plane in {directory}", file=out, flush=True)
-    plane: ControlPlane = await asyncio.to_thread(start_control_plane, directory)
-    try:
-        async with DevServer(ui=True) as temporal, simulated_aks(plane, settings) as aks:
-            azure = aks.azure
-            async with cloud_provider(aks.kube, azure, catalogs) as cloud:
-                client = await connect(temporal.target)
-                worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
-                lifecycle = LifecycleSettings(
-                    registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1
-                )
-                provisioner = ProvisionerInput(
-                    cluster=options.cluster, batch_idle_seconds=1, batch_max_seconds=10, lifecycle=lifecycle
-                )
-                disruption = DisruptionInput(
-                    cluster=options.cluster,
-                    settings=DisruptionSettings(poll_seconds=2, validation_seconds=3),
-                    lifecycle=lifecycle,
-                )
-                controller = Controller(
+    async with (
+        DevServer(ui=True) as temporal,
+        local_aks(directory, options.cluster, options.region, options.seed) as aks,
+    ):
+        azure = aks.azure
+        async with cloud_provider(aks.kube, azure, catalogs) as cloud:
+            client = await connect(temporal.target)
+            worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
+            lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
+            provisioner = ProvisionerInput(
+                cluster=options.cluster, batch_idle_seconds=1, batch_max_seconds=10, lifecycle=lifecycle
+            )
+            disruption = DisruptionInput(
+                cluster=options.cluster,
+                settings=DisruptionSettings(poll_seconds=2, validation_seconds=3),
+                lifecycle=lifecycle,
+            )
+            controller = Controller(
+                client,
+                aks.kube,
+                provisioner,
+                TASK_QUEUE,
+                requeue_seconds=10,
+                disruption=disruption,
+                metrics=default_metrics(),
+                metrics_seconds=2,
+            )
+            async with worker:
+                await ensure_schedules(
                     client,
-                    aks.kube,
-                    provisioner,
+                    options.cluster,
                     TASK_QUEUE,
-                    requeue_seconds=10,
-                    disruption=disruption,
-                    metrics=default_metrics(),
-                    metrics_seconds=2,
+                    gc_every=timedelta(seconds=10),
+                    garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
                 )
-                async with worker:
-                    await ensure_schedules(
-                        client,
-                        options.cluster,
-                        TASK_QUEUE,
-                        gc_every=timedelta(seconds=10),
-                        garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
-                    )
-                    await refresh_catalog_now(client, options.cluster)
-                    task = asyncio.create_task(controller.run())
-                    try:
-                        yield temporal, aks
-                    finally:
-                        task.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
-    finally:
-        await asyncio.to_thread(plane.stop)
+                await refresh_catalog_now(client, options.cluster)
+                task = asyncio.create_task(controller.run())
+                try:
+                    yield temporal, aks
+                finally:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
 
 async def record_histories(client: Client, directory: Path) -> list[Path]:

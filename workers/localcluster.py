@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from simulator.aks import AksSettings
 from workers.azure import emulator_environment
 from workers.controlplane.build import cache_root
-from workers.controlplane.run import start_control_plane
-from workers.simulated_aks import simulated_aks
+from workers.simulated_aks import local_aks
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,29 +26,26 @@ class ClusterOptions:
 async def run_cluster(options: ClusterOptions, out: TextIO) -> None:
     """Start everything, print the exports, and run until cancelled (then stop everything)."""
     directory = options.directory or cache_root() / "cluster"
-    plane = await asyncio.to_thread(start_control_plane, directory)
-    try:
-        settings = AksSettings(seed=options.seed, cluster_name=options.cluster_name)
-        settings.arm.region = options.region
-        async with simulated_aks(plane, settings, arm_port=options.arm_port) as aks:
-            exports = {
-                "KUBECONFIG": str(plane.kubeconfig),
-                "PATH": f"{plane.binaries.directory}:$PATH",
-                **emulator_environment(aks.emulated.info),
-            }
-            lines = [
-                f"export {name}={shlex.quote(value) if name != 'PATH' else value}"
-                for name, value in exports.items()
-            ]
-            print(
-                f"Kubernetes {plane.server} and the emulated Azure {aks.emulated.arm.url} are running.\n"
-                "In another shell:\n  " + "\n  ".join(lines) + "\n"
-                "  kubectl apply -f deploy/examples/\n"
-                "  nodewright dev-server &  nodewright worker &  nodewright controller &\n"
-                "Press Ctrl-C to stop.",
-                file=out,
-                flush=True,
-            )
-            await asyncio.Event().wait()
-    finally:
-        await asyncio.to_thread(plane.stop)
+    async with local_aks(
+        directory, options.cluster_name, options.region, options.seed, arm_port=options.arm_port
+    ) as aks:
+        plane = aks.plane
+        exports = {
+            "KUBECONFIG": str(plane.kubeconfig),
+            "PATH": f"{plane.binaries.directory}:$PATH",
+            **emulator_environment(aks.emulated.info),
+        }
+        lines = [
+            f"export {name}={shlex.quote(value) if name != 'PATH' else value}"
+            for name, value in exports.items()
+        ]
+        print(
+            f"Kubernetes {plane.server} and the emulated Azure {aks.emulated.arm.url} are running.\n"
+            "In another shell:\n  " + "\n  ".join(lines) + "\n"
+            "  kubectl apply -f deploy/examples/\n"
+            "  nodewright dev-server &  nodewright worker &  nodewright controller &\n"
+            "Press Ctrl-C to stop.",
+            file=out,
+            flush=True,
+        )
+        await asyncio.Event().wait()

@@ -8,16 +8,18 @@ nodewright reaches it as it reaches AKS: the Kubernetes API through a kubeconfig
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from activities.kubeclient import KubernetesCluster, load_cluster
 from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from workers.azure import AzureConfig, emulator_config
-from workers.controlplane.run import ControlPlane
+from workers.controlplane.run import ControlPlane, start_control_plane
 
 
 @dataclass
@@ -59,3 +61,20 @@ async def simulated_aks(
         finally:
             await emulator.close()
             await kube.close()
+
+
+@contextlib.asynccontextmanager
+async def local_aks(
+    directory: Path, cluster_name: str, region: str, seed: int, *, arm_port: int = 0
+) -> AsyncIterator[SimulatedAks]:
+    """A control plane of its own in `directory` (anything there is replaced) with the emulated Azure of the
+    cluster around it, VMs booting with the emulator's default delays, stopped when the block ends
+    (`nodewright demo` and `nodewright cluster`)."""
+    settings = AksSettings(seed=seed, cluster_name=cluster_name)
+    settings.arm.region = region
+    plane = await asyncio.to_thread(start_control_plane, directory)
+    try:
+        async with simulated_aks(plane, settings, arm_port=arm_port) as aks:
+            yield aks
+    finally:
+        await asyncio.to_thread(plane.stop)
