@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok), built once from the Go module proxy into ~/.cache/nodewright (about 5 to 10 minutes on 2 cores).
+# kwok, and helm for the chart tests), built once from the Go module proxy into ~/.cache/nodewright (about 5 to 10 minutes on 2 cores).
 binaries: $(STAMP)
 	$(BIN)/python -m workers.controlplane.build
 

@@ -2,8 +2,10 @@
 
 Kubernetes' `k8s.io/kubernetes` module and etcd's server module carry `replace` directives, so `go install
 module@version` refuses them; they are built from a throwaway wrapper module that requires them and repeats
-their replaces against published versions. kwok installs directly. The binaries land in
-`<cache>/bin/<versions>/`, never in the repository; a complete directory is reused as it is.
+their replaces against published versions. kwok and helm (for the chart's tests) install directly. The binaries
+land in
+`<cache>/bin/<versions>/`, never in the repository; a complete directory is reused as it is, and a directory that
+lacks one binary builds only that one.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from pathlib import Path
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
+HELM_VERSION = "3.22.0"
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-BINARIES = (*KUBERNETES_COMMANDS, "etcd", "kwok")
+BINARIES = (*KUBERNETES_COMMANDS, "etcd", "kwok", "helm")
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -157,6 +160,10 @@ def _build_kwok(go: str, env: dict[str, str], work: Path, out: Path) -> None:
         shutil.copyfile(source / name, stages / Path(name).name)
 
 
+def _build_helm(go: str, env: dict[str, str], work: Path, out: Path) -> None:
+    _run([go, "install", f"helm.sh/helm/v3/cmd/helm@v{HELM_VERSION}"], work, {**env, "GOBIN": str(out)})
+
+
 def ensure_binaries(
     root: Path | None = None, progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
 ) -> Binaries:
@@ -186,6 +193,7 @@ def _build_all(go: str, binaries: Binaries, progress: Callable[[str], None]) -> 
         ),
         (f"etcd v{ETCD_VERSION}", _build_etcd, ("etcd",)),
         (f"kwok v{KWOK_VERSION}", _build_kwok, ("kwok",)),
+        (f"helm v{HELM_VERSION}", _build_helm, ("helm",)),
     ]
     with tempfile.TemporaryDirectory(prefix="nodewright-build-") as scratch:
         for number, (title, build, names) in enumerate(steps, 1):
