@@ -18,14 +18,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from core.api.manifests import Manifests, load_yaml, parse_manifests
-from core.api.meta import InvalidObjectError, Taint
+from core.api.meta import InvalidObjectError
 from core.disruption.options import DisruptionOptions
 from core.disruption.plan import plan_disruption
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
-from core.instancetypes.types import dollars
-from core.messages import DisruptionPassRecord
-from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import (
     InstanceTypeProvider,
@@ -34,6 +31,7 @@ from core.scheduling.snapshot import (
     fixed_provider,
     merge,
 )
+from workers.tables import render_disruption_table, render_table
 
 if TYPE_CHECKING:
     from activities.kubeclient import KubernetesCluster
@@ -103,62 +101,6 @@ def instance_type_provider(
         raise UsageError(f"--region {region}: {error}") from error
 
 
-def _taint_text(taint: Taint) -> str:
-    value = f"={taint.value}" if taint.value else ""
-    return f"{taint.key}{value}:{taint.effect}"
-
-
-def _summary(items: list[str], shown: int = 5) -> str:
-    return ", ".join(items[:shown]) + (f", ... ({len(items) - shown} more)" if len(items) > shown else "")
-
-
-def render_table(results: SchedulingResults, out: TextIO) -> None:
-    """A person's view of the plan: new NodeClaims, pods on existing nodes, unschedulable pods, total."""
-    claims = results.nodeclaims
-    if claims:
-        rows = [("NODEPOOL", "INSTANCE-TYPE", "ZONE", "CAPACITY", "$/HOUR", "PODS", "OPTIONS")]
-        for claim in claims:
-            price = f"{dollars(claim.price_micros):.4f}" if claim.price_micros is not None else "-"
-            rows.append(
-                (
-                    claim.nodepool,
-                    claim.instance_type or "-",
-                    claim.zone or "-",
-                    claim.capacity_type or "-",
-                    price,
-                    str(len(claim.pods)),
-                    str(len(claim.instance_type_options)),
-                )
-            )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        print(f"New NodeClaims ({len(claims)}):", file=out)
-        for row in rows:
-            print(
-                "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
-                file=out,
-            )
-        for index, claim in enumerate(claims, start=1):
-            print(
-                f"  [{index}] {claim.nodepool}/{claim.instance_type}: pods {', '.join(claim.pods)}", file=out
-            )
-            print(f"      options (cheapest first): {_summary(claim.instance_type_options)}", file=out)
-            if claim.taints:
-                print(f"      taints: {', '.join(_taint_text(t) for t in claim.taints)}", file=out)
-    else:
-        print("New NodeClaims: none", file=out)
-    if results.existing:
-        print(f"Existing nodes receiving pods ({len(results.existing)}):", file=out)
-        for placement in results.existing:
-            print(f"  {placement.node}: {', '.join(placement.pods)}", file=out)
-    if results.unschedulable:
-        print(f"Unschedulable pods ({len(results.unschedulable)}):", file=out)
-        for pod in results.unschedulable:
-            print(f"  {pod.pod}:", file=out)
-            for reason in pod.reasons:
-                print(f"    - {reason}", file=out)
-    print(f"Total for new NodeClaims: ${dollars(results.total_price_micros):.4f}/hour", file=out)
-
-
 def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, InstanceTypeProvider]:
     """The manifests and instance types the arguments name; invalid objects are reported on `err`."""
     manifests = read_manifests(args.filename)
@@ -173,25 +115,6 @@ def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -
     document["errors"] = manifests.problems
     json.dump(document, out, indent=2)
     out.write("\n")
-
-
-def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO) -> None:
-    """A person's view of a disruption plan: the commands in order, every node kept and why, the savings.
-
-    It takes the plan as the disruption workflows record it, so `nodewright consolidate` prints the same."""
-    if plan.commands:
-        print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
-        for command in plan.commands:
-            print(f"  {command.message}", file=out)
-    else:
-        print("Disruption commands: none", file=out)
-    if plan.kept:
-        print(f"Nodes kept ({len(plan.kept)}):", file=out)
-        for kept in plan.kept:
-            print(f"  {kept.node}: {'; '.join(reason.message for reason in kept.reasons)}", file=out)
-    for note in plan.notes:
-        print(f"note: {note}", file=err)
-    print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
 
 
 def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -237,7 +160,8 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 
 def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from workers.demo import DemoOptions, run_demo
+    from workers.demo import run_demo
+    from workers.walkthrough import DemoOptions
 
     record = Path(args.record_histories) if args.record_histories else None
     return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running, record_histories=record), out))

@@ -25,6 +25,7 @@ from core.messages import (
     DisruptionStatus,
 )
 from workers.settings import Settings
+from workers.tables import render_disruption_table
 
 Ask = Callable[[str], str]
 """Asks a person a question and returns the answer (`input`, or a stand-in in tests)."""
@@ -105,8 +106,6 @@ async def consolidate(
     assert status.plan is not None
     plan = status.plan
     if output == "table":
-        from workers.cli import render_disruption_table
-
         print(f"Consolidation plan (workflow {handle.id}):", file=out)
         render_disruption_table(plan, out, out)
     if request.dry_run or not plan.commands:

@@ -17,11 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
@@ -30,8 +28,6 @@ from temporalio.client import Client
 
 from activities.catalog_source import CatalogSource
 from activities.metrics import default_metrics
-from core.api.kube import Pod
-from core.api.nodeclaim import NodeClaim
 from core.messages import (
     DisruptionInput,
     DisruptionSettings,
@@ -49,136 +45,53 @@ from workers.processes import until_signalled
 from workers.schedules import ensure_schedules, refresh_catalog_now
 from workers.simulated_aks import SimulatedAks, local_aks
 from workers.temporal_server import DevServer
+from workers.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.worker import build_worker, connect
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"
-TASK_QUEUE = "nodewright-demo"
 
+async def walk_through(self: Walkthrough) -> None:
+    """The demo's steps, in order, against a running system."""
+    options = self.options
+    self.say(
+        f"Applying {options.examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0"
+    )
+    await self.kubectl("apply", "-f", str(options.examples))
+    # kubectl leaves status out; the AKSNodeClass's images are what the AKS image controller would resolve.
+    for path in sorted(options.examples.glob("*.yaml")):
+        await self.sim.apply(path.read_text())
+    print(
+        "(AKSNodeClass default status: node images and Kubernetes version, as the image controller writes them)",
+        file=self.out,
+    )
 
-@dataclass(frozen=True, slots=True)
-class DemoOptions:
-    cluster: str = "nodewright-demo"
-    region: str = "eastus"
-    examples: Path = EXAMPLES
-    keep_running: bool = False
-    inflate_replicas: int = 4
-    wide_replicas: int = 24
-    step_timeout_seconds: float = 90.0
-    seed: int = 7
-    record_histories: Path | None = None
-    """Write every workflow's history here as JSON after the walkthrough (for replay tests)."""
-    directory: Path | None = None
-    """Where the control plane keeps its state, logs and kubeconfig (default: under the cache directory)."""
+    self.say(
+        f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, eastus-2)"
+    )
+    await self.kubectl("scale", "deployment", "inflate", f"--replicas={options.inflate_replicas}")
+    await self.until("inflate running", lambda: self.running("inflate", options.inflate_replicas))
 
+    self.say(f"2. Scale deployment inflate-wide to {options.wide_replicas} (no constraints)")
+    await self.kubectl("scale", "deployment", "inflate-wide", f"--replicas={options.wide_replicas}")
+    await self.until("inflate-wide running", lambda: self.running("inflate-wide", options.wide_replicas))
+    await self.kubectl("get", "nodeclaims", "-o", "wide")
+    await self.kubectl("get", "nodes", "-L", "karpenter.sh/nodepool,node.kubernetes.io/instance-type")
 
-def progress(claims: list[NodeClaim]) -> list[tuple[str, ...]]:
-    """What `kubectl get nodeclaims` shows of each NodeClaim but its age: the table is printed when it changes."""
-    rows = []
-    for claim in sorted(claims, key=lambda c: c.name):
-        ready = claim.status.condition("Ready")
-        rows.append(
-            (
-                claim.name,
-                claim.labels.get("node.kubernetes.io/instance-type", ""),
-                claim.labels.get("karpenter.sh/capacity-type", ""),
-                claim.labels.get("topology.kubernetes.io/zone", ""),
-                claim.status.node_name or "",
-                ready.status if ready is not None else "Unknown",
-            )
-        )
-    return rows
+    await consolidation_steps(self)
+    await drift_step(self)
 
+    self.say("6. Delete one node (kubectl delete node): drained within the PDB, then replaced")
+    claims = [claim for claim in await self.sim.list_nodeclaims() if claim.status.node_name]
+    victim = sorted(claims, key=lambda c: c.name)[0]
+    node = victim.status.node_name or ""
+    await self.kubectl("delete", "node", node, "--wait=false")
 
-class Walkthrough:
-    """The demo's steps against a running system."""
+    async def replaced() -> bool:
+        names = {claim.name for claim in await self.sim.list_nodeclaims()}
+        return victim.name not in names and await self.running("storefront", WEB_REPLICAS)
 
-    def __init__(self, aks: SimulatedAks, client: Client, options: DemoOptions, out: TextIO) -> None:
-        self.aks = aks
-        self.sim = aks.kube
-        self.client = client
-        self.options = options
-        self.out = out
-        self._last_table: list[tuple[str, ...]] = []
-
-    def say(self, text: str) -> None:
-        print(f"\n=== {text}", file=self.out, flush=True)
-
-    async def kubectl(self, *args: str, show: bool = True) -> str:
-        """Run the built kubectl against the control plane, printing the command and what it printed."""
-        done = await asyncio.to_thread(self.aks.plane.kubectl, *args)
-        if show:
-            print(f"$ kubectl {shlex.join(args)}\n{done.stdout.rstrip()}", file=self.out, flush=True)
-        return done.stdout
-
-    async def show_table(self, force: bool = False) -> None:
-        """`kubectl get nodeclaims` whenever the NodeClaims changed (ages aside)."""
-        table = progress(await self.sim.list_nodeclaims())
-        if force or table != self._last_table:
-            self._last_table = table
-            print(file=self.out)
-            await self.kubectl("get", "nodeclaims")
-
-    async def until(self, what: str, done: Callable[[], Awaitable[bool]]) -> None:
-        """Wait for a condition, showing the table as it changes; fail after the step timeout."""
-        deadline = time.monotonic() + self.options.step_timeout_seconds
-        while not await done():
-            if time.monotonic() > deadline:
-                await self.show_table(force=True)
-                raise TimeoutError(f"the demo step did not finish in time: {what}")
-            await self.show_table()
-            await asyncio.sleep(0.5)
-        await self.show_table()
-
-    async def pods(self, app: str) -> list[Pod]:
-        return [pod for pod in await self.sim.list_pods() if pod.metadata.labels.get("app") == app]
-
-    async def running(self, app: str, count: int) -> bool:
-        pods = await self.pods(app)
-        bound = [pod for pod in pods if pod.spec.node_name and pod.status and pod.status.phase == "Running"]
-        return len(pods) == count and len(bound) == count
-
-    async def run(self) -> None:
-        options = self.options
-        self.say(
-            f"Applying {options.examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0"
-        )
-        await self.kubectl("apply", "-f", str(options.examples))
-        # kubectl leaves status out; the AKSNodeClass's images are what the AKS image controller would resolve.
-        for path in sorted(options.examples.glob("*.yaml")):
-            await self.sim.apply(path.read_text())
-        print(
-            "(AKSNodeClass default status: node images and Kubernetes version, as the image controller writes them)",
-            file=self.out,
-        )
-
-        self.say(
-            f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, eastus-2)"
-        )
-        await self.kubectl("scale", "deployment", "inflate", f"--replicas={options.inflate_replicas}")
-        await self.until("inflate running", lambda: self.running("inflate", options.inflate_replicas))
-
-        self.say(f"2. Scale deployment inflate-wide to {options.wide_replicas} (no constraints)")
-        await self.kubectl("scale", "deployment", "inflate-wide", f"--replicas={options.wide_replicas}")
-        await self.until("inflate-wide running", lambda: self.running("inflate-wide", options.wide_replicas))
-        await self.kubectl("get", "nodeclaims", "-o", "wide")
-        await self.kubectl("get", "nodes", "-L", "karpenter.sh/nodepool,node.kubernetes.io/instance-type")
-
-        await consolidation_steps(self)
-        await drift_step(self)
-
-        self.say("6. Delete one node (kubectl delete node): drained within the PDB, then replaced")
-        claims = [claim for claim in await self.sim.list_nodeclaims() if claim.status.node_name]
-        victim = sorted(claims, key=lambda c: c.name)[0]
-        node = victim.status.node_name or ""
-        await self.kubectl("delete", "node", node, "--wait=false")
-
-        async def replaced() -> bool:
-            names = {claim.name for claim in await self.sim.list_nodeclaims()}
-            return victim.name not in names and await self.running("storefront", WEB_REPLICAS)
-
-        await self.until(f"nodeclaim {victim.name} terminated and storefront running again", replaced)
-        self.victim = victim.name
-        await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 7)
+    await self.until(f"nodeclaim {victim.name} terminated and storefront running again", replaced)
+    self.victim = victim.name
+    await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 7)
 
 
 @contextlib.asynccontextmanager
@@ -269,7 +182,7 @@ async def _walk_through(options: DemoOptions, out: TextIO, started: float, metri
         print(f"Metrics: http://127.0.0.1:{metrics_port}/metrics", file=out, flush=True)
         print(f"Kubernetes: export KUBECONFIG={aks.plane.kubeconfig}", file=out, flush=True)
         walkthrough = Walkthrough(aks, await connect(temporal.target), options, out)
-        await walkthrough.run()
+        await walk_through(walkthrough)
         elapsed = time.monotonic() - started
         print(f"\nWalkthrough finished in {elapsed:.0f} s.", file=out)
         print(f"Metrics: {metrics_summary(default_metrics())}", file=out)

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core import labels
 from core.api.kube import Node
 from core.api.nodeclaim import NodeClaim
 from core.messages import DisruptionInput, DisruptionMode, DisruptionSettings
 from workers.consolidate import consolidate
-
-if TYPE_CHECKING:
-    from workers.demo import Walkthrough
+from workers.walkthrough import Walkthrough
 
 WEB_REPLICAS = 3
 WEB_MIN_AVAILABLE = 2

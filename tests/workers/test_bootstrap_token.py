@@ -21,7 +21,8 @@ from typing import Any
 
 from activities.azure.names import NodeNames
 from activities.kubeclient import KubernetesCluster
-from workers.demo import EXAMPLES, DemoOptions, record_histories, system
+from workers.demo import record_histories, system
+from workers.walkthrough import EXAMPLES, DemoOptions
 from workers.worker import connect
 
 STEP_TIMEOUT = 60.0
