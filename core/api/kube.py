@@ -285,6 +285,7 @@ class Condition(KubeModel):
     status: str
     reason: str | None = None
     message: str | None = None
+    last_transition_time: datetime | None = None
 
 
 class PodStatus(KubeModel):
