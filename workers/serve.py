@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
@@ -73,7 +74,7 @@ class Connections:
             return f"not connected to {where} yet: {self.temporal_error}"
         try:
             serving = await self.client.service_client.check_health(timeout=HEALTH_CHECK_TIMEOUT)
-        except RuntimeError as error:
+        except (RPCError, RuntimeError) as error:
             return f"cannot reach {where}: {error}"
         return None if serving else f"{where} answers but does not serve yet"
 
