@@ -361,3 +361,45 @@ async def test_a_leader_stopped_with_sigterm_releases_the_lease_to_its_standby(
         took = await until(standby_holds, 30, "the standby holds the Lease", standby)
         print(f"\nleader stopped: the standby held the released Lease {took:.1f} s after it resumed")
         assert took < 10.0, "the standby waited for the Lease to expire: it was not released"
+
+
+async def test_a_leader_whose_lease_is_taken_stops_with_exit_code_1(
+    tmp_path: Path, temporal_env: WorkflowEnvironment, control_plane: ControlPlane, kube: KubernetesCluster
+) -> None:
+    lease = f"leader-{uuid.uuid4().hex[:8]}"
+    controller = Component(
+        "controller",
+        tmp_path / "controller.log",
+        {
+            "NODEWRIGHT_KUBECONFIG": str(control_plane.kubeconfig),
+            "NODEWRIGHT_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "NODEWRIGHT_TASK_QUEUE": lease,
+            "NODEWRIGHT_CLUSTER_NAME": lease,
+            "NODEWRIGHT_LEADER_ELECTION_NAME": lease,
+            "NODEWRIGHT_LEADER_ELECTION_NAMESPACE": NAMESPACE,
+            "NODEWRIGHT_LEADER_ELECTION_LEASE_SECONDS": "3",
+            "NODEWRIGHT_LEADER_ELECTION_RENEW_SECONDS": "2",
+            "NODEWRIGHT_LEADER_ELECTION_RETRY_SECONDS": "0.5",
+            "POD_NAME": "controller-a",
+        },
+    ).start()
+    try:
+
+        async def leading() -> bool:
+            return await holder(kube, lease) == "controller-a"
+
+        await until(leading, 60, "the controller holds the Lease", controller)
+        # Another replica, on the far side of a partition, takes the Lease: every renewal from now on fails.
+        while True:
+            current = await kube.get_lease(NAMESPACE, lease)
+            assert current is not None
+            current["spec"]["holderIdentity"] = "usurper"
+            with contextlib.suppress(ConflictError):
+                await kube.update_lease(current)
+                break
+        assert await controller.wait(timeout=30) == 1, controller.log_tail()
+    finally:
+        controller.stop()
+    log = controller.log()
+    assert "lost leader lease" in log and "released leader lease" not in log
+    assert await holder(kube, lease) == "usurper"
