@@ -89,7 +89,7 @@ def elector(leases: Leases, identity: str, clock: Clock | None = None, **timings
         NAMESPACE,
         "lease",
         identity,
-        **{key: timedelta(seconds=value) for key, value in timings.items()},  # type: ignore[arg-type]
+        **{key: timedelta(seconds=value) for key, value in timings.items()},
     )
     return LeaderElector(leases, config, clock=clock or time.monotonic)
 

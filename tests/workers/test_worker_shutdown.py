@@ -82,7 +82,7 @@ async def launching(
         )
 
     await until(launch_started, 60, "the worker started the launch activity", process)
-    return handle  # type: ignore[return-value]
+    return handle
 
 
 async def launch_completions(handle: WorkflowHandle[NodeClaimWorkflow, object]) -> list[int]:
