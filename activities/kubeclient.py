@@ -120,6 +120,7 @@ PDB = Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
 NODEPOOL = Resource("NodePool", "karpenter.sh/v1", "nodepools")
 NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
 NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
+LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 
 SNAPSHOT_KINDS = (NODEPOOL, NODECLAIM, NODECLASS, POD, NODE, DAEMONSET, PDB)
 """What the scheduler reads (`core.api.manifests.Manifests`)."""
@@ -720,6 +721,11 @@ class KubernetesCluster:
                 f"cannot reach the API server {self.server} ({self.source}): {_reason(error)}"
             ) from None
 
+    async def ping(self) -> None:
+        """GET /version: whether the API server answers now (`TransientError` when it does not), for
+        readiness probes."""
+        await self._call(k8s.VersionApi(self.api_client).get_code)
+
     async def snapshot(self) -> Manifests:
         """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
         lists = await asyncio.gather(*(self._list(resource) for resource in SNAPSHOT_KINDS))
@@ -1071,6 +1077,35 @@ class KubernetesCluster:
         )
         return _ResponseStream(response)
 
+    # --- leases, for leader election ---------------------------------------------------------------------
+    # Only get, create and update (a replace with the resourceVersion read as its precondition), so the
+    # controller's Role on leases needs no list, watch, patch or delete. The requests go through the custom
+    # objects API, whose paths are those of any grouped resource: the Lease stays raw JSON (the generated
+    # V1Lease model would rewrite its MicroTime fields in a format the API server does not always accept).
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The `coordination.k8s.io/v1` Lease, or None."""
+        return await self._get(self._custom.get_namespaced_custom_object, *_in(LEASE, namespace), name)
+
+    async def create_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease; `ConflictError` (AlreadyExists) when someone else created it first."""
+        namespace = lease["metadata"]["namespace"]
+        created: dict[str, Any] = await self._call(
+            self._custom.create_namespaced_custom_object, *_in(LEASE, namespace), dict(lease)
+        )
+        return created
+
+    async def update_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the Lease; `ConflictError` (Conflict) when it changed since its `resourceVersion` was read."""
+        metadata = lease["metadata"]
+        replaced: dict[str, Any] = await self._call(
+            self._custom.replace_namespaced_custom_object,
+            *_in(LEASE, metadata["namespace"]),
+            metadata["name"],
+            dict(lease),
+        )
+        return replaced
+
     # --- cluster administration, for the demo and tests --------------------------------------------------
 
     def _dynamic(self) -> DynamicClient:
@@ -1263,6 +1298,12 @@ class KubernetesCluster:
     async def list_pods(self, namespace: str | None = None, label_selector: str = "") -> builtins.list[Pod]:
         items = await self._list(POD, namespace, label_selector=label_selector)
         return [Pod.model_validate(item) for item in items]
+
+
+def _in(resource: Resource, namespace: str) -> tuple[str, str, str, str]:
+    """Group, version, namespace and plural, as `CustomObjectsApi`'s namespaced methods take them."""
+    group, version, plural = resource.custom
+    return group, version, namespace, plural
 
 
 def _method_name(method: Callable[..., Any]) -> str:

@@ -717,16 +717,25 @@ async def _run_on(
             "NODEWRIGHT_TEMPORAL_ADDRESS": temporal.target,
             "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
             "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
-            "NODEWRIGHT_METRICS_PORT": "0",  # nothing to collide with other runs on this machine
             # The disruption loop plans once at start, then idles: this measures provisioning alone.
             "NODEWRIGHT_DISRUPTION_POLL_SECONDS": "3600",
             **azure_environment,
         }
         nodewright = (sys.executable, "-m", "workers.cli")
         seen = Observed()
+        # Each process serves /metrics and its probes on ports of its own, as each is its own pod in a cluster
+        # (free ones: nothing to collide with other runs on this machine).
+        worker_env, controller_env = (
+            {
+                **settings,
+                "NODEWRIGHT_METRICS_PORT": str(free_port()),
+                "NODEWRIGHT_HEALTH_PROBE_PORT": str(free_port()),
+            }
+            for _ in range(2)
+        )
         async with (
-            child_process((*nodewright, "worker"), logs / "worker.log", settings) as worker,
-            child_process((*nodewright, "controller"), logs / "controller.log", settings) as controller,
+            child_process((*nodewright, "worker"), logs / "worker.log", worker_env) as worker,
+            child_process((*nodewright, "controller"), logs / "controller.log", controller_env) as controller,
             asyncio.TaskGroup() as group,
         ):
             ours = {"azure": azure, "worker": worker, "controller": controller}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
@@ -34,9 +35,7 @@ from core.scheduling.snapshot import (
 from workers.tables import render_disruption_table, render_table
 
 if TYPE_CHECKING:
-    from activities.kubeclient import KubernetesCluster
-    from workers.azure import AzureConfig
-    from workers.settings import Settings
+    from workers.settings import Settings, TemporalConnection
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -181,80 +180,22 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def connect_cluster(settings: Settings) -> KubernetesCluster:
-    """The Kubernetes API of the settings' kubeconfig (or the pod's service account); `ClusterConfigError`
-    when it cannot be read. The connection is checked by the caller, on its event loop."""
-    from activities.kubeclient import load_cluster
-
-    return load_cluster(
-        settings.kubeconfig, settings.kube_context, qps=settings.kube_qps, burst=settings.kube_burst
-    )
-
-
-async def _serve_worker(settings: Settings, azure: AzureConfig) -> None:
-    from datetime import timedelta
-
-    from activities.catalog_source import CatalogSource
-    from workers.azure import cloud_provider, price_settings
-    from workers.schedules import ensure_schedules, refresh_in_process
-    from workers.temporal_server import ensure_search_attributes
-    from workers.worker import build_worker, connect
-
-    cluster = connect_cluster(settings)
-    await cluster.check_connection()
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
-    await ensure_search_attributes(client)
-    catalogs = CatalogSource.shipped(azure.settings.location)
-    prices = price_settings(azure)
-    async with cluster, cloud_provider(cluster, azure, catalogs) as cloud:
-        worker = build_worker(client, settings.task_queue, cluster, cloud, catalogs, prices)
-        await ensure_schedules(
-            client,
-            azure.settings.cluster_name,
-            settings.task_queue,
-            catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
-            gc_every=timedelta(seconds=settings.garbage_collection_seconds),
-        )
-        await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
-        await worker.run()
-
-
-async def _serve_controller(settings: Settings) -> None:
-    from activities.metrics import default_metrics
-    from core.messages import ProvisionerInput
-    from workers.consolidate import disruption_input
-    from workers.controller import Controller
-    from workers.worker import connect
-
-    cluster = connect_cluster(settings)
-    await cluster.check_connection()
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
-    provisioner = ProvisionerInput(
-        cluster=settings.cluster_name,
-        batch_idle_seconds=settings.batch_idle_seconds,
-        batch_max_seconds=settings.batch_max_seconds,
-    )
-    async with cluster:
-        await Controller(
-            client,
-            cluster,
-            provisioner,
-            settings.task_queue,
-            disruption=disruption_input(settings),
-            metrics=default_metrics(),
-        ).run()
-
-
 def _serve(main: Coroutine[Any, Any, None], err: TextIO) -> int:
-    """Run a long-running command until SIGINT or SIGTERM; a cluster it cannot reach is one line, exit 2."""
+    """Run a long-running command until SIGINT or SIGTERM (then exit 0); a cluster it cannot reach or a probe
+    port it cannot serve is one line and exit 2, a lost leader Lease exit 1."""
     from activities.kubeclient import ClusterConfigError
+    from workers.health import ProbeServerError
+    from workers.leader import LeadershipLostError
     from workers.processes import until_signalled
 
     try:
         asyncio.run(until_signalled(main))
-    except ClusterConfigError as error:
+    except (ClusterConfigError, ProbeServerError) as error:
         print(f"error: {error}", file=err)
         return 2
+    except LeadershipLostError as error:
+        print(f"error: {error}", file=err)
+        return 1
     return 0
 
 
@@ -275,34 +216,65 @@ def start_metrics_server(port: int, variable: str, err: TextIO) -> bool:
     return True
 
 
+def component_settings(args: argparse.Namespace, err: TextIO) -> Settings | None:
+    """The settings of a worker or controller, with `--log-format` over `NODEWRIGHT_LOG_FORMAT`; None after
+    one message on `err` naming every invalid variable."""
+    from workers.settings import SettingsError, load_settings
+
+    overrides = {"log_format": args.log_format} if args.log_format else {}
+    try:
+        return load_settings(**overrides)
+    except SettingsError as error:
+        print(f"error: {error}", file=err)
+        return None
+
+
+def start_component(settings: Settings, out: TextIO, err: TextIO) -> TemporalConnection | None:
+    """What a worker and a controller do before their loop starts: read the Temporal TLS files, set up
+    logging, serve `/metrics`; None after one line on `err` when something cannot be used."""
+    from workers.logs import setup_logging
+    from workers.settings import SettingsError
+
+    try:
+        connection = settings.temporal_connection()
+    except SettingsError as error:
+        print(f"error: {error}", file=err)
+        return None
+    if not start_metrics_server(settings.metrics_port, "NODEWRIGHT_METRICS_PORT", err):
+        return None
+    setup_logging(out, level=logging.getLevelName(settings.log_level.value), log_format=settings.log_format)
+    return connection
+
+
 def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from activities.azure import AzureSettingsError
     from workers.azure import load_azure
-    from workers.logs import setup_logging
-    from workers.settings import load_settings
+    from workers.serve import serve_worker
 
-    settings = load_settings()
+    settings = component_settings(args, err)
+    if settings is None:
+        return 2
     try:
         azure = load_azure(settings)
     except AzureSettingsError as error:
         print(f"error: {error}", file=err)
         return 2
-    if not start_metrics_server(settings.metrics_port, "NODEWRIGHT_METRICS_PORT", err):
+    connection = start_component(settings, out, err)
+    if connection is None:
         return 2
-    setup_logging(out)
-    return _serve(_serve_worker(settings, azure), err)
+    return _serve(serve_worker(settings, azure, connection), err)
 
 
 def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from workers.logs import setup_logging
-    from workers.settings import load_settings
+    from workers.serve import serve_controller
 
-    settings = load_settings()
-    port = settings.controller_metrics_port
-    if not start_metrics_server(port, "NODEWRIGHT_METRICS_PORT, plus one for the controller", err):
+    settings = component_settings(args, err)
+    if settings is None:
         return 2
-    setup_logging(out)
-    return _serve(_serve_controller(settings), err)
+    connection = start_component(settings, out, err)
+    if connection is None:
+        return 2
+    return _serve(serve_controller(settings, connection), err)
 
 
 def cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -408,12 +380,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.set_defaults(handler=dev_server)
 
-    commands.add_parser(
-        "worker", help="host workflows and activities (settings from NODEWRIGHT_* variables)"
-    ).set_defaults(handler=worker)
-    commands.add_parser("controller", help="watch the cluster and signal workflows").set_defaults(
-        handler=controller
-    )
+    for name, handler, summary in (
+        ("worker", worker, "host workflows and activities (settings from NODEWRIGHT_* variables)"),
+        ("controller", controller, "watch the cluster and signal workflows, while holding the leader Lease"),
+    ):
+        component = commands.add_parser(name, help=summary)
+        component.add_argument(
+            "--log-format",
+            choices=("json", "text"),
+            help="one JSON object per line, or Karpenter's text lines (default: NODEWRIGHT_LOG_FORMAT, else text)",
+        )
+        component.set_defaults(handler=handler)
 
     local = commands.add_parser(
         "cluster",

@@ -69,7 +69,7 @@ def consolidate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
     settings = load_settings()
 
     async def run() -> int:
-        client = await connect_configured(settings.temporal_address, settings.temporal_namespace)
+        client = await connect_configured(settings.temporal_connection())
         request = DisruptionInput(
             cluster=settings.cluster_name,
             mode=DisruptionMode.MANUAL,

@@ -660,7 +660,7 @@ async def _explain_from_settings(kind: str, name: str) -> Story:
     settings = load_settings()
     unreachable = f"cannot reach Temporal at {settings.temporal_address} (NODEWRIGHT_TEMPORAL_ADDRESS)"
     try:
-        client = await connect_configured(settings.temporal_address, settings.temporal_namespace)
+        client = await connect_configured(settings.temporal_connection())
     except TemporalUnreachableError as error:
         raise ExplainError(str(error)) from None
     try:

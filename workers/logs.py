@@ -1,12 +1,16 @@
 """Karpenter-style log lines from workflows and activities.
 
 Workflows log a Karpenter message ("created nodeclaim", "launched nodeclaim", ...) with its fields under the
-`karpenter` key; this formatter prints them the way people read Karpenter's logs, one line each:
-`2026-11-22T10:00:01Z INFO created nodeclaim NodePool=default NodeClaim=default-x8k2p ...`.
+`karpenter` key; the text formatter prints them the way people read Karpenter's logs, one line each:
+`2026-11-22T10:00:01Z INFO created nodeclaim NodePool=default NodeClaim=default-x8k2p ...`. The JSON formatter
+writes what Karpenter's zap logger writes in a cluster, one object per line, for a log pipeline:
+`{"level": "info", "time": "2026-11-22T10:00:01.000Z", "logger": "temporalio.workflow", "message": "created
+nodeclaim", "NodePool": "default", "NodeClaim": "default-x8k2p", ...}`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -14,6 +18,11 @@ from typing import Any, TextIO
 
 import temporalio.activity
 import temporalio.workflow
+
+from workers.settings import LogFormat
+
+LEVELS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+"""zap's level names; anything above ERROR is `fatal`."""
 
 
 def _value(value: Any) -> str:
@@ -23,14 +32,47 @@ def _value(value: Any) -> str:
     return f'"{text}"' if " " in text and not text.startswith("{") else text
 
 
+def _moment(record: logging.LogRecord) -> str:
+    """The record's time in RFC 3339, UTC, to the millisecond."""
+    return datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = getattr(record, "karpenter", None) or {}
+    return fields
+
+
+def _message(record: logging.LogRecord) -> str:
+    # A Karpenter line's message is its fixed text; its values are the fields.
+    return str(record.msg) if _fields(record) else record.getMessage()
+
+
 class KarpenterFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        fields: dict[str, Any] = getattr(record, "karpenter", None) or {}
-        moment = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        message = record.msg if fields else record.getMessage()
-        parts = [moment, record.levelname, str(message)]
+        fields = _fields(record)
+        parts = [_moment(record), record.levelname, _message(record)]
         parts += [f"{key}={_value(value)}" for key, value in fields.items()]
         return " ".join(parts)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: `level` (zap's lowercase names), `time`, `logger`, `message`, the Karpenter
+    fields flat, and for an exception `error` (its message) and `stacktrace`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "level": LEVELS.get(record.levelno, "fatal" if record.levelno > logging.ERROR else "debug"),
+            "time": _moment(record),
+            "logger": record.name,
+            "message": _message(record),
+        }
+        for key, value in _fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            entry["error"] = str(error) or type(error).__name__
+            entry["stacktrace"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 class KarpenterOnly(logging.Filter):
@@ -41,11 +83,15 @@ class KarpenterOnly(logging.Filter):
 
 
 def setup_logging(
-    stream: TextIO = sys.stdout, level: int = logging.INFO, karpenter_only: bool = False
+    stream: TextIO = sys.stdout,
+    level: int = logging.INFO,
+    karpenter_only: bool = False,
+    log_format: LogFormat = LogFormat.TEXT,
 ) -> None:
-    """Route the Temporal SDK's workflow and activity loggers through the Karpenter formatter."""
+    """Route every logger, the Temporal SDK's workflow and activity loggers included, through the Karpenter
+    formatter of `log_format`."""
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(KarpenterFormatter())
+    handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON else KarpenterFormatter())
     if karpenter_only:
         handler.addFilter(KarpenterOnly())
     # The Karpenter fields already say which NodeClaim a line is about; the SDK's dict suffix would only clutter.

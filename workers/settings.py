@@ -1,19 +1,28 @@
 """Process settings from the environment (`NODEWRIGHT_*`), shared by the worker, the controller and the dev server.
 
 Every process reads the same variables, so one `export` configures the whole stack. A bad value stops the
-process with a message naming the variable to fix, not a pydantic traceback.
+process with a message naming the variable to fix, not a pydantic traceback; a secret's value is never
+printed.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Self
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "NODEWRIGHT_"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+"""Where a pod finds its own namespace (the service account's mount)."""
+SECRET_FIELDS = frozenset({"temporal_api_key"})
+"""Fields whose values never appear in a message."""
+TLS_FILE_FIELDS = ("temporal_tls_cert_file", "temporal_tls_key_file", "temporal_tls_ca_file")
 
 
 class LogLevel(StrEnum):
@@ -26,6 +35,14 @@ class LogLevel(StrEnum):
     def _missing_(cls, value: object) -> LogLevel | None:
         # Accept `debug` as well as `DEBUG`, as Python's logging does.
         return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
+
+class LogFormat(StrEnum):
+    """How a process writes its log: Karpenter's console-like lines, or one JSON object per line (as zap's
+    production encoder writes them) for a log pipeline."""
+
+    TEXT = "text"
+    JSON = "json"
 
 
 class SettingsError(ValueError):
@@ -46,6 +63,36 @@ def split_address(address: str) -> tuple[str, int]:
     if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError("expected host:port with a port from 1 to 65535, e.g. localhost:7233")
     return host, int(port_text)
+
+
+def pod_namespace(
+    environ: dict[str, str] | None = None, service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE
+) -> str:
+    """The namespace this process runs in: `POD_NAMESPACE` (the downward API), else the in-pod service
+    account's namespace file, else `default`."""
+    env = os.environ if environ is None else environ
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    try:
+        return service_account_file.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalConnection:
+    """How to reach Temporal: the address and namespace, and for a secured server the TLS material (read from
+    its files when the process starts) and the Temporal Cloud API key. `tls` without any material is TLS with
+    the system's root certificates."""
+
+    address: str
+    namespace: str = "default"
+    tls: bool = False
+    server_root_ca: bytes | None = None
+    server_name: str | None = None
+    client_cert: bytes | None = None
+    client_key: bytes | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
 
 
 class Settings(BaseSettings):
@@ -79,14 +126,85 @@ class Settings(BaseSettings):
     """Between refreshes of the instance types and prices from the Resource SKUs and Retail Prices APIs."""
     garbage_collection_seconds: float = Field(default=120.0, gt=0)
     """Between garbage collections of VMs and NICs without a NodeClaim (and NodeClaims without a VM)."""
-    metrics_port: int = Field(default=8080, ge=0, le=65534)
-    """Where the worker serves `/metrics` (Karpenter's 8080); the controller serves on the next port. 0: neither."""
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    """Where this process serves `/metrics` (Karpenter's 8080); 0: not at all."""
+    health_probe_port: int = Field(default=8081, ge=0, le=65535)
+    """Where this process serves `/healthz` and `/readyz` (Karpenter's 8081); 0: not at all."""
+    log_format: LogFormat = LogFormat.TEXT
+    temporal_tls_cert_file: str | None = None
+    """The client certificate for mTLS (PEM); with `temporal_tls_key_file`."""
+    temporal_tls_key_file: str | None = None
+    temporal_tls_ca_file: str | None = None
+    """The CA that signs the server's certificate, when it is not one the system trusts."""
+    temporal_tls_server_name: str | None = None
+    """The name to expect on the server's certificate (and to send as SNI), when it is not the address's host."""
+    temporal_api_key: SecretStr | None = None
+    """A Temporal Cloud API key; implies TLS."""
+    leader_election: bool = True
+    """Whether the controller runs only while it holds the Lease (`false` for debugging, as Karpenter's
+    `DISABLE_LEADER_ELECTION`)."""
+    leader_election_name: str = Field(
+        default="nodewright-leader-election", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253
+    )
+    leader_election_namespace: str = Field(
+        default_factory=pod_namespace, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63
+    )
+    leader_election_lease_seconds: int = Field(default=10, ge=1)
+    """How long a Lease not seen renewed stays its holder's (client-go's leaseDuration; Karpenter's 15)."""
+    leader_election_renew_seconds: float = Field(default=8.0, gt=0)
+    """How long the leader keeps trying to renew before it gives up leading (renewDeadline; Karpenter's 10)."""
+    leader_election_retry_seconds: float = Field(default=2.0, gt=0)
+    """Between tries to acquire or renew (retryPeriod; Karpenter's 2)."""
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    """How long a stopping worker lets its running activities finish before it cancels them (Temporal then
+    retries them on another worker)."""
 
     @field_validator("temporal_address")
     @classmethod
     def _host_and_port(cls, value: str) -> str:
         split_address(value)
         return value
+
+    @field_validator(*TLS_FILE_FIELDS, "temporal_tls_server_name", "temporal_api_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # A chart sets every variable and leaves the unused ones empty.
+        return None if value == "" else value
+
+    @field_validator(*TLS_FILE_FIELDS)
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Path(value).read_bytes()
+            except OSError as error:
+                raise ValueError(f"cannot read {value}: {error.strerror or error}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _client_pair(self) -> Self:
+        if (self.temporal_tls_cert_file is None) != (self.temporal_tls_key_file is None):
+            raise ValueError(
+                f"{env_var('temporal_tls_cert_file')} and {env_var('temporal_tls_key_file')} go together "
+                "(the client certificate and its key, for mTLS): set both or neither"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _leader_election_timings(self) -> Self:
+        lease, renew, retry = (
+            self.leader_election_lease_seconds,
+            self.leader_election_renew_seconds,
+            self.leader_election_retry_seconds,
+        )
+        if not retry < renew < lease:
+            raise ValueError(
+                f"{env_var('leader_election_retry_seconds')}={retry:g} < "
+                f"{env_var('leader_election_renew_seconds')}={renew:g} < "
+                f"{env_var('leader_election_lease_seconds')}={lease} must hold: a leader retries its renewal "
+                "within the deadline, and gives up leading before the others may take the Lease"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_window(self) -> Self:
@@ -107,13 +225,36 @@ class Settings(BaseSettings):
         return timedelta(seconds=self.batch_max_seconds)
 
     @property
-    def controller_metrics_port(self) -> int:
-        """The controller's `/metrics` port: the worker's plus one (0 when metrics are off)."""
-        return self.metrics_port + 1 if self.metrics_port else 0
-
-    @property
     def registration_ttl(self) -> timedelta:
         return timedelta(seconds=self.registration_ttl_seconds)
+
+    @property
+    def shutdown_grace(self) -> timedelta:
+        return timedelta(seconds=self.shutdown_grace_seconds)
+
+    def temporal_connection(self) -> TemporalConnection:
+        """Where Temporal is and how to authenticate, with the TLS files read now; `SettingsError` naming the
+        variable when a file cannot be read."""
+        files: dict[str, bytes | None] = {}
+        for name in TLS_FILE_FIELDS:
+            path = getattr(self, name)
+            try:
+                files[name] = None if path is None else Path(path).read_bytes()
+            except OSError as error:
+                raise SettingsError(f"{env_var(name)}={path!r}: cannot read it: {error.strerror}") from None
+        api_key = self.temporal_api_key.get_secret_value() if self.temporal_api_key else None
+        return TemporalConnection(
+            address=self.temporal_address,
+            namespace=self.temporal_namespace,
+            tls=any(value is not None for value in files.values())
+            or self.temporal_tls_server_name is not None
+            or api_key is not None,
+            server_root_ca=files["temporal_tls_ca_file"],
+            server_name=self.temporal_tls_server_name,
+            client_cert=files["temporal_tls_cert_file"],
+            client_key=files["temporal_tls_key_file"],
+            api_key=api_key,
+        )
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -128,7 +269,9 @@ def load_settings(**overrides: Any) -> Settings:
         for detail in error.errors(include_url=False):
             message = detail["msg"].removeprefix("Value error, ")
             if detail["loc"]:
-                problems.append(f"{env_var(str(detail['loc'][0]))}={detail['input']!r}: {message}")
+                name = str(detail["loc"][0])
+                value = "(hidden)" if name in SECRET_FIELDS else repr(detail["input"])
+                problems.append(f"{env_var(name)}={value}: {message}")
             else:
                 problems.append(message)
         raise SettingsError("invalid settings:\n  " + "\n  ".join(problems)) from None

@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from activities.azure.prices import PriceSettings
@@ -27,6 +28,7 @@ from core.instancetypes.catalog import AzureCatalog
 from core.messages import LifecycleInput
 from workers.metrics import MeteredCloudProvider
 from workers.schedules import maintenance_activities, maintenance_workflows
+from workers.settings import TemporalConnection
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
@@ -112,32 +114,53 @@ def build_worker(
     cloud: CloudProvider,
     catalog: AzureCatalog | CatalogSource,
     prices: PriceSettings | None = None,
+    shutdown_grace: timedelta = timedelta(seconds=5),
 ) -> Worker:
-    """A worker for our workflows and activities; a dead worker's sticky tasks move on after 2 s, not 10."""
+    """A worker for our workflows and activities; a dead worker's sticky tasks move on after 2 s, not 10.
+
+    `shutdown_grace` applies when `shutdown()` is called: polling stops at once, running activities get that
+    long to finish, then they are cancelled and Temporal retries them elsewhere."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        graceful_shutdown_timeout=shutdown_grace,
         max_concurrent_activities=64,
     )
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
-    """A Temporal client that speaks pydantic payloads."""
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+async def connect(target: str | TemporalConnection, namespace: str = "default") -> Client:
+    """A Temporal client that speaks pydantic payloads, to an address (plain gRPC, as the dev server serves
+    it) or as a `TemporalConnection` says (mTLS, a server CA and name, a Temporal Cloud API key)."""
+    connection = target if isinstance(target, TemporalConnection) else TemporalConnection(target, namespace)
+    tls: TLSConfig | bool = False
+    if connection.tls:
+        tls = TLSConfig(
+            server_root_ca_cert=connection.server_root_ca,
+            domain=connection.server_name,
+            client_cert=connection.client_cert,
+            client_private_key=connection.client_key,
+        )
+    return await Client.connect(
+        connection.address,
+        namespace=connection.namespace,
+        api_key=connection.api_key,
+        tls=tls,
+        data_converter=pydantic_data_converter,
+    )
 
 
 class TemporalUnreachableError(RuntimeError):
     """The configured Temporal cannot be reached; the message names the address and the variable."""
 
 
-async def connect_configured(address: str, namespace: str = "default") -> Client:
+async def connect_configured(target: str | TemporalConnection, namespace: str = "default") -> Client:
     """`connect` for the CLI's commands: an unreachable server is one clear line, not a transport traceback."""
+    address = target.address if isinstance(target, TemporalConnection) else target
     try:
-        return await connect(address, namespace)
+        return await connect(target, namespace)
     except RuntimeError as error:
         raise TemporalUnreachableError(
             f"cannot reach Temporal at {address} (NODEWRIGHT_TEMPORAL_ADDRESS): {error}"

@@ -259,7 +259,9 @@ async def running_system(tmp_path: Path, plane: ControlPlane) -> AsyncIterator[S
                 env_var("kubeconfig"): str(plane.kubeconfig),
                 env_var("task_queue"): task_queue,
                 env_var("cluster_name"): cluster,
-                env_var("metrics_port"): "0",  # no /metrics: port 8080 may be taken on a test machine
+                # No /metrics or probes: ports 8080 and 8081 may be taken on a test machine.
+                env_var("metrics_port"): "0",
+                env_var("health_probe_port"): "0",
             },
             log_path=tmp_path / "worker.log",
         )

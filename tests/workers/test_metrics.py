@@ -407,11 +407,11 @@ async def test_the_controller_loop_keeps_the_gauges_and_outlives_a_failed_snapsh
 # --- settings ------------------------------------------------------------------------------------------------
 
 
-def test_the_controller_serves_on_the_port_after_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_process_serves_on_its_own_metrics_port(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NODEWRIGHT_METRICS_PORT", raising=False)
     assert load_settings().metrics_port == 8080
-    assert load_settings(metrics_port=9000).controller_metrics_port == 9001
-    assert load_settings(metrics_port=0).controller_metrics_port == 0
+    assert load_settings(metrics_port=9000).metrics_port == 9000
+    assert load_settings(metrics_port=0).metrics_port == 0
     with pytest.raises(SettingsError, match="NODEWRIGHT_METRICS_PORT"):
         load_settings(metrics_port=70000)
 

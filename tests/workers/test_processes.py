@@ -24,6 +24,7 @@ def run_controller(tmp_path: Path, kubeconfig: str) -> subprocess.CompletedProce
         **os.environ,
         "NODEWRIGHT_KUBECONFIG": kubeconfig,
         "NODEWRIGHT_METRICS_PORT": "0",
+        "NODEWRIGHT_HEALTH_PROBE_PORT": "0",
         "NODEWRIGHT_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
     }
     return subprocess.run(

@@ -1,0 +1,209 @@
+"""`nodewright worker` and `nodewright controller` as cluster components: what each runs, in which order, what
+its readiness means, and how it stops.
+
+Both check the Kubernetes API server first (a kubeconfig that cannot be used stops the process at once, exit
+code 2), serve their health probes, then wait for Temporal: in a cluster it may start after them, so an
+unreachable Temporal is retried with backoff while `/readyz` says why the process is not ready. Then:
+
+- the worker registers the search attributes and schedules, refreshes its catalog and polls its task queue.
+  On SIGTERM it stops polling, lets running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then
+  cancels the rest (Temporal retries them on another worker) and exits 0. Ready: API server and Temporal
+  answer, and the worker polls.
+- the controller waits for the leader Lease (`workers.leader`), then watches and signals until SIGTERM, when it
+  stops watching, releases the Lease and exits 0; a Lease it could not renew ends it with exit code 1, for
+  Kubernetes to restart it. Ready: API server and Temporal answer, and it leads or stands by having read the
+  Lease (a standby must pass readiness, or a rollout of two replicas would never finish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
+
+from activities.kubeclient import KubernetesCluster, load_cluster
+from core.errors import CloudError
+from workers.health import Check, Readiness, serve_probes
+from workers.settings import Settings, TemporalConnection
+from workers.worker import TemporalUnreachableError, connect_configured
+
+if TYPE_CHECKING:
+    from workers.azure import AzureConfig
+    from workers.leader import LeaderElector
+
+logger = logging.getLogger("nodewright")
+
+HEALTH_CHECK_TIMEOUT = timedelta(seconds=3)
+
+
+def connect_cluster(settings: Settings, threads: int | None = None) -> KubernetesCluster:
+    """The Kubernetes API of the settings' kubeconfig (or the pod's service account); `ClusterConfigError`
+    when it cannot be read. The connection is checked by the caller, on its event loop."""
+    extra = {} if threads is None else {"threads": threads}
+    return load_cluster(
+        settings.kubeconfig, settings.kube_context, qps=settings.kube_qps, burst=settings.kube_burst, **extra
+    )
+
+
+@dataclass
+class Connections:
+    """What readiness looks at: the API server, Temporal once connected, and the process's own part."""
+
+    cluster: KubernetesCluster
+    temporal: TemporalConnection
+    client: Client | None = None
+    temporal_error: str = "not tried yet"
+
+    async def kubernetes(self) -> str | None:
+        try:
+            await self.cluster.ping()
+        except CloudError as error:
+            return f"cannot reach the Kubernetes API server {self.cluster.server}: {error}"
+        return None
+
+    async def temporal_server(self) -> str | None:
+        where = f"Temporal at {self.temporal.address}"
+        if self.client is None:
+            return f"not connected to {where} yet: {self.temporal_error}"
+        try:
+            serving = await self.client.service_client.check_health(timeout=HEALTH_CHECK_TIMEOUT)
+        except (RPCError, RuntimeError) as error:
+            return f"cannot reach {where}: {error}"
+        return None if serving else f"{where} answers but does not serve yet"
+
+    def checks(self) -> list[Check]:
+        return [
+            Check("the Kubernetes API server", self.kubernetes),
+            Check("Temporal", self.temporal_server),
+        ]
+
+    async def connect_temporal(self, max_wait_seconds: float = 5.0) -> Client:
+        """Connect, trying again with jittered backoff while Temporal cannot be reached; each failure is
+        logged and `/readyz` shows the last one."""
+
+        def failed(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            self.temporal_error = str(error)
+            logger.warning("waiting for Temporal: %s", error)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(TemporalUnreachableError),
+            wait=wait_random_exponential(multiplier=0.5, max=max_wait_seconds),
+            before_sleep=failed,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                self.client = await connect_configured(self.temporal)
+        assert self.client is not None
+        return self.client
+
+
+# --- the worker ------------------------------------------------------------------------------------------
+
+
+async def serve_worker(settings: Settings, azure: AzureConfig, connection: TemporalConnection) -> None:
+    from activities.catalog_source import CatalogSource
+    from workers.azure import cloud_provider, price_settings
+    from workers.schedules import ensure_schedules, refresh_in_process
+    from workers.temporal_server import ensure_search_attributes
+    from workers.worker import build_worker
+
+    cluster = connect_cluster(settings)
+    await cluster.check_connection()
+    connections = Connections(cluster, connection)
+    worker: Worker | None = None
+    stopping = False
+
+    async def polling() -> str | None:
+        if stopping:
+            return "shutting down"
+        if worker is None or not worker.is_running:
+            return f"not polling task queue {settings.task_queue} yet"
+        return None
+
+    readiness = Readiness([*connections.checks(), Check("the worker", polling)])
+    async with cluster, serve_probes(settings.health_probe_port, readiness):
+        client = await connections.connect_temporal()
+        await ensure_search_attributes(client)
+        catalogs = CatalogSource.shipped(azure.settings.location)
+        prices = price_settings(azure)
+        async with cloud_provider(cluster, azure, catalogs) as cloud:
+            worker = build_worker(
+                client, settings.task_queue, cluster, cloud, catalogs, prices, settings.shutdown_grace
+            )
+            await ensure_schedules(
+                client,
+                azure.settings.cluster_name,
+                settings.task_queue,
+                catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
+                gc_every=timedelta(seconds=settings.garbage_collection_seconds),
+            )
+            await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
+            running = asyncio.create_task(worker.run())
+            try:
+                await asyncio.shield(running)
+            except asyncio.CancelledError:
+                # Cancelling `run()` would also cancel its shutdown; `shutdown()` applies the grace period.
+                stopping = True
+                logger.info(
+                    "stopping: no new tasks; running activities have %g s to finish",
+                    settings.shutdown_grace_seconds,
+                )
+                await worker.shutdown()
+                raise
+
+
+# --- the controller --------------------------------------------------------------------------------------
+
+
+async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
+    from activities.metrics import default_metrics
+    from core.messages import ProvisionerInput
+    from workers.consolidate import disruption_input
+    from workers.controller import Controller
+    from workers.leader import LeaderElectionConfig, LeaderElector
+
+    cluster = connect_cluster(settings)
+    await cluster.check_connection()
+    connections = Connections(cluster, connection)
+    # Leases get a client of their own (as controller-runtime gives leader election one): a renewal never
+    # waits behind the controller's requests for a pool thread or the rate limiter.
+    leases = connect_cluster(settings, threads=2)
+    elector = (
+        LeaderElector(leases, LeaderElectionConfig.from_settings(settings))
+        if settings.leader_election
+        else None
+    )
+    readiness = Readiness([*connections.checks(), Check("leader election", lambda: _standing(elector))])
+    async with cluster, leases, serve_probes(settings.health_probe_port, readiness):
+        client = await connections.connect_temporal()
+        controller = Controller(
+            client,
+            cluster,
+            ProvisionerInput(
+                cluster=settings.cluster_name,
+                batch_idle_seconds=settings.batch_idle_seconds,
+                batch_max_seconds=settings.batch_max_seconds,
+            ),
+            settings.task_queue,
+            disruption=disruption_input(settings),
+            metrics=default_metrics(),
+        )
+        if elector is None:
+            await controller.run()
+        else:
+            await elector.run(controller.run)
+
+
+async def _standing(elector: LeaderElector | None) -> str | None:
+    if elector is None or elector.leading or elector.observed:
+        return None
+    return f"has not read the leader lease {elector.config.lease} yet"
