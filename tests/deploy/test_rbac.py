@@ -130,9 +130,6 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 
 NOT_EXERCISED = {
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
-    ("coordination.k8s.io", "leases", "get"): "leader election",
-    ("coordination.k8s.io", "leases", "create"): "leader election",
-    ("coordination.k8s.io", "leases", "update"): "leader election",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
@@ -513,10 +510,11 @@ async def nodewright(env: dict[str, str], logs: Path, explain: Callable[[], str]
 
 
 def process_environment(
-    aks: SimulatedAks, kubeconfig: Path, temporal: WorkflowEnvironment, task_queue: str
+    aks: SimulatedAks, kubeconfig: Path, temporal: WorkflowEnvironment, task_queue: str, namespace: str
 ) -> dict[str, str]:
     """What a Deployment of the chart would set, pointed at the emulated Azure, with short periods; the only
-    Kubernetes credentials are the ServiceAccount's."""
+    Kubernetes credentials are the ServiceAccount's, and the controller's Lease is in the release's namespace
+    (as `POD_NAMESPACE` puts it in a pod)."""
     inherited = {
         key: value
         for key, value in os.environ.items()
@@ -529,6 +527,8 @@ def process_environment(
         env_var("temporal_address"): temporal.client.service_client.config.target_host,
         env_var("task_queue"): task_queue,
         env_var("metrics_port"): "0",
+        env_var("health_probe_port"): "0",
+        "POD_NAMESPACE": namespace,
         env_var("batch_idle_seconds"): "0.5",
         env_var("batch_max_seconds"): "2",
         env_var("disruption_poll_seconds"): "1",
@@ -638,7 +638,7 @@ async def test_worker_and_controller_provision_consolidate_and_terminate_as_the_
         kubeconfig = service_account_kubeconfig(plane, release, tmp_path)
         async with fresh_aks(plane, AksSettings.instant(seed=5)) as aks:
             cluster = aks.azure.settings.cluster_name
-            env = process_environment(aks, kubeconfig, temporal_env, task_queue)
+            env = process_environment(aks, kubeconfig, temporal_env, task_queue, release.namespace)
             try:
                 async with nodewright(env, tmp_path, lambda: denied(plane, release.user)) as processes:
                     await run_scenario(plane, aks, processes, release.user, seen_claims)
