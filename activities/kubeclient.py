@@ -697,6 +697,9 @@ class KubernetesCluster:
         try:
             for request in (version.get_code, functools.partial(self._core.list_node, limit=1)):
                 response: Any = request(_preload_content=False, _request_timeout=self._timeout)
+                # Read the (small) body first: a connection released mid-response is dropped, which the
+                # API server logs as a canceled request and urllib3 as a retried one.
+                response.read()
                 response.release_conn()
         except ApiException as error:
             status = _status_body(error).get("message") or _one_line(error.reason)

@@ -26,7 +26,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,6 +161,11 @@ class ControlPlane:
     def log(self, name: str) -> Path:
         return self.directory / "logs" / f"{name}.log"
 
+    @property
+    def audit_log(self) -> Path:
+        """Where the API server writes its audit events, when started with an audit policy."""
+        return self.log("audit")
+
     def check_alive(self) -> None:
         for name, process in self.processes.items():
             if process.poll() is not None:
@@ -258,11 +263,14 @@ def start_control_plane(
     binaries: Binaries | None = None,
     crds: Path | None = DEFAULT_CRDS,
     timeout: float = 60.0,
+    audit_policy: Mapping[str, object] | None = None,
 ) -> ControlPlane:
     """Start a control plane whose state and logs live in `directory` (made fresh: anything there is removed).
 
     Builds the binaries first if they are not cached. Returns once the API server is ready, the bootstrap
-    objects and CRDs exist and the `default` ServiceAccount has been made (pods can be created).
+    objects and CRDs exist and the `default` ServiceAccount has been made (pods can be created). With an
+    `audit_policy` (an `audit.k8s.io/v1` Policy), the API server writes the requests it selects to
+    `audit_log`, one JSON event per line.
     """
     binaries = binaries or ensure_binaries()
     if directory.exists():
@@ -282,7 +290,7 @@ def start_control_plane(
         directory, binaries, server, pki.ca_cert, kubeconfig, admin_token, BootstrapToken.generate()
     )
     try:
-        _launch(plane, pki, etcd_port, peer_port, api_port, kwok_port, timeout)
+        _launch(plane, pki, etcd_port, peer_port, api_port, kwok_port, timeout, audit_policy)
         _bootstrap(plane, crds, timeout)
     except BaseException:
         plane.stop()
@@ -298,8 +306,16 @@ def _launch(
     api_port: int,
     kwok_port: int,
     timeout: float,
+    audit_policy: Mapping[str, object] | None,
 ) -> None:
     binaries, directory, kubeconfig = plane.binaries, plane.directory, str(plane.kubeconfig)
+    audit: list[str] = []
+    if audit_policy is not None:
+        policy = directory / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(dict(audit_policy), sort_keys=False))
+        plane.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        audit = ["--audit-policy-file", str(policy), "--audit-log-path", str(plane.audit_log)]
+        audit += ["--audit-log-format", "json"]
     _start(
         plane,
         "etcd",
@@ -339,6 +355,7 @@ def _launch(
             "--allow-privileged",
             "--max-requests-inflight", "1000",
             "--max-mutating-requests-inflight", "500",
+            *audit,
         ],
     )  # fmt: skip
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
