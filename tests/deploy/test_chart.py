@@ -454,12 +454,14 @@ def test_the_api_server_accepts_every_object_the_chart_renders(
         VALUE_SETS[value_set], *sets, flags=["--include-crds"], release=namespace, namespace=namespace
     )
     objects = documents(rendered.stdout)
+    # Server-side apply, as the control plane installed the CRDs; every object names its own namespace (the
+    # bootstrap token's Role lives in kube-system).
     done = control_plane.kubectl(
         "apply",
+        "--server-side",
+        "--force-conflicts",
         "--dry-run=server",
         "--validate=strict",
-        "--namespace",
-        namespace,
         "-f",
         "-",
         input=rendered.stdout,
