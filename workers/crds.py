@@ -1,7 +1,9 @@
-"""`nodewright crds`: write the CustomResourceDefinitions generated from the API models to `deploy/crds/`.
+"""`nodewright crds`: write the CustomResourceDefinitions generated from the API models to `deploy/crds/` and to
+the Helm chart's `crds/`.
 
-The files are committed so that `kubectl apply -f deploy/crds/` (and the local control plane) installs them;
-a test fails when they differ from what the models generate, so they never drift from the models.
+The files are committed so that `kubectl apply -f deploy/crds/` (and the local control plane) installs them, and
+so that `helm install` installs the chart's copies; a test fails when either directory differs from what the
+models generate, so they never drift from the models.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import yaml
 
 from core.api.crds import Schema, custom_resource_definitions
 
-DEFAULT_DIRECTORY = Path("deploy") / "crds"
+DEFAULT_DIRECTORIES = (Path("deploy") / "crds", Path("deploy") / "charts" / "nodewright" / "crds")
+"""Where `nodewright crds` writes without `--output-dir`: the plain manifests and the chart's copies."""
 HEADER = (
     "# Generated from the models in core/api by `nodewright crds`: change the models, then run it again.\n"
 )
@@ -51,8 +54,10 @@ def write_crds(directory: Path) -> list[Path]:
 
 
 def crds_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    for path in write_crds(Path(args.output_dir)):
-        print(f"wrote {path}", file=out)
+    directories = args.output_dir or DEFAULT_DIRECTORIES
+    for directory in map(Path, directories):
+        for path in write_crds(directory):
+            print(f"wrote {path}", file=out)
     return 0
 
 
@@ -65,6 +70,8 @@ def add_crds_parser(commands: Any) -> None:
         "printer columns) from the pydantic models in core/api and writes one YAML file per CRD.",
     )
     parser.add_argument(
-        "--output-dir", default=str(DEFAULT_DIRECTORY), help="where to write them (default: deploy/crds)"
+        "--output-dir",
+        action="append",
+        help="where to write them (repeatable; default: deploy/crds and deploy/charts/nodewright/crds)",
     )
     parser.set_defaults(handler=crds_command)

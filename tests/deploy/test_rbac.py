@@ -256,6 +256,7 @@ def test_without_leader_election_there_is_no_lease_role() -> None:
         "nodewright",
         f"settings.bootstrapTokenSecret={TOKEN_SECRET}",
         "controller.leaderElection.enabled=false",
+        "controller.replicas=1",
     )
     permissions = granted(documents, ("nodewright", "rbac-nodewright"))
     assert permissions == {p for p in expected_permissions("nodewright") if p.resource != "leases"}
