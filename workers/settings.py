@@ -131,6 +131,9 @@ class Settings(BaseSettings):
     health_probe_port: int = Field(default=8081, ge=0, le=65535)
     """Where this process serves `/healthz` and `/readyz` (Karpenter's 8081); 0: not at all."""
     log_format: LogFormat = LogFormat.TEXT
+    temporal_tls: bool = False
+    """Connect to Temporal over TLS, trusting the system's CAs; implied by any other `temporal_tls_*` setting
+    and by `temporal_api_key`."""
     temporal_tls_cert_file: str | None = None
     """The client certificate for mTLS (PEM); with `temporal_tls_key_file`."""
     temporal_tls_key_file: str | None = None
@@ -246,7 +249,8 @@ class Settings(BaseSettings):
         return TemporalConnection(
             address=self.temporal_address,
             namespace=self.temporal_namespace,
-            tls=any(value is not None for value in files.values())
+            tls=self.temporal_tls
+            or any(value is not None for value in files.values())
             or self.temporal_tls_server_name is not None
             or api_key is not None,
             server_root_ca=files["temporal_tls_ca_file"],

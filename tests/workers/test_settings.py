@@ -188,6 +188,13 @@ def test_temporal_tls_files_are_read_at_start(monkeypatch: pytest.MonkeyPatch, t
     assert "client.key-----" not in repr(connection)
 
 
+def test_server_only_tls_trusts_the_system_cas(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not load_settings().temporal_connection().tls
+    monkeypatch.setenv("NODEWRIGHT_TEMPORAL_TLS", "true")
+    connection = load_settings().temporal_connection()
+    assert connection.tls and connection.server_root_ca is None and connection.client_cert is None
+
+
 def test_an_api_key_implies_tls_and_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODEWRIGHT_TEMPORAL_API_KEY", "sekrit-api-key")
     settings = load_settings()
