@@ -15,6 +15,7 @@ import yaml
 from temporalio.client import WorkflowHandle
 
 from core import labels
+from core.disruption.commands import format_price
 from core.messages import (
     ActivityName,
     CommandOutcome,
@@ -29,12 +30,14 @@ from core.messages import (
     KeptReason,
     Phase,
     PlannedReplacement,
+    TerminationReason,
 )
 from simulator.arm import Fault
 from tests.cluster import events
 from tests.workflows.conftest import (
     FAST,
     PAUSE,
+    TIMER,
     System,
     activity_calls,
     condition,
@@ -47,10 +50,13 @@ from tests.workflows.conftest import (
     planned_claim,
     start_input,
     started,
+    step_summaries,
 )
 from workers.consolidate import consolidate
 from workers.controller import Controller
 from workflows.disruption import DisruptionWorkflow, consolidation_id, disruption_id, kept_event, validate
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.provisioner import nodeclaim_id
 
 SETTINGS = DisruptionSettings(
     poll_seconds=0.5, validation_seconds=1, replacement_timeout_seconds=60, activity_timeout_seconds=30
@@ -199,6 +205,26 @@ async def test_an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_fi
         "Launching NodeClaim: Underutilized"
     ]
     assert await events_about(system, node, "DisruptionTerminating") == ["Disrupting Node: Underutilized"]
+    # The candidate's lifecycle says which command ended it; the command's steps say what each was for.
+    ended = await system.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(claim)).result()
+    assert (ended.termination_reason, ended.reason) == (
+        TerminationReason.UNDERUTILIZED,
+        f"disrupted via consolidation replace (Underutilized) by {disruption_id(system.cluster)}",
+    )
+    about = f"consolidation replace of {node} (saves {format_price(command.savings_micros)}/h)"
+    steps = await step_summaries(system.client, handle)
+    for step in [
+        (TIMER, f"wait 1s validation: {about}"),
+        (ActivityName.PLAN_DISRUPTION, f"validate {about}: plan again"),
+        (
+            "taint_disruption_candidates",
+            f"taint {node} karpenter.sh/disrupted:NoSchedule for consolidation replace",
+        ),
+        ("launch_disruption_replacements", f"launch 1 replacement for {node}"),
+        ("disruption_replacement_progress", f"check replacements {replacement} are initialized"),
+    ]:
+        assert step in steps, (step, steps)
+    assert steps[0] == (ActivityName.PLAN_DISRUPTION, "plan disruption pass 1")
     await handle.terminate()
 
 
