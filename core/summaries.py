@@ -18,6 +18,7 @@ from core.messages import (
     DisruptionEvent,
     DisruptionInput,
     DisruptionMode,
+    DisruptionStatus,
     DisruptNodeClaim,
     LaunchFailure,
     OfferingChoice,
@@ -50,6 +51,11 @@ def names(items: Sequence[str], shown: int = SHOWN) -> str:
     if len(items) > shown:
         text += f" and {len(items) - shown} more"
     return text
+
+
+def markdown_text(text: str) -> str:
+    """Free text for markdown details: the UI renders $...$ as math, so dollar signs are escaped."""
+    return text.replace("$", "\\$")
 
 
 def count(number: int, noun: str) -> str:
@@ -97,14 +103,14 @@ def lifecycle_details(claim: PlannedNodeClaim) -> str:
     the pods it is for."""
     blocks = [f"**NodeClaim** `{claim.name}` in NodePool `{claim.nodepool}`"]
     if claim.reason:
-        blocks.append(f"**Why:** {claim.reason}")
+        blocks.append(f"**Why:** {markdown_text(claim.reason)}")
     if claim.requests:
         blocks.append(
             "**Requests:** " + ", ".join(f"{name} {amount}" for name, amount in claim.requests.items())
         )
     if claim.launch_candidates:
         options = [
-            f"{index}. {offering_text(offering)} {format_price(offering.price_micros)}/h"
+            f"{index}. {offering_text(offering)} `{format_price(offering.price_micros)}/h`"
             for index, offering in enumerate(claim.launch_candidates[:DETAILED], 1)
         ]
         if len(claim.launch_candidates) > DETAILED:
@@ -156,6 +162,21 @@ def disruption_details(request: DisruptionInput) -> str:
     )
 
 
+def consolidation_outcome(status: DisruptionStatus) -> str:
+    """How a manual consolidation ended: "2 commands planned (saves $0.308/h), 3 nodes kept; 2 executed"."""
+    plan = status.plan
+    if plan is None:
+        return "no plan"
+    saves = (
+        f" (saves {format_price(plan.savings_micros)}/h)" if plan.commands and plan.savings_micros > 0 else ""
+    )
+    text = f"{count(len(plan.commands), 'command')} planned{saves}, {count(len(plan.kept), 'node')} kept"
+    outcomes = [result.outcome.value for result in status.results]
+    if outcomes:
+        text += "; " + ", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
+    return text
+
+
 def catalog_refresh_summary(cluster: str) -> str:
     return f"catalog refresh (instance types and prices) for cluster {cluster}"
 
@@ -179,9 +200,8 @@ def collect_garbage_summary(grace_seconds: float) -> str:
 
 def command_summary(command: DisruptionCommand) -> str:
     """A disruption command: "consolidation delete of aks-default-x, aks-default-y (saves $0.154/h)"."""
-    nodes = names([candidate.node for candidate in command.candidates])
     saves = f" (saves {format_price(command.savings_micros)}/h)" if command.savings_micros > 0 else ""
-    return f"{method_name(command.method)} {command.decision} of {nodes}{saves}"
+    return command_nodes(command) + saves
 
 
 def command_details(command: DisruptionCommand) -> str:
@@ -212,14 +232,21 @@ def plan_pass_summary(request: DisruptionInput, passes: int) -> str:
     return f"plan consolidation of {pools}"
 
 
+def command_nodes(command: DisruptionCommand) -> str:
+    """ "consolidation delete of aks-default-x, aks-default-y": the command without its savings."""
+    nodes = names([candidate.node for candidate in command.candidates])
+    return f"{method_name(command.method)} {command.decision} of {nodes}"
+
+
 def validate_summary(command: DisruptionCommand) -> str:
-    return f"validate {command_summary(command)}: plan again"
+    """The fresh plan after the validation wait: "validate consolidation delete of aks-default-x"."""
+    return f"validate {command_nodes(command)}"
 
 
 def taint_candidates_summary(command: DisruptionCommand) -> str:
-    """ "taint aks-default-abcde karpenter.sh/disrupted:NoSchedule for drift replace"."""
+    """ "taint aks-default-abcde for drift replace" (karpenter.sh/disrupted:NoSchedule)."""
     nodes = names([candidate.node for candidate in command.candidates])
-    return f"taint {nodes} karpenter.sh/disrupted:NoSchedule for {method_name(command.method)} {command.decision}"
+    return f"taint {nodes} for {method_name(command.method)} {command.decision}"
 
 
 def launch_replacements_summary(command: DisruptionCommand) -> str:

@@ -178,7 +178,9 @@ class DisruptionWorkflow:
     @workflow.run
     async def run(self, request: DisruptionInput) -> DisruptionStatus:
         if request.mode is DisruptionMode.MANUAL:
-            return await self._manual(request)
+            status = await self._manual(request)
+            workflow.set_current_details(summaries.consolidation_outcome(status))
+            return status
         await self._automatic(request)
         return self._status
 

@@ -111,6 +111,7 @@ class NodeClaimWorkflow:
             await self._run()
         if self._status.phase is not Phase.FAILED:
             await self._terminate()
+        workflow.set_current_details(f"{self._status.phase.value}: {self._status.reason}")
         return self._status
 
     # -------------------------------------------------------------------------------------------- phases

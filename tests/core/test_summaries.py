@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from core import summaries
 from core.messages import (
+    CommandOutcome,
+    CommandResult,
     DisruptedCandidate,
     DisruptionCommand,
     DisruptionEvent,
     DisruptionInput,
     DisruptionMode,
+    DisruptionPassRecord,
     DisruptionSettings,
+    DisruptionStatus,
     DisruptNodeClaim,
+    KeptNode,
     LaunchFailure,
     OfferingChoice,
     PlannedNodeClaim,
@@ -108,8 +115,8 @@ def test_a_lifecycles_details_say_why_and_list_options_and_pods() -> None:
             "**Why:** cheapest of 2 instance types that fit 3 pods",
             "**Requests:** cpu 3100m, memory 3200Mi, pods 4",
             "**Launch options, in order:**\n"
-            "1. Standard_D4s_v5 spot eastus-1 $0.040/h\n"
-            "2. Standard_D4s_v5 on-demand eastus-2 $0.192/h",
+            "1. Standard_D4s_v5 spot eastus-1 `$0.040/h`\n"
+            "2. Standard_D4s_v5 on-demand eastus-2 `$0.192/h`",
             "**Pods (3):** `default/inflate-1`, `default/inflate-2`, `default/inflate-3`",
         ]
     )
@@ -120,9 +127,11 @@ def test_long_lists_in_details_stop_after_ten() -> None:
         launch_candidates=[SPOT] * 12, pods=[f"default/p-{i}" for i in range(12)], pod_count=40, reason=""
     )
     details = summaries.lifecycle_details(many)
-    assert "10. Standard_D4s_v5 spot eastus-1 $0.040/h\nand 2 more" in details
+    assert "10. Standard_D4s_v5 spot eastus-1 `$0.040/h`\nand 2 more" in details
     assert details.endswith("`default/p-9` and 30 more")
     assert "**Why:**" not in details
+    priced = summaries.lifecycle_details(claim(reason="Standard_D4s_v5 spot at $0.0400/h"))
+    assert "**Why:** Standard_D4s_v5 spot at \\$0.0400/h" in priced  # not the start of a formula
 
 
 def test_the_provisioner_and_the_maintenance_workflows() -> None:
@@ -182,11 +191,11 @@ def test_a_commands_steps() -> None:
         reason="Drifted",
         replacements=[PlannedReplacement(nodepool="default", instance_type_options=["Standard_D4s_v5"])],
     )
-    assert summaries.taint_candidates_summary(drift) == (
-        "taint aks-default-abcde karpenter.sh/disrupted:NoSchedule for drift replace"
-    )
+    assert summaries.taint_candidates_summary(drift) == "taint aks-default-abcde for drift replace"
     assert summaries.launch_replacements_summary(drift) == "launch 1 replacement for aks-default-abcde"
-    assert summaries.validate_summary(drift) == "validate drift replace of aks-default-abcde: plan again"
+    assert summaries.validate_summary(drift) == "validate drift replace of aks-default-abcde"
+    saving = command("single-node-consolidation", "delete", ["aks-x"], 154_000)
+    assert summaries.validate_summary(saving) == "validate consolidation delete of aks-x"
     assert summaries.replacement_progress_summary(["default-r8v7m"]) == (
         "check replacements default-r8v7m are initialized"
     )
@@ -294,3 +303,20 @@ def test_why_a_lifecycle_ended() -> None:
         "Standard_D2s_v5 spot, no zone: QuotaExceeded)"
     )
     assert summaries.launch_failed([]) == "launch failed: no offering to launch"
+
+
+def test_how_a_manual_consolidation_ended() -> None:
+    status = DisruptionStatus(cluster="c", mode=DisruptionMode.MANUAL)
+    assert summaries.consolidation_outcome(status) == "no plan"
+    kept = [KeptNode(node="aks-a"), KeptNode(node="aks-b")]
+    status.plan = DisruptionPassRecord(at=datetime(2026, 1, 1, tzinfo=UTC), kept=kept)
+    assert summaries.consolidation_outcome(status) == "0 commands planned, 2 nodes kept"
+    planned = command("single-node-consolidation", "delete", ["aks-x"], 154_000)
+    status.plan = DisruptionPassRecord(
+        at=datetime(2026, 1, 1, tzinfo=UTC), commands=[planned], kept=kept[:1], savings_micros=154_000
+    )
+    status.results = [CommandResult(command=planned, outcome=CommandOutcome.DRY_RUN)]
+    assert (
+        summaries.consolidation_outcome(status)
+        == "1 command planned (saves $0.154/h), 1 node kept; 1 dry-run"
+    )

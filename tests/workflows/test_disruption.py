@@ -41,6 +41,7 @@ from tests.workflows.conftest import (
     System,
     activity_calls,
     condition,
+    current_details,
     decode,
     eventually,
     example_manifests,
@@ -215,11 +216,8 @@ async def test_an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_fi
     steps = await step_summaries(system.client, handle)
     for step in [
         (TIMER, f"wait 1s validation: {about}"),
-        (ActivityName.PLAN_DISRUPTION, f"validate {about}: plan again"),
-        (
-            "taint_disruption_candidates",
-            f"taint {node} karpenter.sh/disrupted:NoSchedule for consolidation replace",
-        ),
+        (ActivityName.PLAN_DISRUPTION, f"validate consolidation replace of {node}"),
+        ("taint_disruption_candidates", f"taint {node} for consolidation replace"),
         ("launch_disruption_replacements", f"launch 1 replacement for {node}"),
         ("disruption_replacement_progress", f"check replacements {replacement} are initialized"),
     ]:
@@ -335,6 +333,10 @@ async def test_a_manual_dry_run_changes_nothing_and_the_query_returns_the_plan(s
     assert [r.outcome for r in result.results] == [CommandOutcome.DRY_RUN]
     assert [c.name for c in await system.nodeclaims()] == [claim]
     assert labels.DISRUPTED_TAINT not in await taints(system, node)
+    saves = format_price(command.savings_micros)
+    assert await current_details(handle) == (
+        f"1 command planned (saves {saves}/h), {len(result.plan.kept)} nodes kept; 1 dry-run"
+    )
 
 
 async def test_a_confirmed_manual_consolidation_executes(system: System) -> None:

@@ -22,6 +22,7 @@ from core.messages import (
     Phase,
     TerminationReason,
 )
+from core.summaries import markdown_text
 from simulator.arm import Fault
 from tests.workflows.conftest import (
     FAST,
@@ -385,13 +386,16 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
         f"{first.instance_type} {first.capacity_type} {first.zone} for 1 pod (NodePool default)"
     )
     details = await described.static_details() or ""
-    assert f"**Why:** {planned.reason}" in details and f"`default/{pod.metadata.name}`" in details
+    assert (
+        f"**Why:** {markdown_text(planned.reason)}" in details and f"`default/{pod.metadata.name}`" in details
+    )
     assert "**Launch options, in order:**\n1. " in details
     provisioner = await system.provisioner().describe()
     assert await provisioner.static_summary() == f"provisioner for cluster {system.cluster}"
 
     await system.kube.delete_nodeclaim(claim)
     await asyncio.wait_for(lifecycle.result(), 15)
+    assert await current_details(lifecycle) == f"Terminated: NodeClaim {claim} was deleted"
 
     steps = await step_summaries(system.client, lifecycle)
     assert all(summary for _, summary in steps), steps
