@@ -198,10 +198,14 @@ def collect_garbage_summary(grace_seconds: float) -> str:
 # ---------------------------------------------------------------------------------- disruption commands
 
 
+def savings(command: DisruptionCommand) -> str:
+    """ " (saves $0.154/h)", or nothing when the command saves nothing (drift may cost more)."""
+    return f" (saves {format_price(command.savings_micros)}/h)" if command.savings_micros > 0 else ""
+
+
 def command_summary(command: DisruptionCommand) -> str:
     """A disruption command: "consolidation delete of aks-default-x, aks-default-y (saves $0.154/h)"."""
-    saves = f" (saves {format_price(command.savings_micros)}/h)" if command.savings_micros > 0 else ""
-    return command_nodes(command) + saves
+    return command_nodes(command) + savings(command)
 
 
 def command_details(command: DisruptionCommand) -> str:
@@ -238,15 +242,22 @@ def command_nodes(command: DisruptionCommand) -> str:
     return f"{method_name(command.method)} {command.decision} of {nodes}"
 
 
+def validation_wait_summary(seconds: float, command: DisruptionCommand) -> str:
+    """ "wait 15s validation: consolidation delete of aks-default-x" (the savings follow on the taint, which
+    starts the command: the UI's compact history cuts long summaries short)."""
+    return wait_summary(seconds, f"validation: {command_nodes(command)}")
+
+
 def validate_summary(command: DisruptionCommand) -> str:
     """The fresh plan after the validation wait: "validate consolidation delete of aks-default-x"."""
     return f"validate {command_nodes(command)}"
 
 
 def taint_candidates_summary(command: DisruptionCommand) -> str:
-    """ "taint aks-default-abcde for drift replace" (karpenter.sh/disrupted:NoSchedule)."""
+    """ "taint aks-default-x for consolidation delete (saves $0.154/h)" (karpenter.sh/disrupted:NoSchedule): the
+    command starts."""
     nodes = names([candidate.node for candidate in command.candidates])
-    return f"taint {nodes} for {method_name(command.method)} {command.decision}"
+    return f"taint {nodes} for {method_name(command.method)} {command.decision}{savings(command)}"
 
 
 def launch_replacements_summary(command: DisruptionCommand) -> str:

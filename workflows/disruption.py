@@ -271,14 +271,13 @@ class DisruptionWorkflow:
         manual = request.mode is DisruptionMode.MANUAL
         self._commands += 1
         key = f"{workflow.info().run_id}/{self._commands}"
-        about = summaries.command_summary(command)
         if command.reason != EXPIRED and (manual or command.method in VALIDATED):
             if validate_after > 0:
                 self._waiting("validation")
-                workflow.set_current_details(f"waiting for validation: {about}")
+                workflow.set_current_details(f"waiting for validation: {summaries.command_summary(command)}")
                 await workflow.sleep(
                     timedelta(seconds=validate_after),
-                    summary=summaries.wait_summary(validate_after, f"validation: {about}"),
+                    summary=summaries.validation_wait_summary(validate_after, command),
                 )
             fresh = await self._plan(request, "", summaries.validate_summary(command))
             validated, why = validate(command, fresh)

@@ -196,6 +196,12 @@ def test_a_commands_steps() -> None:
     assert summaries.validate_summary(drift) == "validate drift replace of aks-default-abcde"
     saving = command("single-node-consolidation", "delete", ["aks-x"], 154_000)
     assert summaries.validate_summary(saving) == "validate consolidation delete of aks-x"
+    assert (
+        summaries.validation_wait_summary(15, saving) == "wait 15s validation: consolidation delete of aks-x"
+    )
+    assert (
+        summaries.taint_candidates_summary(saving) == "taint aks-x for consolidation delete (saves $0.154/h)"
+    )
     assert summaries.replacement_progress_summary(["default-r8v7m"]) == (
         "check replacements default-r8v7m are initialized"
     )
@@ -211,8 +217,8 @@ def test_a_commands_steps() -> None:
         "- `aks-default-abcde` (NodeClaim `default-abcde`, Standard_D4s_v5 on-demand eastus-1, 1 pod)\n"
         "- replacement in NodePool `default`: Standard_D4s_v5 for 0 pods"
     )
-    assert summaries.wait_summary(15, "validation: drift replace of aks-default-abcde") == (
-        "wait 15s validation: drift replace of aks-default-abcde"
+    assert summaries.wait_summary(5, "for replacements default-r8v7m to initialize") == (
+        "wait 5s for replacements default-r8v7m to initialize"
     )
 
 

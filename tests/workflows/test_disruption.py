@@ -212,12 +212,12 @@ async def test_an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_fi
         TerminationReason.UNDERUTILIZED,
         f"disrupted via consolidation replace (Underutilized) by {disruption_id(system.cluster)}",
     )
-    about = f"consolidation replace of {node} (saves {format_price(command.savings_micros)}/h)"
+    saves = f"(saves {format_price(command.savings_micros)}/h)"
     steps = await step_summaries(system.client, handle)
     for step in [
-        (TIMER, f"wait 1s validation: {about}"),
+        (TIMER, f"wait 1s validation: consolidation replace of {node}"),
         (ActivityName.PLAN_DISRUPTION, f"validate consolidation replace of {node}"),
-        ("taint_disruption_candidates", f"taint {node} for consolidation replace"),
+        ("taint_disruption_candidates", f"taint {node} for consolidation replace {saves}"),
         ("launch_disruption_replacements", f"launch 1 replacement for {node}"),
         ("disruption_replacement_progress", f"check replacements {replacement} are initialized"),
     ]:
