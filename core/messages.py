@@ -173,10 +173,38 @@ class NodeEvent(BaseModel):
     deleting: bool = False
 
 
+class TerminationReason(StrEnum):
+    """Why a NodeClaim's lifecycle ended: a disruption reason (Karpenter's `DisruptionReason`, and `Expired`),
+    or what else removed it."""
+
+    EMPTY = "Empty"
+    DRIFTED = "Drifted"
+    UNDERUTILIZED = "Underutilized"
+    EXPIRED = "Expired"
+    """expireAfter elapsed (the lifecycle's own timer, or an expiration command)."""
+    NODE_DELETED = "NodeDeleted"
+    """Someone deleted its Node (`kubectl delete node`)."""
+    NODECLAIM_DELETED = "NodeClaimDeleted"
+    """Someone deleted the NodeClaim, or a rolled-back disruption deleted its replacement."""
+    GARBAGE_COLLECTED = "GarbageCollected"
+    """Its VM vanished from the cloud while its Node was not Ready."""
+    REGISTRATION_TIMEOUT = "RegistrationTimeout"
+    """No Node registered within the registration TTL (Karpenter's liveness check)."""
+    LAUNCH_FAILED = "LaunchFailed"
+    """No offering could be launched."""
+
+
+TERMINATION_REASON_ANNOTATION = "nodewright.io/termination-reason"
+"""Set on a NodeClaim by whatever deletes it on nodewright's behalf (garbage collection), so that the
+controller can tell its lifecycle why; a `TerminationReason` value."""
+
+
 class DeletionRequested(BaseModel):
     """From the controller: someone deleted the NodeClaim or its Node."""
 
     by: str
+    """Who or what asked, in a few words ("nodeclaim deleted", "disruption rolled back: ...")."""
+    reason: TerminationReason = TerminationReason.NODECLAIM_DELETED
 
 
 class NodeState(BaseModel):
@@ -227,6 +255,9 @@ class LifecycleStatus(BaseModel):
     provider_id: str | None = None
     launch_failures: list[LaunchFailure] = Field(default_factory=list)
     reason: str = ""
+    """Why it ended, in a sentence (`core.summaries`); empty while it runs."""
+    termination_reason: TerminationReason | None = None
+    """Why it ended, as a code; None while it runs."""
 
 
 PlanInput.model_rebuild()
@@ -441,6 +472,10 @@ class DisruptNodeClaim(BaseModel):
     """Karpenter's disruption reason (Empty, Drifted, Underutilized, Expired)."""
     command: str = ""
     """The disruption workflow that sent it, for the NodeClaim's history."""
+    method: str = ""
+    """The command's `core.disruption.Method` value (drift, emptiness, ...); empty in older signals."""
+    decision: str = ""
+    """delete or replace; empty in older signals."""
 
 
 # ------------------------------------------------------------------------------------------ disruption (2)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from core import summaries
 from core.disruption.commands import format_price
 from core.messages import (
     CommandOutcome,
@@ -101,6 +102,8 @@ async def consolidate(
         request,
         id=workflow_id or consolidation_id(request.cluster, stamp),
         task_queue=task_queue,
+        static_summary=summaries.disruption_summary(request),
+        static_details=summaries.disruption_details(request),
     )
     status = await _planned(handle)
     assert status.plan is not None

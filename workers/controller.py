@@ -22,10 +22,19 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from activities.metrics import Metrics
+from core import summaries
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
-from core.messages import DeletionRequested, DisruptionInput, NodeEvent, PodsPending, ProvisionerInput
+from core.messages import (
+    TERMINATION_REASON_ANNOTATION,
+    DeletionRequested,
+    DisruptionInput,
+    NodeEvent,
+    PodsPending,
+    ProvisionerInput,
+    TerminationReason,
+)
 from workers.metrics import watch_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -43,6 +52,15 @@ def is_provisionable(pod: Pod) -> bool:
     return any(
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable" for c in conditions
     )
+
+
+def deletion_requested(claim: NodeClaim) -> DeletionRequested:
+    """What the lifecycle of a NodeClaim being deleted is told: why, when whoever deleted it said so on it."""
+    try:
+        reason = TerminationReason(claim.metadata.annotations.get(TERMINATION_REASON_ANNOTATION, ""))
+    except ValueError:
+        reason = TerminationReason.NODECLAIM_DELETED
+    return DeletionRequested(by="nodeclaim deleted", reason=reason)
 
 
 class Controller:
@@ -92,6 +110,8 @@ class Controller:
                 id=disruption_id(disruption.cluster),
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=summaries.disruption_summary(disruption),
+                static_details=summaries.disruption_details(disruption),
             )
         except RPCError as error:
             # Provisioning does not need it; the next controller start tries again.
@@ -133,7 +153,7 @@ class Controller:
             if node is not None:
                 await self._node(node)
         if claim.metadata.deletion_timestamp is not None:
-            await self._signal(nodeclaim_id(claim.name), "delete", DeletionRequested(by="nodeclaim deleted"))
+            await self._signal(nodeclaim_id(claim.name), "delete", deletion_requested(claim))
 
     async def _node(self, node: Node) -> None:
         claim = self._claims_by_provider_id.get(node.spec.provider_id or "")
@@ -176,6 +196,10 @@ class Controller:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 start_signal="pods_pending",
                 start_signal_args=[PodsPending(pods=pods)],
+                static_summary=summaries.provisioner_summary(self.provisioner.cluster),
+                static_details=summaries.provisioner_details(
+                    self.provisioner.batch_idle_seconds, self.provisioner.batch_max_seconds
+                ),
             )
         except RPCError as error:
             # Temporal is unreachable for now: the pods stay provisionable and the requeue loop tries again.

@@ -28,6 +28,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.azure.names import nodeclaim_of
+from core import summaries
 from core.instancetypes.types import dollars
 from core.messages import (
     ActivityName,
@@ -43,6 +44,7 @@ from core.messages import (
     LifecycleStatus,
     NodeEvent,
     NodeState,
+    TerminationReason,
 )
 from workflows import search_attributes as attributes
 
@@ -123,7 +125,10 @@ class Step(BaseModel):
 class Removal(BaseModel):
     requested_at: datetime | None = None
     cause: str = ""
-    """Who or what ended it: a deletion, a disruption command, expiration, a failed launch or registration."""
+    """Who or what ended it: a deletion, a disruption command, expiration, a failed launch or registration (the
+    lifecycle's result says it once it has ended; until then it is read from the signals)."""
+    termination_reason: str = ""
+    """The lifecycle result's `TerminationReason`, once it has ended."""
     disruption_reason: str = ""
     disruption_workflow: str = ""
     steps: list[Step] = Field(default_factory=list)
@@ -286,7 +291,7 @@ async def nodeclaim_story(
     evicted = 0
     for call in events.items:
         if isinstance(call, Signal):
-            await _signal(decoder, removal, call)
+            await _signal(decoder, removal, call, claim.name)
             continue
         ended = call.ended or call.scheduled
         if call.name == ActivityName.LAUNCH_NODECLAIM:
@@ -314,7 +319,7 @@ async def nodeclaim_story(
             if state.initialized and story.initialized_at is None:
                 story.initialized_at = ended
             if (not state.exists or state.deleting) and not removal.cause:
-                removal.cause, removal.requested_at = f"node {state.name} deleted", ended
+                removal.cause, removal.requested_at = summaries.node_deleted(state.name), ended
         elif call.name == ActivityName.UPDATE_NODECLAIM:
             update = await decoder.one(call.input, ConditionUpdate)
             if update.status == "False" and update.type in ("Launched", "Registered"):
@@ -342,11 +347,15 @@ async def nodeclaim_story(
         final = await decoder.one(events.result, LifecycleStatus)
         story.phase = final.phase.value
         story.node = story.node or final.node
+        if final.reason:
+            removal.cause = final.reason
+        if final.termination_reason is not None:
+            removal.termination_reason = final.termination_reason.value
     if not removal.cause and removal.steps:
         # Nothing asked for it: the lifecycle's expireAfter timer fired while it ran.
         expire = claim.expire_after_seconds
         removal.cause = (
-            f"expired (expireAfter {expire:g}s)"
+            summaries.expired(expire)
             if expire is not None and story.initialized_at is not None
             else "unknown (no deletion was requested)"
         )
@@ -362,17 +371,23 @@ _DELETIONS: dict[str, str] = {
 }
 
 
-async def _signal(decoder: Decoder, removal: Removal, signal: Signal) -> None:
-    """The first signal that asked for termination is the cause, as the workflow keeps the first."""
+async def _signal(decoder: Decoder, removal: Removal, signal: Signal, nodeclaim: str) -> None:
+    """The first signal that asked for termination is the cause, as the workflow keeps the first (in the
+    workflow's words)."""
     cause = ""
     if signal.name == "delete":
-        cause = f"deletion requested: {(await decoder.one(signal.input, DeletionRequested)).by}"
+        request = await decoder.one(signal.input, DeletionRequested)
+        cause = (
+            summaries.garbage_collected(nodeclaim)
+            if request.reason is TerminationReason.GARBAGE_COLLECTED
+            else summaries.nodeclaim_deleted(nodeclaim, request.by)
+        )
     elif signal.name == "node_event":
         event = await decoder.one(signal.input, NodeEvent)
-        cause = f"node {event.node} deleted" if event.deleting else ""
+        cause = summaries.node_deleted(event.node) if event.deleting else ""
     elif signal.name == "disrupt":
         disrupt = await decoder.one(signal.input, DisruptNodeClaim)
-        cause = f"disrupted ({disrupt.reason}) by {disrupt.command or 'a disruption command'}"
+        cause = summaries.disrupted(disrupt)
         if not removal.cause:
             removal.disruption_reason, removal.disruption_workflow = disrupt.reason, disrupt.command
     if cause and not removal.cause:
@@ -641,7 +656,8 @@ def render_text(story: Story, out: TextIO) -> None:
     if removal is None:
         print("  still running" if story.closed_at is None else "  nothing recorded", file=out)
     else:
-        line(removal.requested_at, f"why: {removal.cause}")
+        code = f" [{removal.termination_reason}]" if removal.termination_reason else ""
+        line(removal.requested_at, f"why: {removal.cause}{code}")
         for step in removal.steps:
             line(step.at, step.what)
     if story.phase and story.closed_at:

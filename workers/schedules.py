@@ -34,6 +34,7 @@ from activities.azure.garbage import GarbageCollectionActivities
 from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
+from core import summaries
 from core.cluster import ClusterAPI
 from core.messages import CatalogRefreshInput, GarbageCollectionInput
 from workflows.maintenance import (
@@ -65,9 +66,13 @@ def maintenance_activities(
     return [refresh.refresh_catalog, garbage.collect_garbage]
 
 
-def _schedule(workflow: Any, request: Any, workflow_id: str, task_queue: str, every: timedelta) -> Schedule:
+def _schedule(
+    workflow: Any, request: Any, workflow_id: str, task_queue: str, every: timedelta, summary: str
+) -> Schedule:
     return Schedule(
-        action=ScheduleActionStartWorkflow(workflow, request, id=workflow_id, task_queue=task_queue),
+        action=ScheduleActionStartWorkflow(
+            workflow, request, id=workflow_id, task_queue=task_queue, static_summary=summary
+        ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
@@ -109,6 +114,7 @@ async def ensure_schedules(
             refresh_id,
             task_queue,
             catalog_every,
+            summaries.catalog_refresh_summary(cluster),
         ),
     )
     await ensure_schedule(
@@ -120,6 +126,7 @@ async def ensure_schedules(
             collection_id,
             task_queue,
             gc_every,
+            summaries.garbage_collection_summary(cluster),
         ),
     )
 

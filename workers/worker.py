@@ -22,6 +22,7 @@ from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.metrics import Metrics, default_metrics
 from activities.planning import LifecycleStarter, PlanningActivities
+from core import summaries
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
@@ -42,7 +43,8 @@ WORKFLOWS: Sequence[type] = (
 
 
 def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
-    """Starts a NodeClaim's lifecycle workflow; starting one that already runs is a no-op (a retried plan)."""
+    """Starts a NodeClaim's lifecycle workflow, with the summary the Temporal UI lists it by; starting one that
+    already runs is a no-op (a retried plan)."""
 
     async def start(request: LifecycleInput) -> None:
         await client.start_workflow(
@@ -51,6 +53,8 @@ def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
             id=nodeclaim_id(request.nodeclaim.name),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=summaries.lifecycle_summary(request.nodeclaim),
+            static_details=summaries.lifecycle_details(request.nodeclaim),
         )
 
     return start

@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError
 from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
+    from core import summaries
     from core.disruption.commands import EXPIRED, BlockReason, Decision, Method
     from core.messages import (
         ActivityName,
@@ -177,7 +178,9 @@ class DisruptionWorkflow:
     @workflow.run
     async def run(self, request: DisruptionInput) -> DisruptionStatus:
         if request.mode is DisruptionMode.MANUAL:
-            return await self._manual(request)
+            status = await self._manual(request)
+            workflow.set_current_details(summaries.consolidation_outcome(status))
+            return status
         await self._automatic(request)
         return self._status
 
@@ -189,7 +192,7 @@ class DisruptionWorkflow:
         for _ in range(settings.passes_before_continue_as_new):
             self._waiting("")
             self._status.passes += 1
-            record = await self._plan(request, fingerprint)
+            record = await self._plan(request, fingerprint, self._pass_summary(request))
             announced = True
             if not record.unchanged:
                 self._status.plan = record
@@ -208,13 +211,16 @@ class DisruptionWorkflow:
             if not executed:
                 # Karpenter looks again at once after starting a command, else after its poll period.
                 workflow.set_current_details("waiting for the next disruption pass")
-                await workflow.sleep(timedelta(seconds=settings.poll_seconds))
+                await workflow.sleep(
+                    timedelta(seconds=settings.poll_seconds),
+                    summary=summaries.wait_summary(settings.poll_seconds, "for the next disruption pass"),
+                )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(request.model_copy(update={"passes": self._status.passes}))
 
     async def _manual(self, request: DisruptionInput) -> DisruptionStatus:
         self._status.passes += 1
-        record = await self._plan(request, "")
+        record = await self._plan(request, "", self._pass_summary(request))
         self._status.plan = record
         commands = record.commands
         if request.dry_run:
@@ -224,10 +230,12 @@ class DisruptionWorkflow:
         if request.dry_run or not commands:
             return self._status
         self._waiting("confirmation")
+        confirmation = request.settings.confirmation_timeout_seconds
         try:
             await workflow.wait_condition(
                 lambda: self._confirmed is not None,
-                timeout=timedelta(seconds=request.settings.confirmation_timeout_seconds),
+                timeout=timedelta(seconds=confirmation),
+                timeout_summary=summaries.wait_summary(confirmation, "for confirmation"),
             )
         except TimeoutError:
             self._confirmed = False
@@ -266,8 +274,13 @@ class DisruptionWorkflow:
         if command.reason != EXPIRED and (manual or command.method in VALIDATED):
             if validate_after > 0:
                 self._waiting("validation")
-                await workflow.sleep(timedelta(seconds=validate_after))
-            validated, why = validate(command, await self._plan(request, ""))
+                workflow.set_current_details(f"waiting for validation: {summaries.command_summary(command)}")
+                await workflow.sleep(
+                    timedelta(seconds=validate_after),
+                    summary=summaries.validation_wait_summary(validate_after, command),
+                )
+            fresh = await self._plan(request, "", summaries.validate_summary(command))
+            validated, why = validate(command, fresh)
             if validated is None:
                 log(
                     "abandoning disruption command, command is no longer valid",
@@ -277,6 +290,7 @@ class DisruptionWorkflow:
                 return CommandResult(command=command, outcome=CommandOutcome.ABANDONED, detail=why)
             command = validated
         log(command.message)
+        workflow.set_current_details(f"executing {summaries.command_summary(command)}")
         workflow.upsert_search_attributes(
             [
                 attributes.DISRUPTION_REASON.value_set(command.reason),
@@ -290,6 +304,7 @@ class DisruptionWorkflow:
                 nodes=nodes, decision=command.decision, reason=command.reason, method=command.method
             ),
             list[str],
+            summaries.taint_candidates_summary(command),
         )
         replacements: list[str] = []
         if command.replacements:
@@ -303,6 +318,7 @@ class DisruptionWorkflow:
                         lifecycle=request.lifecycle,
                     ),
                     list[str],
+                    summaries.launch_replacements_summary(command),
                 )
                 failure = await self._await_replacements(request, replacements)
             except ActivityError as error:
@@ -325,7 +341,10 @@ class DisruptionWorkflow:
         announced = False
         while True:
             progress: ReplacementProgress = await self._activity(
-                DisruptionActivity.REPLACEMENT_PROGRESS, names, ReplacementProgress
+                DisruptionActivity.REPLACEMENT_PROGRESS,
+                names,
+                ReplacementProgress,
+                summaries.replacement_progress_summary(names),
             )
             if progress.failed:
                 return f"replacement nodeclaim(s) {', '.join(progress.failed)} failed to launch or register"
@@ -350,12 +369,20 @@ class DisruptionWorkflow:
                     ]
                 )
             workflow.set_current_details(f"waiting for {len(progress.waiting)} replacement(s) to initialize")
-            await workflow.sleep(timedelta(seconds=request.settings.poll_seconds))
+            poll = request.settings.poll_seconds
+            waiting = summaries.names(progress.waiting)
+            await workflow.sleep(
+                timedelta(seconds=poll),
+                summary=summaries.wait_summary(poll, f"for replacements {waiting} to initialize"),
+            )
 
     async def _roll_back(self, command: DisruptionCommand, replacements: list[str], failure: str) -> None:
         """Karpenter's rollback: the candidates are untainted and kept, the replacements deleted."""
         log("failed to disrupt nodes, rolling back", command=command.message, error=failure)
-        await self._activity(DisruptionActivity.UNTAINT_CANDIDATES, [c.node for c in command.candidates])
+        nodes = [c.node for c in command.candidates]
+        await self._activity(
+            DisruptionActivity.UNTAINT_CANDIDATES, nodes, summary=summaries.untaint_summary(nodes)
+        )
         for name in replacements:
             await self._signal(name, "delete", DeletionRequested(by=f"disruption rolled back: {failure}"))
 
@@ -373,13 +400,17 @@ class DisruptionWorkflow:
         )
         sender = workflow.info().workflow_id
         for candidate in command.candidates:
-            await self._signal(
-                candidate.nodeclaim, "disrupt", DisruptNodeClaim(reason=command.reason, command=sender)
+            disrupt = DisruptNodeClaim(
+                reason=command.reason, command=sender, method=command.method, decision=command.decision
             )
+            await self._signal(candidate.nodeclaim, "disrupt", disrupt)
 
     # ------------------------------------------------------------------------------------------- helpers
 
-    async def _plan(self, request: DisruptionInput, fingerprint: str) -> DisruptionPassRecord:
+    def _pass_summary(self, request: DisruptionInput) -> str:
+        return summaries.plan_pass_summary(request, self._status.passes)
+
+    async def _plan(self, request: DisruptionInput, fingerprint: str, summary: str) -> DisruptionPassRecord:
         workflow.set_current_details("planning")
         record: DisruptionPassRecord = await self._activity(
             ActivityName.PLAN_DISRUPTION,
@@ -391,6 +422,7 @@ class DisruptionWorkflow:
                 previous_fingerprint=fingerprint,
             ),
             DisruptionPassRecord,
+            summary,
         )
         return record
 
@@ -420,7 +452,9 @@ class DisruptionWorkflow:
         return not deferred
 
     async def _events(self, events: list[DisruptionEvent]) -> None:
-        await self._activity(DisruptionActivity.RECORD_EVENTS, events)
+        await self._activity(
+            DisruptionActivity.RECORD_EVENTS, events, summary=summaries.events_summary(events)
+        )
 
     async def _signal(self, nodeclaim: str, signal: str, argument: Any) -> None:
         handle = workflow.get_external_workflow_handle(nodeclaim_id(nodeclaim))
@@ -434,11 +468,14 @@ class DisruptionWorkflow:
         if what:
             workflow.set_current_details(f"waiting for {what}")
 
-    async def _activity(self, name: str, argument: Any, result_type: Any = None) -> Any:
+    async def _activity(
+        self, name: str, argument: Any, result_type: Any = None, summary: str | None = None
+    ) -> Any:
         return await workflow.execute_activity(
             name,
             argument,
             result_type=result_type,
             start_to_close_timeout=self._activity_timeout,
             retry_policy=RETRY,
+            summary=summary,
         )

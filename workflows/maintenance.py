@@ -16,6 +16,7 @@ from temporalio import workflow
 from workflows.conventions import RETRY
 
 with workflow.unsafe.imports_passed_through():
+    from core import summaries
     from core.messages import (
         CatalogRefreshInput,
         CatalogRefreshResult,
@@ -37,23 +38,27 @@ def garbage_collection_id(cluster: str) -> str:
 class CatalogRefreshWorkflow:
     @workflow.run
     async def run(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
-        return await workflow.execute_activity(
+        result: CatalogRefreshResult = await workflow.execute_activity(
             MaintenanceActivity.REFRESH_CATALOG,
             request,
             result_type=CatalogRefreshResult,
             schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
             retry_policy=RETRY,
+            summary=summaries.refresh_catalog_summary(),
         )
+        return result
 
 
 @workflow.defn(name="GarbageCollection")
 class GarbageCollectionWorkflow:
     @workflow.run
     async def run(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
-        return await workflow.execute_activity(
+        result: GarbageCollectionResult = await workflow.execute_activity(
             MaintenanceActivity.COLLECT_GARBAGE,
             request,
             result_type=GarbageCollectionResult,
             schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
             retry_policy=RETRY,
+            summary=summaries.collect_garbage_summary(request.grace_seconds),
         )
+        return result

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
+    from core import summaries
     from core.errors import OFFERING_ERROR_KINDS
     from core.messages import (
         ActivityName,
@@ -37,11 +38,21 @@ with workflow.unsafe.imports_passed_through():
         OfferingChoice,
         Phase,
         RegisterInput,
+        TerminationReason,
         UnavailableOffering,
     )
     from workflows import search_attributes as attributes
 
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
+
+
+def disruption_reason(reason: str) -> TerminationReason:
+    """A disruption command's reason as the lifecycle's termination reason (a NodeClaim deletion when a newer
+    planner sends one this code does not know)."""
+    try:
+        return TerminationReason(reason)
+    except ValueError:
+        return TerminationReason.NODECLAIM_DELETED
 
 
 @workflow.defn(name="NodeClaim")
@@ -54,6 +65,8 @@ class NodeClaimWorkflow:
         self._status = LifecycleStatus(name=request.nodeclaim.name, phase=Phase.LAUNCHING)
         self._node: str | None = None
         self._deletion: str | None = None
+        """Why it is being terminated, in a sentence (the first request wins)."""
+        self._termination: TerminationReason | None = None
         self._deletion_requested: datetime | None = None
         self._disruption: DisruptNodeClaim | None = None
         self._events = 0
@@ -62,12 +75,16 @@ class NodeClaimWorkflow:
     def node_event(self, event: NodeEvent) -> None:
         self._node = self._node or event.node
         if event.deleting:
-            self._request_deletion(f"node {event.node} deleted")
+            self._request_deletion(TerminationReason.NODE_DELETED, summaries.node_deleted(event.node))
         self._events += 1
 
     @workflow.signal
     def delete(self, request: DeletionRequested) -> None:
-        self._request_deletion(request.by)
+        name = self._claim.name
+        if request.reason is TerminationReason.GARBAGE_COLLECTED:
+            self._request_deletion(request.reason, summaries.garbage_collected(name))
+        else:
+            self._request_deletion(request.reason, summaries.nodeclaim_deleted(name, request.by))
         self._events += 1
 
     @workflow.signal
@@ -75,12 +92,12 @@ class NodeClaimWorkflow:
         """A disruption command chose this NodeClaim: terminate it as a deletion would, with the reason."""
         if self._deletion is None:
             self._disruption = request
-        self._request_deletion(f"disruption ({request.reason})")
+        self._request_deletion(disruption_reason(request.reason), summaries.disrupted(request))
         self._events += 1
 
-    def _request_deletion(self, by: str) -> None:
+    def _request_deletion(self, reason: TerminationReason, why: str) -> None:
         if self._deletion is None:
-            self._deletion = by
+            self._deletion, self._termination = why, reason
             self._deletion_requested = workflow.now()
 
     @workflow.query
@@ -94,6 +111,7 @@ class NodeClaimWorkflow:
             await self._run()
         if self._status.phase is not Phase.FAILED:
             await self._terminate()
+        workflow.set_current_details(f"{self._status.phase.value}: {self._status.reason}")
         return self._status
 
     # -------------------------------------------------------------------------------------------- phases
@@ -120,6 +138,7 @@ class NodeClaimWorkflow:
                     result_type=LaunchResult,
                     start_to_close_timeout=timedelta(seconds=self._settings.launch_timeout_seconds),
                     retry_policy=RETRY,
+                    summary=summaries.launch_summary(offering),
                 )
             except ActivityError as error:
                 failure = self._offering_failure(error, offering)
@@ -159,11 +178,8 @@ class NodeClaimWorkflow:
         self._publish(Phase.REGISTERING)
 
     async def _fail_launch(self) -> bool:
-        tried = ", ".join(
-            f"{f.instance_type}/{f.zone}/{f.capacity_type}: {f.kind}" for f in self._status.launch_failures
-        )
-        message = f"no offering could be launched ({tried or 'no launch candidates'})"
-        self._status.reason = message
+        message = summaries.launch_failed(self._status.launch_failures)
+        self._ended(TerminationReason.LAUNCH_FAILED, message)
         await self._condition(
             "Launched",
             "False",
@@ -184,25 +200,30 @@ class NodeClaimWorkflow:
             f"waiting up to {ttl} for a Node with providerID {self._status.provider_id}"
         )
         registered: str | None = None
+        provider_id = self._status.provider_id or ""
         while self._deletion is None:
             registered = await self._activity(
                 ActivityName.REGISTER_NODECLAIM,
                 RegisterInput(
                     nodeclaim=self._claim.name,
-                    provider_id=self._status.provider_id or "",
+                    provider_id=provider_id,
                     labels=self._claim.labels,
                     node=self._node,
                 ),
                 str,
+                summaries.register_summary(provider_id),
             )
             if registered is not None or workflow.now() >= deadline:
                 break
-            await self._wait(min(self._poll(), deadline - workflow.now()))
+            vm = summaries.vm_name(provider_id)
+            await self._wait(
+                min(self._poll(), deadline - workflow.now()), f"for the Node of VM {vm} to register"
+            )
         if self._deletion is not None:
             return False
         if registered is None:
-            message = f"no Node registered with providerID {self._status.provider_id} within {ttl}"
-            self._status.reason = message
+            message = summaries.registration_timed_out(provider_id, ttl.total_seconds())
+            self._ended(TerminationReason.REGISTRATION_TIMEOUT, message)
             await self._condition(
                 "Registered",
                 "False",
@@ -229,9 +250,14 @@ class NodeClaimWorkflow:
             nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
         )
         while self._deletion is None:
-            state = await self._activity(ActivityName.INITIALIZE_NODECLAIM, request, NodeState)
+            state = await self._activity(
+                ActivityName.INITIALIZE_NODECLAIM,
+                request,
+                NodeState,
+                summaries.initialize_summary(self._node),
+            )
             if not state.exists or state.deleting:
-                self._request_deletion(f"node {self._node} deleted")
+                self._request_deletion(TerminationReason.NODE_DELETED, summaries.node_deleted(self._node))
                 break
             if state.initialized:
                 log("initialized nodeclaim", NodeClaim=self._claim.name, Node=self._node)
@@ -239,33 +265,39 @@ class NodeClaimWorkflow:
                 return True
             waiting = "Ready" if not state.ready else f"startup taints {state.startup_taints_remaining}"
             workflow.set_current_details(f"waiting for node {self._node}: {waiting}")
-            await self._wait(self._poll())
+            await self._wait(self._poll(), f"for Node {self._node}: {waiting}")
         return False
 
     async def _run(self) -> None:
         workflow.set_current_details(f"running as node {self._node}")
-        expire = self._claim.expire_after_seconds
-        timeout = (
-            timedelta(seconds=expire) - (workflow.now() - workflow.info().start_time) if expire else None
-        )
+        expire = self._claim.expire_after_seconds or 0.0
+        timeout = summary = None
+        if expire:
+            timeout = timedelta(seconds=expire) - (workflow.now() - workflow.info().start_time)
+            summary = summaries.expiry_summary(timeout.total_seconds(), expire)
         try:
-            await workflow.wait_condition(lambda: self._deletion is not None, timeout=timeout)
+            await workflow.wait_condition(
+                lambda: self._deletion is not None, timeout=timeout, timeout_summary=summary
+            )
         except TimeoutError:
-            self._request_deletion("expiration")
+            self._request_deletion(TerminationReason.EXPIRED, summaries.expired(expire))
             log("deleting expired nodeclaim", NodeClaim=self._claim.name, expireAfter=f"{expire}s")
 
     async def _terminate(self) -> None:
         self._publish(Phase.TERMINATING)
+        self._ended(self._termination or TerminationReason.NODECLAIM_DELETED, self._deletion or "")
         workflow.set_current_details(f"terminating: {self._deletion}")
         if self._disruption is not None:
             await self._disrupted(self._disruption)
         node = self._node
-        if node is not None and await self._activity(ActivityName.TAINT_FOR_TERMINATION, node, bool):
+        if node is not None and await self._activity(
+            ActivityName.TAINT_FOR_TERMINATION, node, bool, summaries.taint_summary(node)
+        ):
             log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
             await self._drain(node)
         await self._delete_instance()
         if node is not None:
-            await self._activity(ActivityName.DELETE_NODE, node)
+            await self._activity(ActivityName.DELETE_NODE, node, summary=summaries.delete_node_summary(node))
             log("deleted node", Node=node)
         await self._delete_nodeclaim()
         self._publish(Phase.TERMINATED)
@@ -288,18 +320,24 @@ class NodeClaimWorkflow:
         while True:
             force = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
-                ActivityName.DRAIN_NODE, DrainInput(node=node, force=force), DrainResult
+                ActivityName.DRAIN_NODE,
+                DrainInput(node=node, force=force),
+                DrainResult,
+                summaries.drain_summary(node, force),
             )
             if result.remaining == 0:
                 return
             if result.blocked:
                 pod, reason = next(iter(result.blocked.items()))
-                workflow.set_current_details(
-                    f"draining {node}: {len(result.blocked)} eviction(s) blocked, e.g. {pod}: {reason}"
-                )
+                left = f"{len(result.blocked)} eviction(s) blocked, e.g. {pod}: {reason}"
             else:
-                workflow.set_current_details(f"draining {node}: {result.remaining} pod(s) left")
-            await workflow.sleep(timedelta(seconds=self._settings.drain_retry_seconds))
+                left = f"{result.remaining} pod(s) left"
+            workflow.set_current_details(f"draining {node}: {left}")
+            retry = self._settings.drain_retry_seconds
+            await workflow.sleep(
+                timedelta(seconds=retry),
+                summary=summaries.wait_summary(retry, f"to drain {node} again ({left})"),
+            )
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -309,26 +347,35 @@ class NodeClaimWorkflow:
     def _poll(self) -> timedelta:
         return timedelta(seconds=self._settings.poll_seconds)
 
-    async def _wait(self, timeout: timedelta) -> bool:
-        """Wait for a signal (True) or the timeout (False)."""
+    async def _wait(self, timeout: timedelta, what: str) -> bool:
+        """Wait for a signal (True) or the timeout (False); `what` the wait is for, as its timer's summary."""
         seen = self._events
+        timeout = max(timeout, timedelta(seconds=1))
         try:
             await workflow.wait_condition(
                 lambda: self._events != seen or self._deletion is not None,
-                timeout=max(timeout, timedelta(seconds=1)),
+                timeout=timeout,
+                timeout_summary=summaries.wait_summary(timeout.total_seconds(), what),
             )
         except TimeoutError:
             return False
         return True
 
-    async def _activity(self, name: ActivityName, argument: Any, result_type: type | None = None) -> Any:
+    async def _activity(
+        self, name: ActivityName, argument: Any, result_type: type | None = None, summary: str | None = None
+    ) -> Any:
         return await workflow.execute_activity(
             name,
             argument,
             result_type=result_type,
             start_to_close_timeout=self._activity_timeout(),
             retry_policy=RETRY,
+            summary=summary,
         )
+
+    def _ended(self, reason: TerminationReason, why: str) -> None:
+        """Why the lifecycle ends, in its status (the query's answer and the result)."""
+        self._status.termination_reason, self._status.reason = reason, why
 
     async def _condition(
         self, condition: str, value: str, reason: str = "", message: str = "", **fields: Any
@@ -341,13 +388,16 @@ class NodeClaimWorkflow:
             message=message,
             **fields,
         )
-        await self._activity(ActivityName.UPDATE_NODECLAIM, update, bool)
+        summary = summaries.condition_summary(self._claim.name, condition, value, update.reason)
+        await self._activity(ActivityName.UPDATE_NODECLAIM, update, bool, summary)
 
     async def _delete_instance(self) -> None:
-        await self._activity(ActivityName.DELETE_INSTANCE, self._claim.name)
+        summary = summaries.delete_instance_summary(self._claim.name, self._status.provider_id)
+        await self._activity(ActivityName.DELETE_INSTANCE, self._claim.name, summary=summary)
 
     async def _delete_nodeclaim(self) -> None:
-        await self._activity(ActivityName.DELETE_NODECLAIM, self._claim.name)
+        summary = summaries.delete_nodeclaim_summary(self._claim.name)
+        await self._activity(ActivityName.DELETE_NODECLAIM, self._claim.name, summary=summary)
         log("deleted nodeclaim", NodeClaim=self._claim.name)
 
     @staticmethod

@@ -17,6 +17,7 @@ from temporalio import workflow
 from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
+    from core import summaries
     from core.messages import (
         ActivityName,
         PlanInput,
@@ -86,14 +87,18 @@ class ProvisionerWorkflow:
         idle = timedelta(seconds=request.batch_idle_seconds)
         while (elapsed := workflow.now() - opened) < maximum:
             workflow.set_current_details(f"batching {len(self._pending)} pending pod(s)")
-            if not await self._next_signal(min(idle, maximum - elapsed)):
+            wait = min(idle, maximum - elapsed)
+            if not await self._next_signal(wait):
                 return
 
     async def _next_signal(self, timeout: timedelta) -> bool:
         """Whether another pods-pending signal arrives within the timeout."""
         seen = self._signals
+        summary = summaries.wait_summary(timeout.total_seconds(), "for more pending pods (batch window)")
         try:
-            await workflow.wait_condition(lambda: self._signals != seen, timeout=timeout)
+            await workflow.wait_condition(
+                lambda: self._signals != seen, timeout=timeout, timeout_summary=summary
+            )
         except TimeoutError:
             return False
         return True
@@ -114,6 +119,7 @@ class ProvisionerWorkflow:
             start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
             heartbeat_timeout=timedelta(seconds=request.plan_heartbeat_seconds),
             retry_policy=RETRY,
+            summary=f"plan NodeClaims for {summaries.count(len(pods), 'pending pod')}",
         )
         if plan.pods:
             log(

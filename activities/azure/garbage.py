@@ -8,7 +8,8 @@ Three collections in one pass:
   to no listed VM and no NodeClaim (`aks-<name>`), and is attached to nothing, is deleted: what failed
   launches and half-finished deletes leave behind.
 - **NodeClaims** (core's `nodeclaim.garbagecollection`): a launched NodeClaim (it has a providerID) whose VM
-  is not in the cloud list and whose Node is not Ready is deleted; its lifecycle then terminates it.
+  is not in the cloud list and whose Node is not Ready is deleted; its lifecycle then terminates it (the
+  NodeClaim is annotated `nodewright.io/termination-reason: GarbageCollected` first, so the lifecycle says why).
 
 The cloud is listed between two reads of the NodeClaims, as Karpenter orders its reads: a VM or NIC is only
 judged against NodeClaims read after it was listed (so a launch that just began is not mistaken for a leak),
@@ -37,7 +38,13 @@ from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import Instance, InstanceState
 from core.cluster import ClusterAPI
 from core.errors import CloudError, InvalidError
-from core.messages import GarbageCollectionInput, GarbageCollectionResult, MaintenanceActivity
+from core.messages import (
+    TERMINATION_REASON_ANNOTATION,
+    GarbageCollectionInput,
+    GarbageCollectionResult,
+    MaintenanceActivity,
+    TerminationReason,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +208,9 @@ class GarbageCollectionActivities:
 
         async def collect(claim: NodeClaim) -> None:
             try:
+                # Says why on the NodeClaim, so the controller can tell its lifecycle.
+                reason = {TERMINATION_REASON_ANNOTATION: TerminationReason.GARBAGE_COLLECTED.value}
+                await self.cluster.patch_nodeclaim_metadata(claim.name, annotations=reason)
                 await self.cluster.delete_nodeclaim(claim.name)
             except Exception as error:  # as for Nodes: one failure, reported, the others go on
                 result.failures.append(f"deleting NodeClaim {claim.name}: {error}")

@@ -77,10 +77,13 @@ class Client:
     def __init__(self, outcome: CommandOutcome = CommandOutcome.EXECUTED) -> None:
         self.outcome = outcome
         self.handle: Handle | None = None
+        self.summary = ""
 
-    async def start_workflow(self, run: Any, request: DisruptionInput, *, id: str, task_queue: str) -> Handle:
+    async def start_workflow(
+        self, run: Any, request: DisruptionInput, *, id: str, task_queue: str, static_summary: str, **_: Any
+    ) -> Handle:
         assert id.startswith("consolidation/c/") and task_queue == "q"
-        self.handle = Handle(request, self.outcome)
+        self.handle, self.summary = Handle(request, self.outcome), static_summary
         return self.handle
 
 
@@ -97,6 +100,7 @@ async def test_a_dry_run_prints_the_plan_and_changes_nothing() -> None:
     code = await consolidate(client, "q", request(dry_run=True), False, "table", out, never_asked)
     assert code == 0
     assert client.handle is not None and client.handle.signals == []
+    assert client.summary == "manual consolidation (dry run) of NodePools default"
     text = out.getvalue()
     assert (
         "Disruption commands (1), in the order they would start:\n  disrupting via consolidation replace"

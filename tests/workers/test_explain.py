@@ -274,7 +274,8 @@ async def test_explain_tells_why_a_nodeclaim_was_created_launched_and_removed(
     assert story.registered_at is not None and story.initialized_at is not None
     assert [(span.outcome, span.reasons) for span in story.disruption] == [("kept", [BUDGET])]
     removal = story.removal
-    assert removal is not None and removal.cause == "deletion requested: nodeclaim deleted"
+    assert removal is not None and removal.cause == f"NodeClaim {claim.name} was deleted"
+    assert removal.termination_reason == "NodeClaimDeleted"
     steps = [step.what for step in removal.steps]
     assert steps[0] == "tainted karpenter.sh/disrupted:NoSchedule"
     assert steps[-3:] == ["instance deleted", "node deleted", "NodeClaim deleted (finalizer removed)"]
@@ -285,7 +286,7 @@ async def test_explain_tells_why_a_nodeclaim_was_created_launched_and_removed(
     text, err = io.StringIO(), io.StringIO()
     assert await asyncio.to_thread(main, ["explain", "nodeclaim", claim.name], text, err) == 0
     assert f"why: {planned.reason}" in text.getvalue()
-    assert "why: deletion requested: nodeclaim deleted" in text.getvalue()
+    assert f"why: NodeClaim {claim.name} was deleted [NodeClaimDeleted]" in text.getvalue()
     assert f"could not launch {INSTANCE_TYPE} on-demand in {first.zone}" in text.getvalue()
     out = io.StringIO()
     assert await asyncio.to_thread(main, ["explain", "node", status.node or "", "-o", "json"], out, err) == 0
@@ -316,6 +317,7 @@ async def test_explain_names_the_disruption_command_that_removed_a_node(system: 
     removal = story.removal
     assert removal is not None
     assert removal.cause == f"disrupted (Underutilized) by {command}"
+    assert removal.termination_reason == "Underutilized"
     assert (removal.disruption_reason, removal.disruption_workflow) == ("Underutilized", command)
     assert story.phase == "Terminated"
 
@@ -330,6 +332,7 @@ async def test_explain_says_a_node_expired(system: System) -> None:
     story = await explain(system.client, "nodeclaim", claim.name)
 
     assert story.removal is not None and story.removal.cause == "expired (expireAfter 2s)"
+    assert story.removal.termination_reason == "Expired"
     assert story.initialized_at is not None and story.phase == "Terminated"
 
 

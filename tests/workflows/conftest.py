@@ -191,6 +191,28 @@ async def activity_calls(handle: WorkflowHandle[Any, Any]) -> list[ActivityCall]
     ]
 
 
+TIMER = "timer"
+
+
+async def step_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[tuple[str, str]]:
+    """(activity name, or `TIMER`; its summary) of every activity and timer of the handle's run, in the order
+    the workflow scheduled them: what the Temporal UI shows in place of the bare names ("" without one)."""
+    history = await handle.fetch_history()
+    steps = []
+    for event in history.events:
+        if event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            kind = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == HistoryEventType.EVENT_TYPE_TIMER_STARTED:
+            kind = TIMER
+        else:
+            continue
+        summary = ""
+        if event.HasField("user_metadata") and event.user_metadata.HasField("summary"):
+            summary = await decode(client, [event.user_metadata.summary], str)
+        steps.append((kind, summary))
+    return steps
+
+
 async def signals(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, Sequence[Any]]]:
     """Signals the handle's run received (including a signal-with-start's), by name with their payloads."""
     history = await handle.fetch_history()

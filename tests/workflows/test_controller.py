@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from core.api.nodeclaim import NodeClaim
 from core.messages import (
+    TERMINATION_REASON_ANNOTATION,
     ActivityName,
     DeletionRequested,
     LifecycleSettings,
@@ -19,6 +22,7 @@ from core.messages import (
     Phase,
     PodsPending,
     ProvisionerInput,
+    TerminationReason,
 )
 from tests.workflows.conftest import (
     FAST,
@@ -37,6 +41,7 @@ from tests.workflows.conftest import (
     start_input,
     started,
 )
+from workers.controller import deletion_requested
 from workers.controlplane.run import ControlPlane
 
 ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
@@ -136,3 +141,26 @@ async def test_a_deleted_nodeclaim_gets_its_workflow_to_terminate(system: System
     requests = await signalled(system, lifecycle, "delete", DeletionRequested)
     assert requests and requests[0].by == "nodeclaim deleted"
     assert await system.gone(claim.name, f"aks-{claim.name}")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reason"),
+    [
+        ({}, TerminationReason.NODECLAIM_DELETED),
+        ({TERMINATION_REASON_ANNOTATION: "GarbageCollected"}, TerminationReason.GARBAGE_COLLECTED),
+        ({TERMINATION_REASON_ANNOTATION: "SomethingNewer"}, TerminationReason.NODECLAIM_DELETED),
+    ],
+)
+def test_a_deleted_nodeclaim_tells_its_lifecycle_why_when_its_deleter_said(
+    annotations: dict[str, str], reason: TerminationReason
+) -> None:
+    claim = NodeClaim.parse(
+        {
+            "metadata": {"name": "default-abcde", "annotations": annotations},
+            "spec": {
+                "requirements": [],
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+            },
+        }
+    )
+    assert deletion_requested(claim) == DeletionRequested(by="nodeclaim deleted", reason=reason)

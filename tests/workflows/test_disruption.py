@@ -15,6 +15,7 @@ import yaml
 from temporalio.client import WorkflowHandle
 
 from core import labels
+from core.disruption.commands import format_price
 from core.messages import (
     ActivityName,
     CommandOutcome,
@@ -29,15 +30,18 @@ from core.messages import (
     KeptReason,
     Phase,
     PlannedReplacement,
+    TerminationReason,
 )
 from simulator.arm import Fault
 from tests.cluster import events
 from tests.workflows.conftest import (
     FAST,
     PAUSE,
+    TIMER,
     System,
     activity_calls,
     condition,
+    current_details,
     decode,
     eventually,
     example_manifests,
@@ -47,10 +51,13 @@ from tests.workflows.conftest import (
     planned_claim,
     start_input,
     started,
+    step_summaries,
 )
 from workers.consolidate import consolidate
 from workers.controller import Controller
 from workflows.disruption import DisruptionWorkflow, consolidation_id, disruption_id, kept_event, validate
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.provisioner import nodeclaim_id
 
 SETTINGS = DisruptionSettings(
     poll_seconds=0.5, validation_seconds=1, replacement_timeout_seconds=60, activity_timeout_seconds=30
@@ -199,6 +206,23 @@ async def test_an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_fi
         "Launching NodeClaim: Underutilized"
     ]
     assert await events_about(system, node, "DisruptionTerminating") == ["Disrupting Node: Underutilized"]
+    # The candidate's lifecycle says which command ended it; the command's steps say what each was for.
+    ended = await system.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(claim)).result()
+    assert (ended.termination_reason, ended.reason) == (
+        TerminationReason.UNDERUTILIZED,
+        f"disrupted via consolidation replace (Underutilized) by {disruption_id(system.cluster)}",
+    )
+    saves = f"(saves {format_price(command.savings_micros)}/h)"
+    steps = await step_summaries(system.client, handle)
+    for step in [
+        (TIMER, f"wait 1s validation: consolidation replace of {node}"),
+        (ActivityName.PLAN_DISRUPTION, f"validate consolidation replace of {node}"),
+        ("taint_disruption_candidates", f"taint {node} for consolidation replace {saves}"),
+        ("launch_disruption_replacements", f"launch 1 replacement for {node}"),
+        ("disruption_replacement_progress", f"check replacements {replacement} are initialized"),
+    ]:
+        assert step in steps, (step, steps)
+    assert steps[0] == (ActivityName.PLAN_DISRUPTION, "plan disruption pass 1")
     await handle.terminate()
 
 
@@ -309,6 +333,10 @@ async def test_a_manual_dry_run_changes_nothing_and_the_query_returns_the_plan(s
     assert [r.outcome for r in result.results] == [CommandOutcome.DRY_RUN]
     assert [c.name for c in await system.nodeclaims()] == [claim]
     assert labels.DISRUPTED_TAINT not in await taints(system, node)
+    saves = format_price(command.savings_micros)
+    assert await current_details(handle) == (
+        f"1 command planned (saves {saves}/h), {len(result.plan.kept)} nodes kept; 1 dry-run"
+    )
 
 
 async def test_a_confirmed_manual_consolidation_executes(system: System) -> None:

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest_asyncio
 from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.network.aio import NetworkManagementClient
-from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleIntervalSpec
+from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleIntervalSpec, WorkflowExecution
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -27,7 +27,7 @@ from simulator.arm import RunningArm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
 from tests.activities.azure.test_provider import launch
 from tests.cluster import apply_examples
-from tests.workflows.conftest import eventually
+from tests.workflows.conftest import decode, eventually, step_summaries
 from workers.schedules import ensure_schedules, maintenance_activities, maintenance_workflows
 from workers.simulated_aks import SimulatedAks
 from workflows.maintenance import (
@@ -159,6 +159,25 @@ async def test_ensure_schedules_creates_then_updates_and_the_schedules_start_the
             return maintenance.arm.state.vm("aks-leaked-2") is None
 
         await eventually(collected, timeout=30, what="the scheduled garbage collection")
+        # What the Temporal UI lists the runs by.
+        # (A described schedule's action holds the summary still encoded.)
+        assert [await decode(client, [a.static_summary], str) for a in actions] == [  # type: ignore[attr-defined]
+            f"catalog refresh (instance types and prices) for cluster {cluster}",
+            f"garbage collection for cluster {cluster}",
+        ]
+
+        async def scheduled() -> list[WorkflowExecution]:
+            return [run async for run in client.list_workflows(f'TemporalScheduledById = "{ids[1]}"')]
+
+        [run] = await eventually(scheduled, what="the scheduled run listed")
+        collection = client.get_workflow_handle(run.id, run_id=run.run_id)
+        assert (
+            await (await collection.describe()).static_summary()
+            == f"garbage collection for cluster {cluster}"
+        )
+        assert await step_summaries(client, collection) == [
+            ("collect_garbage", "delete leaked VMs and NICs (older than 0s) and NodeClaims whose VM is gone")
+        ]
     finally:
         for schedule_id in ids:
             await client.get_schedule_handle(schedule_id).delete()

@@ -18,12 +18,16 @@ from core.messages import (
     DrainInput,
     DrainResult,
     LifecycleInput,
+    LifecycleStatus,
     Phase,
+    TerminationReason,
 )
+from core.summaries import markdown_text
 from simulator.arm import Fault
 from tests.workflows.conftest import (
     FAST,
     INSTANCE_TYPE,
+    TIMER,
     System,
     activity_calls,
     condition,
@@ -38,6 +42,7 @@ from tests.workflows.conftest import (
     pinned,
     planned_claim,
     start_input,
+    step_summaries,
 )
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow
@@ -110,7 +115,11 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     assert len(tried) == 4  # on-demand in eastus-1..3 and without a zone
     assert result.phase is Phase.FAILED
     assert [(f.instance_type, f.zone, f.capacity_type) for f in result.launch_failures] == tried
-    assert result.reason.startswith("no offering could be launched")
+    assert result.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert result.reason.startswith(
+        f"launch failed: no offering could be launched ({INSTANCE_TYPE} on-demand eastus-1: InsufficientCapacity; "
+    ), result.reason
+    assert result.reason.endswith(f"): {result.launch_failures[-1].message}")
     deleted = await eventually(lambda: _final(system, name), what="the NodeClaim deleted")
     assert condition(deleted, "Launched") == ("False", "LaunchFailed")
     assert await system.nodeclaim(name) is None
@@ -144,8 +153,9 @@ async def test_registration_timeout_deletes_the_instance_and_the_nodeclaim(syste
     result = await asyncio.wait_for(lifecycle.result(), 20)
 
     assert result.phase is Phase.FAILED
+    assert result.termination_reason is TerminationReason.REGISTRATION_TIMEOUT
     assert result.provider_id and result.reason == (
-        f"no Node registered with providerID {result.provider_id} within 0:00:02"
+        f"registration TTL (2s) expired: no Node registered with providerID {result.provider_id}"
     )
     deleted = await eventually(lambda: _final(system, claim.name), what="the NodeClaim deleted")
     assert condition(deleted, "Launched") == ("True", "Launched")
@@ -291,10 +301,10 @@ def _deleted(kind: str, name: str) -> Callable[[WatchEvent], bool]:
 
 async def assert_terminated_in_order(
     system: System, claim: str, node: str, pods: list[Pod], daemon: list[str]
-) -> None:
+) -> LifecycleStatus:
     """Node, instance and NodeClaim are gone, and it happened in Karpenter's order: taint, drain (ordinary
     pods before DaemonSet pods), instance, Node, and last the NodeClaim's finalizer. The workflow's history
-    gives the order of its steps; the watch stream gives the order the cluster saw."""
+    gives the order of its steps; the watch stream gives the order the cluster saw. The lifecycle's result."""
     lifecycle = await system.nodeclaim_workflow(claim)
     assert await eventually(
         lambda: system.gone(claim, node), timeout=15, what="node, instance, NodeClaim gone"
@@ -322,6 +332,7 @@ async def assert_terminated_in_order(
     # collector deletes them some time after their Node is gone).
     assert tainted < min(evicted) and all(max(evicted) < index for index in daemons)
     assert max(evicted) < node_gone < claim_gone
+    return result
 
 
 async def test_deleting_the_node_terminates_it_in_karpenter_order(system: System) -> None:
@@ -334,7 +345,11 @@ async def test_deleting_the_node_terminates_it_in_karpenter_order(system: System
 
     await system.kube.delete_node(node)
 
-    await assert_terminated_in_order(system, claim, node, on_node, daemon)
+    result = await assert_terminated_in_order(system, claim, node, on_node, daemon)
+    assert (result.termination_reason, result.reason) == (
+        TerminationReason.NODE_DELETED,
+        f"Node {node} was deleted",
+    )
 
 
 async def test_deleting_the_nodeclaim_terminates_it_in_karpenter_order(system: System) -> None:
@@ -347,4 +362,65 @@ async def test_deleting_the_nodeclaim_terminates_it_in_karpenter_order(system: S
 
     await system.kube.delete_nodeclaim(claim)
 
-    await assert_terminated_in_order(system, claim, node, on_node, daemon)
+    result = await assert_terminated_in_order(system, claim, node, on_node, daemon)
+    assert (result.termination_reason, result.reason) == (
+        TerminationReason.NODECLAIM_DELETED,
+        f"NodeClaim {claim} was deleted",
+    )
+
+
+# --- what the Temporal UI shows ------------------------------------------------------------------------------
+
+
+async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(system: System) -> None:
+    [pod] = await serving(system, "web", 1)
+    node = pod.spec.node_name or ""
+    claim = await system.claim_of(node)
+    lifecycle = await system.nodeclaim_workflow(claim)
+    planned = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim
+    first = planned.launch_candidates[0]
+
+    # The workflows as the UI lists them, started by the planning activity and the controller.
+    described = await lifecycle.describe()
+    assert await described.static_summary() == (
+        f"{first.instance_type} {first.capacity_type} {first.zone} for 1 pod (NodePool default)"
+    )
+    details = await described.static_details() or ""
+    assert (
+        f"**Why:** {markdown_text(planned.reason)}" in details and f"`default/{pod.metadata.name}`" in details
+    )
+    assert "**Launch options, in order:**\n1. " in details
+    provisioner = await system.provisioner().describe()
+    assert await provisioner.static_summary() == f"provisioner for cluster {system.cluster}"
+
+    await system.kube.delete_nodeclaim(claim)
+    await asyncio.wait_for(lifecycle.result(), 15)
+    assert await current_details(lifecycle) == f"Terminated: NodeClaim {claim} was deleted"
+
+    steps = await step_summaries(system.client, lifecycle)
+    assert all(summary for _, summary in steps), steps
+    activities = [step for step in steps if step[0] != TIMER]
+    collapsed = [step for index, step in enumerate(activities) if index == 0 or activities[index - 1] != step]
+    assert collapsed == [
+        (
+            ActivityName.LAUNCH_NODECLAIM,
+            f"launch {first.instance_type} in {first.zone} ({first.capacity_type})",
+        ),
+        (ActivityName.REGISTER_NODECLAIM, f"find the Node of VM {node}"),
+        (ActivityName.INITIALIZE_NODECLAIM, f"check Node {node} is Ready and initialized"),
+        (ActivityName.TAINT_FOR_TERMINATION, f"taint {node} karpenter.sh/disrupted:NoSchedule"),
+        (ActivityName.DRAIN_NODE, f"drain {node}"),
+        (ActivityName.DELETE_INSTANCE, f"delete VM {node} with its NIC and disk"),
+        (ActivityName.DELETE_NODE, f"delete Node {node}"),
+        (ActivityName.DELETE_NODECLAIM, f"delete NodeClaim {claim} (remove its finalizer)"),
+    ]
+    # Polls while the Node registers and initializes, expireAfter while it runs, and drain retries: each says
+    # what it waits for.
+    timers = [summary for kind, summary in steps if kind == TIMER]
+    assert all(
+        summary.startswith((f"wait 1s for the Node of VM {node} ", f"wait 1s for Node {node}: "))
+        or summary.endswith(", then expire (expireAfter 720h)")
+        or summary.startswith(f"wait 1s to drain {node} again (")
+        for summary in timers
+    ), timers
+    assert any(summary.endswith("(expireAfter 720h)") for summary in timers), timers

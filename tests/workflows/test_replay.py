@@ -112,9 +112,9 @@ class DisruptionPlansTwice(DisruptionWorkflow):
     async def run(self, request: DisruptionInput) -> DisruptionStatus:
         return await super().run(request)
 
-    async def _plan(self, request: DisruptionInput, fingerprint: str) -> DisruptionPassRecord:
-        await super()._plan(request, fingerprint)
-        return await super()._plan(request, fingerprint)
+    async def _plan(self, request: DisruptionInput, fingerprint: str, summary: str) -> DisruptionPassRecord:
+        await super()._plan(request, fingerprint, summary)
+        return await super()._plan(request, fingerprint, summary)
 
 
 @workflow.defn(name="CatalogRefresh")

@@ -6,7 +6,7 @@ resources."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -26,7 +26,7 @@ from core import labels
 from core.api.kube import Node, is_node_ready
 from core.api.nodeclaim import NodeClaim
 from core.errors import InsufficientCapacityError
-from core.messages import GarbageCollectionInput, GarbageCollectionResult
+from core.messages import TERMINATION_REASON_ANNOTATION, GarbageCollectionInput, GarbageCollectionResult
 from simulator.arm import Fault, ResourceType, RunningArm
 from tests.activities.azure.test_provider import launch
 from tests.cluster import apply_examples
@@ -87,11 +87,15 @@ class World:
             {"tags": {k: v for k, v in tags.items() if v is not None}},
         )
 
-    async def nodeclaim(self, name: str, launched: bool = True) -> NodeClaim:
+    async def nodeclaim(self, name: str, launched: bool = True, finalizers: Sequence[str] = ()) -> NodeClaim:
         """A NodeClaim in the cluster; launched, it has the providerID of the VM its name gives."""
         claim = NodeClaim.parse(
             {
-                "metadata": {"name": name, "labels": {labels.NODEPOOL: "default"}},
+                "metadata": {
+                    "name": name,
+                    "labels": {labels.NODEPOOL: "default"},
+                    "finalizers": list(finalizers),
+                },
                 "spec": {
                     "requirements": [],
                     "nodeClassRef": {
@@ -263,7 +267,8 @@ async def test_a_launched_nodeclaim_whose_vm_is_gone_is_deleted(
 ) -> None:
     # vanished-1's VM joined, then was deleted outside its lifecycle: its node stopped and is not Ready.
     await world.launch("vanished-1")
-    gone = await world.nodeclaim("vanished-1")
+    # With its lifecycle's finalizer, as the lifecycle would remove it after terminating.
+    gone = await world.nodeclaim("vanished-1", finalizers=[labels.TERMINATION_FINALIZER])
     await world.joined("vanished-1")
     await world.provider.delete("vanished-1")
     assert not world.vm_exists("vanished-1")
@@ -278,6 +283,14 @@ async def test_a_launched_nodeclaim_whose_vm_is_gone_is_deleted(
 
     assert result.nodeclaims == ["vanished-1"]
     assert await world.claim_gone("vanished-1")
+    # The NodeClaim says why it is being deleted, for the controller to tell its lifecycle.
+    deleting = await world.aks.kube.get_nodeclaim("vanished-1")
+    assert deleting is not None and deleting.metadata.annotations[TERMINATION_REASON_ANNOTATION] == (
+        "GarbageCollected"
+    )
+    await world.aks.kube.patch_nodeclaim_metadata(
+        "vanished-1", remove_finalizers=[labels.TERMINATION_FINALIZER]
+    )
     assert not await world.claim_gone("ready-node-1") and not await world.claim_gone("not-launched-1")
     [record] = garbage_log(caplog)
     assert record.getMessage() == "garbage collecting nodeclaim with no cloudprovider representation"
