@@ -27,7 +27,7 @@ from workers.azure import (
     load_azure,
 )
 from workers.cli import build_parser
-from workers.settings import ENV_PREFIX, Settings, env_var, load_settings
+from workers.settings import ENV_PREFIX, TLS_FILE_FIELDS, Settings, env_var, load_settings
 
 DOCKERFILE = REPOSITORY / "Dockerfile"
 
@@ -144,12 +144,18 @@ def literal_environment(deployment: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_the_rendered_environment_loads_as_settings(
-    helm: Helm, value_set: str, monkeypatch: pytest.MonkeyPatch
+    helm: Helm, value_set: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     worker = rendered_deployments(helm, value_set)["worker"]
     env = literal_environment(worker)
     # What the workload identity webhook adds to the pod.
     env |= {name: "injected" for name in WORKLOAD_IDENTITY_VARIABLES}
+    # The TLS files are read at start; the Secret's volume is mounted in a pod, so stand in for it here.
+    for name in TLS_FILE_FIELDS:
+        if env.get(env_var(name)):
+            stand_in = tmp_path / Path(env[env_var(name)]).name
+            stand_in.write_text("-----PEM-----")
+            env[env_var(name)] = str(stand_in)
     for name in {*variables_the_code_reads(), *env}:
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
