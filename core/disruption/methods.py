@@ -26,7 +26,6 @@ from core.disruption.consolidation import (
     balanced_verdict,
     candidates_price,
     decide,
-    without_candidate_types,
 )
 from core.disruption.replacements import Priced
 from core.disruption.simulation import Outcome
@@ -189,8 +188,6 @@ def _evaluate(
     names = [candidate.name for candidate in candidates]
     outcome = state.sandbox.simulate(names, max_nodeclaims=1 if stop_early else None)
     verdict = decide(candidates, outcome, state.catalogs, state.options.spot_to_spot_consolidation)
-    if len(candidates) > 1 and isinstance(verdict, Consolidation):
-        verdict = without_candidate_types(candidates, verdict)
     if isinstance(verdict, Consolidation):
         balanced = balanced_verdict(candidates, verdict, _pool_totals(state))
         if balanced is not None:

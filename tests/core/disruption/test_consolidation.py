@@ -335,3 +335,36 @@ def test_a_replacement_forced_to_spot_needs_a_spot_offering() -> None:
     result = plan(cluster([nodepool()], [node_pair("a", big)], [bound("a")]), types=[big, small])
     assert result.commands == ()
     assert messages(result, "a") == ["no offering of a cheaper instance type can be launched"]
+
+
+def test_merging_nodes_of_the_cheapest_type_into_one_no_cheaper_spot_node_is_refused() -> None:
+    # Karpenter's same-type filter runs on the options before they are narrowed to spot: the candidates'
+    # own type is among them, so every option must be cheaper than one candidate. The cheapest spot node
+    # costs what one on-demand candidate costs, so nothing is left: keeping one node and deleting the
+    # other would disrupt less for the same price.
+    allocatable = {"cpu": "500m", "pods": "5"}
+    pairs = [node_pair(name, CHEAPEST, allocatable=allocatable) for name in ("a", "b")]
+    pods = [bound(name, f"p-{name}", cpu="400m") for name in ("a", "b")]
+    result = plan(cluster([nodepool()], pairs, pods))
+    assert result.commands == ()
+    for node in ("a", "b"):
+        assert codes(result, node) == [BlockReason.NOT_CHEAPER]
+
+
+def test_nodes_of_one_type_may_merge_into_that_type_on_spot_when_spot_is_cheaper() -> None:
+    # The same-type filter keeps options cheaper than the candidates' own price: the type itself on spot.
+    both = instance_type(
+        "both",
+        2,
+        "4Gi",
+        offerings=[("test-zone-1", "on-demand"), ("test-zone-1", "spot")],
+        prices={("test-zone-1", "on-demand"): 100_000, ("test-zone-1", "spot"): 60_000},
+    )
+    allocatable = {"cpu": "1", "memory": "2Gi", "pods": "5"}
+    pairs = [node_pair(name, both, allocatable=allocatable) for name in ("a", "b")]
+    pods = [bound(name, f"p-{name}", cpu="800m") for name in ("a", "b")]
+    command = only_command(plan(cluster([nodepool()], pairs, pods), types=[both]))
+    assert command.method is Method.MULTI_NODE_CONSOLIDATION
+    [replacement] = command.replacements
+    assert (replacement.instance_type, replacement.capacity_type) == ("both", wk.CAPACITY_TYPE_SPOT)
+    assert command.savings_micros == 2 * 100_000 - 60_000
