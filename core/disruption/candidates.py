@@ -201,6 +201,9 @@ class NodeReport:
     """What each NodePool's initialized nodes cost per hour (for the Balanced policy)."""
     pool_disruption: dict[str, float] = field(default_factory=dict)
     """What moving every pod of each NodePool would disrupt, in reschedule cost (for the Balanced policy)."""
+    under_consolidate_after: set[str] = field(default_factory=set)
+    """Initialized nodes whose pods came or went within their NodePool's consolidateAfter: consolidation
+    moves no pod onto them (Karpenter's isUnderConsolidateAfter), whether or not they are candidates."""
 
 
 def _condition_true(node: Node, kind: str) -> bool:
@@ -228,17 +231,26 @@ def _since(claim: NodeClaim) -> datetime | None:
     return claim.metadata.creation_timestamp
 
 
-def _quiet(pool: NodePool, claim: NodeClaim, now: datetime) -> Reason | None:
+def _consolidate_after_left(pool: NodePool, claim: NodeClaim, now: datetime) -> timedelta | None:
+    """How long the node stays under its NodePool's consolidateAfter since its last pod event, or None
+    when it is not (consolidateAfter passed, or Never)."""
     after = pool.spec.disruption.consolidate_after_duration
-    if after is None:
+    since = _since(claim)
+    if after is None or since is None:
+        return None
+    left = after - (as_utc(now) - as_utc(since))
+    return left if left > timedelta(0) else None
+
+
+def _quiet(pool: NodePool, claim: NodeClaim, now: datetime) -> Reason | None:
+    if pool.spec.disruption.consolidate_after_duration is None:
         return Reason(
             BlockReason.CONSOLIDATION_DISABLED,
             f'NodePool "{pool.name}" has consolidation disabled (consolidateAfter: Never)',
         )
-    since = _since(claim)
-    if since is None or as_utc(now) - as_utc(since) >= after:
+    left = _consolidate_after_left(pool, claim, now)
+    if left is None:
         return None
-    left = after - (as_utc(now) - as_utc(since))
     return Reason(
         BlockReason.CONSOLIDATE_AFTER,
         f"consolidateAfter {pool.spec.disruption.consolidate_after} has not passed since the last pod "
@@ -313,6 +325,8 @@ def find_candidates(
             continue
         if _initialized(claim, node):
             _add_to_pool(report, pool, claim, node, types.get(pool.name, {}))
+            if _consolidate_after_left(pool, claim, now) is not None:
+                report.under_consolidate_after.add(name)
         verdict = _admit(report, node, claim, pool, pool.name in instance_types, now)
         if verdict is None:
             candidate = _candidate(

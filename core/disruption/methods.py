@@ -182,11 +182,16 @@ def consolidation_blocker(state: PlanState, candidate: Candidate) -> Reason | No
 def _evaluate(
     state: PlanState, candidates: Sequence[Candidate], stop_early: bool = False
 ) -> tuple[Outcome, Consolidation | Reason]:
-    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would. With
-    `stop_early` the trial stops once it needs a second node, since consolidation never launches two;
-    without, a refusal names the pods that cannot move, as Karpenter's events do."""
+    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would. No pod moves
+    onto a node whose pods changed within its NodePool's consolidateAfter. With `stop_early` the trial
+    stops once it needs a second node, since consolidation never launches two; without, a refusal names
+    the pods that cannot move, as Karpenter's events do."""
     names = [candidate.name for candidate in candidates]
-    outcome = state.sandbox.simulate(names, max_nodeclaims=1 if stop_early else None)
+    outcome = state.sandbox.simulate(
+        names,
+        max_nodeclaims=1 if stop_early else None,
+        closed=state.report.under_consolidate_after,
+    )
     verdict = decide(candidates, outcome, state.catalogs, state.options.spot_to_spot_consolidation)
     if isinstance(verdict, Consolidation):
         balanced = balanced_verdict(candidates, verdict, _pool_totals(state))

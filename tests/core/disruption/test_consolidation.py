@@ -368,3 +368,32 @@ def test_nodes_of_one_type_may_merge_into_that_type_on_spot_when_spot_is_cheaper
     [replacement] = command.replacements
     assert (replacement.instance_type, replacement.capacity_type) == ("both", wk.CAPACITY_TYPE_SPOT)
     assert command.savings_micros == 2 * 100_000 - 60_000
+
+
+def test_consolidation_moves_no_pod_onto_a_node_whose_pods_changed_within_consolidate_after() -> None:
+    # "busy" has room for a's pod, but a pod came or went on it 10 minutes ago and the NodePool waits an
+    # hour: Karpenter's consolidation simulation will not place a's pod there, so a is replaced instead.
+    pool = nodepool(consolidate_after="1h")
+    settled = NOW - timedelta(hours=2)
+    pairs = [
+        node_pair("a", last_pod_event=settled),
+        node_pair("busy", last_pod_event=NOW - timedelta(minutes=10)),
+    ]
+    result = plan(cluster([pool], pairs, [bound("a", "p"), bound("busy", "q")]))
+    command = only_command(result)
+    assert (command.method, command.decision) == (Method.SINGLE_NODE_CONSOLIDATION, Decision.REPLACE)
+    [replacement] = command.replacements
+    assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/p", replacement.name)]
+    assert codes(result, "busy") == [BlockReason.CONSOLIDATE_AFTER]
+
+
+def test_drift_may_move_pods_onto_a_node_whose_pods_changed_within_consolidate_after() -> None:
+    # The rule is consolidation's: a drifted node's pods go wherever they fit.
+    pool = nodepool(consolidate_after="1h")
+    pairs = [
+        node_pair("drifted", drifted="NodePoolDrifted"),
+        node_pair("busy", last_pod_event=NOW - timedelta(minutes=10)),
+    ]
+    command = only_command(plan(cluster([pool], pairs, [bound("drifted", "p"), bound("busy", "q")])))
+    assert (command.method, command.decision) == (Method.DRIFT, Decision.DELETE)
+    assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/p", "busy")]
