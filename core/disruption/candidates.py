@@ -183,6 +183,26 @@ def pod_blocker(candidate: Candidate, pdbs: PdbLimits, eventual: bool) -> Reason
     return None
 
 
+def staying_pods(candidate: Candidate, pdbs: PdbLimits, now: datetime) -> dict[str, str]:
+    """The candidate's reschedulable pods that stay on the node until its terminationGracePeriod ends, by
+    `namespace/name`, each with why: an active do-not-disrupt annotation, or a PDB that never allows an
+    eviction. They are deleted when the grace period ends, so Karpenter makes no room for them elsewhere
+    (its "currently reschedulable" pods leave them out). Without a grace period nothing stays: such a node
+    is not drifted until they can leave, and an expired one simulates them all."""
+    if not candidate.eventual:
+        return {}
+    staying: dict[str, str] = {}
+    for pod in candidate.reschedulable:
+        protected = do_not_disrupt(pod, now)
+        if protected is not None:
+            staying[pod_key(pod)] = protected
+            continue
+        refused = pdbs.fully_blocks(pod)
+        if refused is not None:
+            staying[pod_key(pod)] = f"pod {pod_key(pod)}: {refused}"
+    return staying
+
+
 @dataclass(slots=True)
 class NodeReport:
     """Every node of the cluster sorted into candidates, expiring nodes and rejected nodes, with the node

@@ -7,6 +7,10 @@ ones together); multi-node consolidation looks for the longest prefix of the che
 candidates that can be deleted or replaced by one cheaper node; single-node consolidation tries every
 remaining candidate alone.
 
+A NodeClaim with a terminationGracePeriod bounds its drain, so drift takes it despite pods that block
+eviction; for drift and expiration alike, pods with do-not-disrupt or behind a PDB that never allows an
+eviction are not made room for: they stay until the grace period ends and are deleted then.
+
 Karpenter runs one command per pass and starts over; commands only fill the remaining nodes and use up
 budgets and PDBs, so a candidate a method refused stays refused, and each method here runs to exhaustion
 before the next instead of starting over after every command.
@@ -68,7 +72,7 @@ def expire(state: PlanState) -> None:
             outcome,
             replacements,
             _savings([candidate], replacements),
-            {candidate.name: expired_at},
+            {candidate.name: state.with_staying(candidate, expired_at)},
         )
 
 
@@ -103,7 +107,11 @@ def drift(state: PlanState) -> None:
         (candidate for candidate in state.candidates() if candidate.drift is not None),
         key=lambda candidate: (candidate.drifted_at, candidate.name),
     )
-    details = {c.name: f"{c.drift.reason}: {c.drift.message}" for c in drifted if c.drift is not None}
+    details = {
+        c.name: state.with_staying(c, f"{c.drift.reason}: {c.drift.message}")
+        for c in drifted
+        if c.drift is not None
+    }
     empty: list[Candidate] = []
     per_pool: dict[str, int] = {}
     for candidate in drifted:
