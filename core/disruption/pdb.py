@@ -9,7 +9,7 @@ more than one PDB (the eviction API refuses those pods). As a plan moves pods, t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from core.api.kube import (
@@ -114,7 +114,7 @@ class PdbLimits:
     def blocker(self, pods: Iterable[Pod]) -> str | None:
         """Why evicting these pods is refused now, or None when every PDB allows it."""
         for pod in pods:
-            refused = self._refusal(pod, lambda budget: budget.allowed <= 0, "allows 0 evictions")
+            refused = self._refusal(pod, forever=False)
             if refused is not None:
                 return refused
         return None
@@ -122,20 +122,24 @@ class PdbLimits:
     def fully_blocks(self, pod: Pod) -> str | None:
         """Why no eviction of the pod will ever be allowed (a PDB with maxUnavailable 0 or minAvailable
         100%, or more than one PDB), or None. Karpenter makes no room elsewhere for such a pod."""
-        return self._refusal(pod, lambda budget: budget.fully_blocking, "never allows an eviction")
+        return self._refusal(pod, forever=True)
 
-    def _refusal(self, pod: Pod, refuses: Callable[[_Budget], bool], because: str) -> str | None:
+    def _refusal(self, pod: Pod, forever: bool) -> str | None:
+        """Why the pod's PDBs refuse its eviction now (or, with `forever`, whatever happens), or None."""
         if not is_evictable(pod):
             return None
         budgets = self._budgets_of(pod)
+        if not budgets:
+            return None
         if len(budgets) > 1:
             names = ", ".join(budget.key for budget in budgets)
             return f"pod {pod_key(pod)} is selected by more than one pdb ({names})"
-        if not budgets or (budgets[0].always_allow_unhealthy and not is_healthy(pod)):
+        budget = budgets[0]
+        if budget.always_allow_unhealthy and not is_healthy(pod):
             return None
-        if refuses(budgets[0]):
-            return f"pdb {budgets[0].key} {because}"
-        return None
+        if forever:
+            return f"pdb {budget.key} never allows an eviction" if budget.fully_blocking else None
+        return f"pdb {budget.key} allows 0 evictions" if budget.allowed <= 0 else None
 
     def evict(self, pods: Iterable[Pod]) -> None:
         """Count the evictions of these pods against their PDBs."""

@@ -167,8 +167,11 @@ class RemovalSimulation:
             for pod in self._pods.get(node, ()):
                 topology.count(pod, existing.taints, existing.requirements, -1)
             sim.existing_free[row] = REFUSE_ALL
-        refusing = np.zeros(len(sim.existing), dtype=np.bool_)
-        refusing[[self._row[node] for node in closed if node in self._row]] = True
+        refusing = None
+        rows = [self._row[node] for node in closed if node in self._row]
+        if rows:
+            refusing = np.zeros(len(sim.existing), dtype=np.bool_)
+            refusing[rows] = True
         sim.reset(pods, _copy_limits(self._limits), max_nodeclaims, refusing)
         try:
             results = sim.solve()

@@ -171,8 +171,8 @@ class Simulation:
         """Where each placed pod went (by UID): an existing node's name or a new NodeClaim's hostname."""
         self.max_nodeclaims: int | None = None
         """When set, `solve` raises `TooManyNodeClaims` as soon as it needs more new NodeClaims."""
-        self.closed = np.zeros(len(self.existing), dtype=np.bool_)
-        """Existing nodes (rows) that take no pod in this solve."""
+        self._open: BoolArray | None = None
+        """Existing nodes (rows) that may take pods in this solve; None when all may."""
         self._index = _ExistingIndex(self.existing)
 
     # ----------------------------------------------------------------------------------------------- setup
@@ -335,7 +335,7 @@ class Simulation:
         self.placements = {}
         self.remaining = remaining
         self.max_nodeclaims = max_nodeclaims
-        self.closed = closed if closed is not None else np.zeros(len(self.existing), dtype=np.bool_)
+        self._open = ~closed if closed is not None and closed.any() else None
 
     # ------------------------------------------------------------------------------------------------ solve
 
@@ -385,8 +385,9 @@ class Simulation:
         if not self.existing:
             return False
         index = self._index
-        mask = np.all(self.existing_free >= requests, axis=1) & ~self.closed
-        mask &= index.admits(constraints, pod_requirements)
+        mask = np.all(self.existing_free >= requests, axis=1) & index.admits(constraints, pod_requirements)
+        if self._open is not None:
+            mask &= self._open
         strict = constraints.strict_requirements()
         groups = self.topology.groups_for(pod, constraints)
         for group in groups:

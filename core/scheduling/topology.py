@@ -380,17 +380,17 @@ class Topology:
         return self._matching_groups(pod, constraints)
 
     def _matching_groups(self, pod: PodInfo, constraints: Constraints) -> list[TopologyGroup]:
-        owned = self._owned.get(pod.uid, {})
-        groups = [owned[id(term)] for term in constraints.spread if id(term) in owned]
-        groups += [owned[id(term)] for term in constraints.affinity_terms() if id(term) in owned]
-        groups += [owned[id(term)] for term in constraints.anti_affinity_terms() if id(term) in owned]
         signature = (pod.namespace, frozenset(pod.labels.items()))
         inverse = self._inverse_selecting.get(signature)
         if inverse is None:
             inverse = self._inverse_selecting[signature] = [
                 group for group in self._inverse.values() if group.selects(pod.namespace, pod.labels)
             ]
-        return [*groups, *inverse]
+        owned = self._owned.get(pod.uid)
+        if not owned:
+            return inverse
+        terms = [*constraints.spread, *constraints.affinity_terms(), *constraints.anti_affinity_terms()]
+        return [*(owned[id(term)] for term in terms if id(term) in owned), *inverse]
 
     def selecting(self, pod: PodInfo) -> list[TopologyGroup]:
         """The (non-inverse) groups whose selector picks the pod: those that count it where it runs."""
