@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.api.kube import pod_key
+from core.api.kube import Pod, pod_key
 from core.api.manifests import Manifests
 from core.disruption.budgets import Budgets, BudgetStatus
 from core.disruption.candidates import find_candidates, is_reschedulable, staying_pods
@@ -81,12 +81,12 @@ def plan_disruption(
     pdbs = PdbLimits(snapshot.pdbs, snapshot.pods)
     candidates = [*report.candidates, *report.expiring]
     staying = {candidate.name: staying_pods(candidate, pdbs, now) for candidate in candidates}
-    movable = {
-        candidate.name: [
-            pod for pod in candidate.reschedulable if pod_key(pod) not in staying[candidate.name]
+    movable: dict[str, list[Pod]] = {}
+    for candidate in candidates:
+        stays = staying[candidate.name]
+        movable[candidate.name] = [
+            pod for pod in candidate.reschedulable if not stays or pod_key(pod) not in stays
         ]
-        for candidate in candidates
-    }
     for node in report.leaving:
         movable[node] = [pod for pod in report.pods.get(node, ()) if is_reschedulable(pod)]
     sandbox = Sandbox(scheduling, movable, options.scheduling)
