@@ -97,6 +97,7 @@ def command_message(command: Command) -> DisruptionCommand:
                 taints=list(r.taints),
                 pods=list(r.pods),
                 requests=r.requests,
+                nodeclaim_labels=r.nodeclaim_labels,
             )
             for r in command.replacements
         ],
@@ -190,6 +191,7 @@ def replacement_claim(
         requirements=list(replacement.requirements),
         requests=parse_resources(replacement.requests),
         launch_candidates=launches,
+        nodeclaim_labels=dict(replacement.nodeclaim_labels),
     )
 
 

@@ -98,8 +98,11 @@ def planned(
     claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidates: int, batch: int = 0
 ) -> PlannedNodeClaim:
     """A simulated NodeClaim as its lifecycle needs it, with the pods it is for and why it was chosen."""
+    # The scheduler resolved the NodeClaim's labels (`NewNodeClaim.nodeclaim_labels`); the NodePool's own are
+    # the floor for a NodeClaim made elsewhere. The launch adds its instance type's labels under these.
     template_labels = dict(pool.spec.template.metadata.labels) if pool else {}
     template_labels[labels.NODEPOOL] = claim.nodepool
+    template_labels.update(claim.nodeclaim_labels)
     return PlannedNodeClaim(
         name=name,
         nodepool=claim.nodepool,

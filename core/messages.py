@@ -384,6 +384,8 @@ class PlannedReplacement(BaseModel):
     taints: list[Taint] = Field(default_factory=list)
     pods: list[str] = Field(default_factory=list)
     requests: dict[str, str] = Field(default_factory=dict)
+    nodeclaim_labels: dict[str, str] = Field(default_factory=dict)
+    """The labels the replacement NodeClaim is created with (the launch adds its instance type's)."""
 
 
 class DisruptionCommand(BaseModel):

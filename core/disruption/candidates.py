@@ -183,6 +183,26 @@ def pod_blocker(candidate: Candidate, pdbs: PdbLimits, eventual: bool) -> Reason
     return None
 
 
+def staying_pods(candidate: Candidate, pdbs: PdbLimits, now: datetime) -> dict[str, str]:
+    """The candidate's reschedulable pods that stay on the node until its terminationGracePeriod ends, by
+    `namespace/name`, each with why: an active do-not-disrupt annotation, or a PDB that never allows an
+    eviction. They are deleted when the grace period ends, so Karpenter makes no room for them elsewhere
+    (its "currently reschedulable" pods leave them out). Without a grace period nothing stays: such a node
+    is not drifted until they can leave, and an expired one simulates them all."""
+    if not candidate.eventual:
+        return {}
+    staying: dict[str, str] = {}
+    for pod in candidate.reschedulable:
+        protected = do_not_disrupt(pod, now)
+        if protected is not None:
+            staying[pod_key(pod)] = protected
+            continue
+        refused = pdbs.fully_blocks(pod)
+        if refused is not None:
+            staying[pod_key(pod)] = f"pod {pod_key(pod)}: {refused}"
+    return staying
+
+
 @dataclass(slots=True)
 class NodeReport:
     """Every node of the cluster sorted into candidates, expiring nodes and rejected nodes, with the node
@@ -201,6 +221,9 @@ class NodeReport:
     """What each NodePool's initialized nodes cost per hour (for the Balanced policy)."""
     pool_disruption: dict[str, float] = field(default_factory=dict)
     """What moving every pod of each NodePool would disrupt, in reschedule cost (for the Balanced policy)."""
+    under_consolidate_after: set[str] = field(default_factory=set)
+    """Initialized nodes whose pods came or went within their NodePool's consolidateAfter: consolidation
+    moves no pod onto them (Karpenter's isUnderConsolidateAfter), whether or not they are candidates."""
 
 
 def _condition_true(node: Node, kind: str) -> bool:
@@ -228,17 +251,26 @@ def _since(claim: NodeClaim) -> datetime | None:
     return claim.metadata.creation_timestamp
 
 
-def _quiet(pool: NodePool, claim: NodeClaim, now: datetime) -> Reason | None:
+def _consolidate_after_left(pool: NodePool, claim: NodeClaim, now: datetime) -> timedelta | None:
+    """How long the node stays under its NodePool's consolidateAfter since its last pod event, or None
+    when it is not (consolidateAfter passed, or Never)."""
     after = pool.spec.disruption.consolidate_after_duration
-    if after is None:
+    since = _since(claim)
+    if after is None or since is None:
+        return None
+    left = after - (as_utc(now) - as_utc(since))
+    return left if left > timedelta(0) else None
+
+
+def _quiet(pool: NodePool, claim: NodeClaim, now: datetime) -> Reason | None:
+    if pool.spec.disruption.consolidate_after_duration is None:
         return Reason(
             BlockReason.CONSOLIDATION_DISABLED,
             f'NodePool "{pool.name}" has consolidation disabled (consolidateAfter: Never)',
         )
-    since = _since(claim)
-    if since is None or as_utc(now) - as_utc(since) >= after:
+    left = _consolidate_after_left(pool, claim, now)
+    if left is None:
         return None
-    left = after - (as_utc(now) - as_utc(since))
     return Reason(
         BlockReason.CONSOLIDATE_AFTER,
         f"consolidateAfter {pool.spec.disruption.consolidate_after} has not passed since the last pod "
@@ -313,6 +345,8 @@ def find_candidates(
             continue
         if _initialized(claim, node):
             _add_to_pool(report, pool, claim, node, types.get(pool.name, {}))
+            if _consolidate_after_left(pool, claim, now) is not None:
+                report.under_consolidate_after.add(name)
         verdict = _admit(report, node, claim, pool, pool.name in instance_types, now)
         if verdict is None:
             candidate = _candidate(

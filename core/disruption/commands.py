@@ -150,10 +150,13 @@ class Replacement:
     capacity_types: tuple[str, ...]
     requirements: tuple[dict[str, object], ...]
     labels: dict[str, str]
+    """The node's labels once launched as planned: its instance type's and offering's, then the NodeClaim's."""
     taints: tuple[Taint, ...]
     pods: tuple[str, ...]
     requests: dict[str, str] = field(default_factory=dict)
     """The pods' summed requests plus DaemonSet overhead, as the NodeClaim's `spec.resources.requests`."""
+    nodeclaim_labels: dict[str, str] = field(default_factory=dict)
+    """The labels the NodeClaim is created with (`core.scheduling.results.nodeclaim_labels`)."""
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -4,7 +4,10 @@ Consolidation is always m nodes to 0 or to 1. If every pod fits on the remaining
 deleted. If the pods need one new node, it must be strictly cheaper than the candidates together: every
 instance type whose worst launch price is not below their price is dropped, and a replacement that could
 be spot or on-demand is made spot-only (the price filter assumed spot; failing to launch is better than
-launching a dearer on-demand node). Replacing spot with spot is behind a setting, and a single spot node
+launching a dearer on-demand node). Several candidates merged into one node face one more filter, checked
+on the options before they are made spot-only: if one of the candidates' own instance types is among them,
+the replacement must be cheaper than that candidate, or deleting the others and keeping it would disrupt
+less for the same saving. Replacing spot with spot is behind a setting, and a single spot node
 is only replaced when at least 15 cheaper types remain, the launch being limited to the 15 cheapest so the
 new node is not itself immediately replaceable. Pools with the Balanced policy also ask that the savings,
 as a share of the pool's cost, be at least half the disruption, as a share of the pool's disruption.
@@ -58,7 +61,11 @@ def decide(
     catalogs: Mapping[str, Catalog],
     spot_to_spot: bool,
 ) -> Consolidation | Reason:
-    """Karpenter's decision for removing `candidates`, whose pods would go as `outcome` says."""
+    """Karpenter's decision for removing `candidates`, whose pods would go as `outcome` says.
+
+    With several candidates (multi-node consolidation) the replacement must also be cheaper than any
+    candidate whose own instance type is among its options, compared before the options are narrowed to
+    spot: otherwise keeping that candidate and deleting the others would disrupt less."""
     if outcome.exceeded is not None:
         return Reason(
             BlockReason.MULTIPLE_REPLACEMENTS,
@@ -76,9 +83,16 @@ def decide(
         )
     claim = outcome.nodeclaims[0]
     priced = Priced.of(claim, catalogs[claim.nodepool])
-    all_spot = all(candidate.capacity_type == labels.CAPACITY_TYPE_SPOT for candidate in candidates)
-    if all_spot and priced.requirements.get(labels.CAPACITY_TYPE).has(labels.CAPACITY_TYPE_SPOT):
-        return _spot_to_spot(candidates, priced, price, spot_to_spot)
+    spot_to_spot_move = all(
+        candidate.capacity_type == labels.CAPACITY_TYPE_SPOT for candidate in candidates
+    ) and priced.requirements.get(labels.CAPACITY_TYPE).has(labels.CAPACITY_TYPE_SPOT)
+    if spot_to_spot_move:
+        if not spot_to_spot:
+            return Reason(
+                BlockReason.SPOT_TO_SPOT_DISABLED,
+                "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node",
+            )
+        priced = priced.narrowed(priced.rows, SPOT_ONLY)
     cheaper = priced.cheaper_than(price)
     if not cheaper:
         return _not_cheaper(priced, price)
@@ -86,35 +100,52 @@ def decide(
     unmet = narrowed.unmet_min_values()
     if unmet is not None:
         return Reason(BlockReason.MIN_VALUES, unmet)
+    own = _own_type_price(candidates, narrowed) if len(candidates) > 1 else None
     capacity = narrowed.requirements.get(labels.CAPACITY_TYPE)
     if capacity.has(labels.CAPACITY_TYPE_SPOT) and capacity.has(labels.CAPACITY_TYPE_ON_DEMAND):
         narrowed = narrowed.narrowed(narrowed.rows, SPOT_ONLY)
+    if own is not None:
+        name, limit = own
+        below = narrowed.cheaper_than(limit)
+        if not below:
+            return Reason(
+                BlockReason.NOT_CHEAPER,
+                f"replacement would not be cheaper than candidate type {name} at {format_price(limit)}/h: "
+                "deleting the other candidates disrupts less",
+            )
+        narrowed = narrowed.narrowed(below)
+        unmet = narrowed.unmet_min_values()
+        if unmet is not None:
+            return Reason(BlockReason.MIN_VALUES, unmet)
+    if spot_to_spot_move and len(candidates) == 1:
+        return _spot_to_spot_single(narrowed, price)
     return _replace(narrowed, price)
 
 
-def _spot_to_spot(
-    candidates: Sequence[Candidate], priced: Priced, price: int, enabled: bool
-) -> Consolidation | Reason:
-    if not enabled:
-        return Reason(
-            BlockReason.SPOT_TO_SPOT_DISABLED,
-            "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node",
-        )
-    spot = priced.narrowed(priced.rows, SPOT_ONLY)
-    cheaper = spot.cheaper_than(price)
-    if not cheaper:
-        return _not_cheaper(spot, price)
-    narrowed = spot.narrowed(cheaper)
-    unmet = narrowed.unmet_min_values()
-    if unmet is not None:
-        return Reason(BlockReason.MIN_VALUES, unmet)
-    if len(candidates) > 1:
-        return _replace(narrowed, price)
-    if len(cheaper) < MIN_SPOT_TO_SPOT_OPTIONS:
+def _own_type_price(candidates: Sequence[Candidate], priced: Priced) -> tuple[str, int] | None:
+    """The cheapest candidate whose instance type is among the replacement's options, as (type, price)."""
+    names = priced.catalog.types.names
+    options = {names[row] for row in priced.rows}
+    own = [
+        (candidate.price_micros, candidate.instance_type.name)
+        for candidate in candidates
+        if candidate.instance_type is not None
+        and candidate.price_micros is not None
+        and candidate.instance_type.name in options
+    ]
+    if not own:
+        return None
+    price, name = min(own)
+    return name, price
+
+
+def _spot_to_spot_single(narrowed: Priced, price: int) -> Consolidation | Reason:
+    """A single spot node is replaced only with at least 15 cheaper options, launched from the cheapest."""
+    if len(narrowed.rows) < MIN_SPOT_TO_SPOT_OPTIONS:
         return Reason(
             BlockReason.SPOT_TO_SPOT_TOO_FEW_OPTIONS,
             f"SpotToSpotConsolidation requires {MIN_SPOT_TO_SPOT_OPTIONS} cheaper instance type options "
-            f"than the current candidate to consolidate, got {len(cheaper)}",
+            f"than the current candidate to consolidate, got {len(narrowed.rows)}",
         )
     # Launching from only the cheapest options keeps the new node among them, so that it is not itself
     # replaced by a cheaper one at the next pass.
@@ -138,35 +169,6 @@ def _not_cheaper(priced: Priced, price: int) -> Reason:
         BlockReason.NOT_CHEAPER,
         f"replacement would not be cheaper: {format_price(cheapest)} vs {format_price(price)}/h",
     )
-
-
-def without_candidate_types(
-    candidates: Sequence[Candidate], consolidation: Consolidation
-) -> Consolidation | Reason:
-    """Multi-node consolidation's guard: a replacement of the same type as one of the candidates must be
-    cheaper than that candidate, or deleting the others and keeping it would disrupt less."""
-    replacement = consolidation.replacement
-    if replacement is None:
-        return consolidation
-    prices: dict[str, int] = {}
-    for candidate in candidates:
-        if candidate.instance_type is not None and candidate.price_micros is not None:
-            name = candidate.instance_type.name
-            prices[name] = min(prices.get(name, candidate.price_micros), candidate.price_micros)
-    names = replacement.catalog.types.names
-    limits = [prices[names[row]] for row in replacement.rows if names[row] in prices]
-    if not limits:
-        return consolidation
-    cheaper = replacement.cheaper_than(min(limits))
-    if not cheaper:
-        return Reason(
-            BlockReason.NOT_CHEAPER, "the replacement would be one of the candidates' own instance types"
-        )
-    narrowed = replacement.narrowed(cheaper)
-    unmet = narrowed.unmet_min_values()
-    if unmet is not None:
-        return Reason(BlockReason.MIN_VALUES, unmet)
-    return _replace(narrowed, candidates_price(candidates))
 
 
 def balanced_verdict(

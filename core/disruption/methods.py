@@ -7,6 +7,10 @@ ones together); multi-node consolidation looks for the longest prefix of the che
 candidates that can be deleted or replaced by one cheaper node; single-node consolidation tries every
 remaining candidate alone.
 
+A NodeClaim with a terminationGracePeriod bounds its drain, so drift takes it despite pods that block
+eviction; for drift and expiration alike, pods with do-not-disrupt or behind a PDB that never allows an
+eviction are not made room for: they stay until the grace period ends and are deleted then.
+
 Karpenter runs one command per pass and starts over; commands only fill the remaining nodes and use up
 budgets and PDBs, so a candidate a method refused stays refused, and each method here runs to exhaustion
 before the next instead of starting over after every command.
@@ -26,7 +30,6 @@ from core.disruption.consolidation import (
     balanced_verdict,
     candidates_price,
     decide,
-    without_candidate_types,
 )
 from core.disruption.replacements import Priced
 from core.disruption.simulation import Outcome
@@ -69,7 +72,7 @@ def expire(state: PlanState) -> None:
             outcome,
             replacements,
             _savings([candidate], replacements),
-            {candidate.name: expired_at},
+            {candidate.name: state.with_staying(candidate, expired_at)},
         )
 
 
@@ -104,7 +107,11 @@ def drift(state: PlanState) -> None:
         (candidate for candidate in state.candidates() if candidate.drift is not None),
         key=lambda candidate: (candidate.drifted_at, candidate.name),
     )
-    details = {c.name: f"{c.drift.reason}: {c.drift.message}" for c in drifted if c.drift is not None}
+    details = {
+        c.name: state.with_staying(c, f"{c.drift.reason}: {c.drift.message}")
+        for c in drifted
+        if c.drift is not None
+    }
     empty: list[Candidate] = []
     per_pool: dict[str, int] = {}
     for candidate in drifted:
@@ -183,14 +190,17 @@ def consolidation_blocker(state: PlanState, candidate: Candidate) -> Reason | No
 def _evaluate(
     state: PlanState, candidates: Sequence[Candidate], stop_early: bool = False
 ) -> tuple[Outcome, Consolidation | Reason]:
-    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would. With
-    `stop_early` the trial stops once it needs a second node, since consolidation never launches two;
-    without, a refusal names the pods that cannot move, as Karpenter's events do."""
+    """Simulate removing the candidates (the trial stays open) and decide as Karpenter would. No pod moves
+    onto a node whose pods changed within its NodePool's consolidateAfter. With `stop_early` the trial
+    stops once it needs a second node, since consolidation never launches two; without, a refusal names
+    the pods that cannot move, as Karpenter's events do."""
     names = [candidate.name for candidate in candidates]
-    outcome = state.sandbox.simulate(names, max_nodeclaims=1 if stop_early else None)
+    outcome = state.sandbox.simulate(
+        names,
+        max_nodeclaims=1 if stop_early else None,
+        closed=state.report.under_consolidate_after,
+    )
     verdict = decide(candidates, outcome, state.catalogs, state.options.spot_to_spot_consolidation)
-    if len(candidates) > 1 and isinstance(verdict, Consolidation):
-        verdict = without_candidate_types(candidates, verdict)
     if isinstance(verdict, Consolidation):
         balanced = balanced_verdict(candidates, verdict, _pool_totals(state))
         if balanced is not None:

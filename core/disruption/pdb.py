@@ -51,6 +51,13 @@ class _Budget:
     key: str
     allowed: int
     always_allow_unhealthy: bool
+    fully_blocking: bool
+    """maxUnavailable 0 (or 0%) or minAvailable 100%: no eviction is ever allowed, whatever the pods do."""
+
+
+def _fully_blocking(pdb: PodDisruptionBudget) -> bool:
+    spec = pdb.spec
+    return spec.max_unavailable in (0, "0%") or spec.min_available == "100%"
 
 
 class PdbLimits:
@@ -67,6 +74,7 @@ class PdbLimits:
                 always_allow_unhealthy=(
                     pdb.spec.unhealthy_pod_eviction_policy is UnhealthyPodEvictionPolicy.ALWAYS_ALLOW
                 ),
+                fully_blocking=_fully_blocking(pdb),
             )
             self._by_namespace.setdefault(namespace, []).append((pdb, budget))
             self._by_key[budget.key] = budget
@@ -106,17 +114,32 @@ class PdbLimits:
     def blocker(self, pods: Iterable[Pod]) -> str | None:
         """Why evicting these pods is refused now, or None when every PDB allows it."""
         for pod in pods:
-            if not is_evictable(pod):
-                continue
-            budgets = self._budgets_of(pod)
-            if len(budgets) > 1:
-                names = ", ".join(budget.key for budget in budgets)
-                return f"pod {pod_key(pod)} is selected by more than one pdb ({names})"
-            if not budgets or (budgets[0].always_allow_unhealthy and not is_healthy(pod)):
-                continue
-            if budgets[0].allowed <= 0:
-                return f"pdb {budgets[0].key} allows 0 evictions"
+            refused = self._refusal(pod, forever=False)
+            if refused is not None:
+                return refused
         return None
+
+    def fully_blocks(self, pod: Pod) -> str | None:
+        """Why no eviction of the pod will ever be allowed (a PDB with maxUnavailable 0 or minAvailable
+        100%, or more than one PDB), or None. Karpenter makes no room elsewhere for such a pod."""
+        return self._refusal(pod, forever=True)
+
+    def _refusal(self, pod: Pod, forever: bool) -> str | None:
+        """Why the pod's PDBs refuse its eviction now (or, with `forever`, whatever happens), or None."""
+        if not is_evictable(pod):
+            return None
+        budgets = self._budgets_of(pod)
+        if not budgets:
+            return None
+        if len(budgets) > 1:
+            names = ", ".join(budget.key for budget in budgets)
+            return f"pod {pod_key(pod)} is selected by more than one pdb ({names})"
+        budget = budgets[0]
+        if budget.always_allow_unhealthy and not is_healthy(pod):
+            return None
+        if forever:
+            return f"pdb {budget.key} never allows an eviction" if budget.fully_blocking else None
+        return f"pdb {budget.key} allows 0 evictions" if budget.allowed <= 0 else None
 
     def evict(self, pods: Iterable[Pod]) -> None:
         """Count the evictions of these pods against their PDBs."""

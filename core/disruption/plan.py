@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.api.kube import Pod, pod_key
 from core.api.manifests import Manifests
 from core.disruption.budgets import Budgets, BudgetStatus
-from core.disruption.candidates import find_candidates, is_reschedulable
+from core.disruption.candidates import find_candidates, is_reschedulable, staying_pods
 from core.disruption.commands import Blocked, Command, Method
 from core.disruption.methods import (
     drift,
@@ -77,9 +78,15 @@ def plan_disruption(
     `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling."""
     scheduling = build_snapshot(snapshot, instance_types)
     report = find_candidates(snapshot, scheduling.instance_types, options.drift, now)
-    movable = {
-        candidate.name: list(candidate.reschedulable) for candidate in [*report.candidates, *report.expiring]
-    }
+    pdbs = PdbLimits(snapshot.pdbs, snapshot.pods)
+    candidates = [*report.candidates, *report.expiring]
+    staying = {candidate.name: staying_pods(candidate, pdbs, now) for candidate in candidates}
+    movable: dict[str, list[Pod]] = {}
+    for candidate in candidates:
+        stays = staying[candidate.name]
+        movable[candidate.name] = [
+            pod for pod in candidate.reschedulable if not stays or pod_key(pod) not in stays
+        ]
     for node in report.leaving:
         movable[node] = [pod for pod in report.pods.get(node, ()) if is_reschedulable(pod)]
     sandbox = Sandbox(scheduling, movable, options.scheduling)
@@ -87,9 +94,10 @@ def plan_disruption(
         report=report,
         sandbox=sandbox,
         budgets=Budgets(snapshot.nodepools, report.totals, report.disrupting, now),
-        pdbs=PdbLimits(snapshot.pdbs, snapshot.pods),
+        pdbs=pdbs,
         catalogs={pool: Catalog(types) for pool, types in sandbox.instance_types().items()},
         options=options,
+        staying=staying,
     )
     state.settle(report.leaving)
     for method, run in METHODS:

@@ -165,11 +165,14 @@ class Priced:
     def replacement(self, name: str) -> Replacement:
         """The NodeClaim to launch, under the name pod moves refer to it by."""
         launch = self.launch()
-        node_labels = dict(self.claim.labels)
+        node_labels: dict[str, str] = {}
         if launch is not None:
             instance_type, offering = launch
             node_labels.update(instance_type.node_labels(offering))
             node_labels[labels.INSTANCE_TYPE] = instance_type.name
+            node_labels[labels.ZONE] = offering.zone
+            node_labels[labels.CAPACITY_TYPE] = offering.capacity_type
+        node_labels.update(self.claim.nodeclaim_labels)
         return Replacement(
             name=name,
             nodepool=self.claim.nodepool,
@@ -181,6 +184,7 @@ class Priced:
             capacity_types=self.capacity_types(),
             requirements=tuple(self.requirements.to_dicts()),
             labels=dict(sorted(node_labels.items())),
+            nodeclaim_labels=dict(self.claim.nodeclaim_labels),
             taints=tuple(self.claim.taints),
             pods=tuple(self.claim.pods),
             requests=format_resources(self.claim.requests),

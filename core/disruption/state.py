@@ -31,13 +31,17 @@ class PlanState:
         pdbs: PdbLimits,
         catalogs: Mapping[str, Catalog],
         options: DisruptionOptions,
+        staying: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
+        """`staying` holds, per candidate, the pods that stay on it until its terminationGracePeriod ends
+        (see `staying_pods`): trials do not move them, and commands say so."""
         self.report = report
         self.sandbox = sandbox
         self.budgets = budgets
         self.pdbs = pdbs
         self.catalogs = catalogs
         self.options = options
+        self.staying = staying or {}
         self.commands: list[Command] = []
         self._reasons: dict[str, list[Reason]] = {}
         self._taken: set[str] = set()
@@ -74,6 +78,17 @@ class PlanState:
     def pod_blocker(self, candidate: Candidate, eventual: bool = False) -> Reason | None:
         """Why the candidate's pods keep it now, given the evictions planned so far."""
         return pod_blocker(candidate, self.pdbs, eventual)
+
+    def with_staying(self, candidate: Candidate, detail: str) -> str:
+        """The command's detail for the candidate, naming the pods that stay until its grace period ends."""
+        staying = self.staying.get(candidate.name)
+        if not staying:
+            return detail
+        grace = candidate.nodeclaim.spec.termination_grace_period
+        return (
+            f"{detail}; until its terminationGracePeriod ({grace}) ends, {len(staying)} pods stay: "
+            + "; ".join(staying[key] for key in sorted(staying))
+        )
 
     def budget_blocker(
         self, candidate: Candidate, reason: DisruptionReason, chosen: int = 0

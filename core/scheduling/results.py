@@ -53,6 +53,18 @@ def launch_order(
     return launches
 
 
+def nodeclaim_labels(template: NodeClaimTemplate, requirements: Requirements) -> dict[str, str]:
+    """The labels a NodeClaim is created with: its NodePool's template labels and `karpenter.sh/nodepool`,
+    and one value for each custom key its requirements constrain.
+
+    Keys the instance types define are left out, as Karpenter leaves out well-known ones: the launched
+    instance type labels them, and a value chosen from a requirement (say `Gt 8`) would be an invention."""
+    resolved = {
+        key: value for key, value in requirements.labels().items() if key not in template.allowed_undefined
+    }
+    return {**resolved, **template.labels}
+
+
 @dataclass(frozen=True, slots=True)
 class NewNodeClaim:
     nodepool: str
@@ -63,6 +75,8 @@ class NewNodeClaim:
     instance_type_options: list[str]
     pods: list[str]
     labels: dict[str, str]
+    """The node's labels after launch: the launched instance type's and offering's own single-valued
+    labels, then the NodeClaim's (`nodeclaim_labels`)."""
     taints: list[Taint]
     startup_taints: list[Taint]
     requirements: list[dict[str, object]]
@@ -70,6 +84,9 @@ class NewNodeClaim:
     annotations: dict[str, str] = field(default_factory=dict)
     launch_candidates: list[Launch] = field(default_factory=list)
     """Offerings in the order the provider would try them; the first is the launch."""
+    nodeclaim_labels: dict[str, str] = field(default_factory=dict)
+    """The labels the NodeClaim object is created with (see `nodeclaim_labels`); the lifecycle launches
+    the node with these over its instance type's labels, whichever offering it lands on."""
 
     @classmethod
     def build(
@@ -83,13 +100,14 @@ class NewNodeClaim:
         annotations: dict[str, str] | None = None,
     ) -> NewNodeClaim:
         launch = launches[0] if launches else None
-        node_labels = dict(launch.labels) if launch else {}
-        node_labels.update(requirements.labels())
+        claim_labels = nodeclaim_labels(template, requirements)
+        node_labels: dict[str, str] = {}
         if launch:
+            node_labels.update(launch.labels)
             node_labels[labels.INSTANCE_TYPE] = launch.instance_type
             node_labels[labels.ZONE] = launch.offering.zone
             node_labels[labels.CAPACITY_TYPE] = launch.offering.capacity_type
-        node_labels.update(template.labels)
+        node_labels.update(claim_labels)
         return cls(
             nodepool=template.nodepool,
             instance_type=launch.instance_type if launch else None,
@@ -105,6 +123,7 @@ class NewNodeClaim:
             requests=requests,
             annotations=dict(annotations or {}),
             launch_candidates=launches,
+            nodeclaim_labels=dict(sorted(claim_labels.items())),
         )
 
     def to_json(self) -> dict[str, object]:

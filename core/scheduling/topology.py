@@ -250,6 +250,9 @@ class Topology:
         self._owned: dict[str, dict[int, TopologyGroup]] = {}
         self._inverse_owned: dict[str, list[TopologyGroup]] = {}
         self._hostname_groups: list[TopologyGroup] = []
+        # Groups are all made here, so which of them select a pod depends only on its namespace and labels.
+        self._selecting: dict[tuple[str, frozenset[tuple[str, str]]], list[TopologyGroup]] = {}
+        self._inverse_selecting: dict[tuple[str, frozenset[tuple[str, str]]], list[TopologyGroup]] = {}
         pending_uids = {pod.uid for pod in pending}
         for pod in pending:
             self._register_owner(pod)
@@ -377,14 +380,44 @@ class Topology:
         return self._matching_groups(pod, constraints)
 
     def _matching_groups(self, pod: PodInfo, constraints: Constraints) -> list[TopologyGroup]:
-        owned = self._owned.get(pod.uid, {})
-        groups = [owned[id(term)] for term in constraints.spread if id(term) in owned]
-        groups += [owned[id(term)] for term in constraints.affinity_terms() if id(term) in owned]
-        groups += [owned[id(term)] for term in constraints.anti_affinity_terms() if id(term) in owned]
-        for group in self._inverse.values():
-            if group.selects(pod.namespace, pod.labels):
-                groups.append(group)
-        return groups
+        signature = (pod.namespace, frozenset(pod.labels.items()))
+        inverse = self._inverse_selecting.get(signature)
+        if inverse is None:
+            inverse = self._inverse_selecting[signature] = [
+                group for group in self._inverse.values() if group.selects(pod.namespace, pod.labels)
+            ]
+        owned = self._owned.get(pod.uid)
+        if not owned:
+            return inverse
+        terms = [*constraints.spread, *constraints.affinity_terms(), *constraints.anti_affinity_terms()]
+        return [*(owned[id(term)] for term in terms if id(term) in owned), *inverse]
+
+    def selecting(self, pod: PodInfo) -> list[TopologyGroup]:
+        """The (non-inverse) groups whose selector picks the pod: those that count it where it runs."""
+        signature = (pod.namespace, frozenset(pod.labels.items()))
+        found = self._selecting.get(signature)
+        if found is None:
+            found = self._selecting[signature] = [
+                group for group in self._groups.values() if group.selects(pod.namespace, pod.labels)
+            ]
+        return found
+
+    def counting(self, pod: PodInfo) -> list[TopologyGroup]:
+        """Every group whose counts change when the pod comes or goes: those selecting it, and the inverse
+        anti-affinity groups it owns."""
+        return [*self.selecting(pod), *self._inverse_owned.get(pod.uid, ())]
+
+    def count(self, pod: PodInfo, taints: Sequence[Taint], requirements: Requirements, delta: int) -> None:
+        """Add (`delta` 1) or take away (-1) a pod on a node that exists, whose labels give one domain per
+        key, in every group that counts it there (as `record` counts a placed pod)."""
+        for group in self.selecting(pod):
+            if requirements.has(group.key) and group.counts(pod, taints, requirements):
+                domain = requirements.get(group.key).any()
+                group.domains[domain] = group.domains.get(domain, 0) + delta
+        for group in self._inverse_owned.get(pod.uid, ()):
+            if requirements.has(group.key):
+                domain = requirements.get(group.key).any()
+                group.domains[domain] = group.domains.get(domain, 0) + delta
 
     def add_requirements(
         self,
@@ -412,7 +445,7 @@ class Topology:
 
     def record(self, pod: PodInfo, taints: Sequence[Taint], requirements: Requirements) -> None:
         """Count a placed pod in every group that selects it."""
-        for group in self._groups.values():
+        for group in self.selecting(pod):
             if not group.counts(pod, taints, requirements) or not requirements.has(group.key):
                 continue
             domains = requirements.get(group.key)

@@ -99,3 +99,28 @@ def test_a_planned_nodeclaim_names_at_most_the_first_pods() -> None:
         "cheapest of 2 instance types that fit 60 pods (cpu 1500m, pods 60) in NodePool default: "
         "Standard_D2s_v5 spot in eastus-1 at $0.0123/h"
     )
+
+
+def test_a_planned_nodeclaim_carries_the_labels_the_scheduler_resolved() -> None:
+    launch = Launch("Standard_D2s_v5", Offering("eastus-1", "spot", 12_300, True, Requirements([])), {})
+    claim = NewNodeClaim(
+        nodepool="default",
+        instance_type="Standard_D2s_v5",
+        zone="eastus-1",
+        capacity_type="spot",
+        price_micros=12_300,
+        instance_type_options=["Standard_D2s_v5"],
+        pods=["default/p"],
+        labels={},
+        taints=[],
+        startup_taints=[],
+        requirements=[],
+        requests={"cpu": 1000},
+        launch_candidates=[launch],
+        nodeclaim_labels={"karpenter.sh/nodepool": "default", "team": "a"},
+    )
+
+    decision = planned(claim, None, "default-abcde", max_candidates=20)
+
+    # What the lifecycle creates the NodeClaim with and launches the node with, over its type's labels.
+    assert decision.labels == {"karpenter.sh/nodepool": "default", "team": "a"}

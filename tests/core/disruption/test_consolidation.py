@@ -335,3 +335,65 @@ def test_a_replacement_forced_to_spot_needs_a_spot_offering() -> None:
     result = plan(cluster([nodepool()], [node_pair("a", big)], [bound("a")]), types=[big, small])
     assert result.commands == ()
     assert messages(result, "a") == ["no offering of a cheaper instance type can be launched"]
+
+
+def test_merging_nodes_of_the_cheapest_type_into_one_no_cheaper_spot_node_is_refused() -> None:
+    # Karpenter's same-type filter runs on the options before they are narrowed to spot: the candidates'
+    # own type is among them, so every option must be cheaper than one candidate. The cheapest spot node
+    # costs what one on-demand candidate costs, so nothing is left: keeping one node and deleting the
+    # other would disrupt less for the same price.
+    allocatable = {"cpu": "500m", "pods": "5"}
+    pairs = [node_pair(name, CHEAPEST, allocatable=allocatable) for name in ("a", "b")]
+    pods = [bound(name, f"p-{name}", cpu="400m") for name in ("a", "b")]
+    result = plan(cluster([nodepool()], pairs, pods))
+    assert result.commands == ()
+    for node in ("a", "b"):
+        assert codes(result, node) == [BlockReason.NOT_CHEAPER]
+
+
+def test_nodes_of_one_type_may_merge_into_that_type_on_spot_when_spot_is_cheaper() -> None:
+    # The same-type filter keeps options cheaper than the candidates' own price: the type itself on spot.
+    both = instance_type(
+        "both",
+        2,
+        "4Gi",
+        offerings=[("test-zone-1", "on-demand"), ("test-zone-1", "spot")],
+        prices={("test-zone-1", "on-demand"): 100_000, ("test-zone-1", "spot"): 60_000},
+    )
+    allocatable = {"cpu": "1", "memory": "2Gi", "pods": "5"}
+    pairs = [node_pair(name, both, allocatable=allocatable) for name in ("a", "b")]
+    pods = [bound(name, f"p-{name}", cpu="800m") for name in ("a", "b")]
+    command = only_command(plan(cluster([nodepool()], pairs, pods), types=[both]))
+    assert command.method is Method.MULTI_NODE_CONSOLIDATION
+    [replacement] = command.replacements
+    assert (replacement.instance_type, replacement.capacity_type) == ("both", wk.CAPACITY_TYPE_SPOT)
+    assert command.savings_micros == 2 * 100_000 - 60_000
+
+
+def test_consolidation_moves_no_pod_onto_a_node_whose_pods_changed_within_consolidate_after() -> None:
+    # "busy" has room for a's pod, but a pod came or went on it 10 minutes ago and the NodePool waits an
+    # hour: Karpenter's consolidation simulation will not place a's pod there, so a is replaced instead.
+    pool = nodepool(consolidate_after="1h")
+    settled = NOW - timedelta(hours=2)
+    pairs = [
+        node_pair("a", last_pod_event=settled),
+        node_pair("busy", last_pod_event=NOW - timedelta(minutes=10)),
+    ]
+    result = plan(cluster([pool], pairs, [bound("a", "p"), bound("busy", "q")]))
+    command = only_command(result)
+    assert (command.method, command.decision) == (Method.SINGLE_NODE_CONSOLIDATION, Decision.REPLACE)
+    [replacement] = command.replacements
+    assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/p", replacement.name)]
+    assert codes(result, "busy") == [BlockReason.CONSOLIDATE_AFTER]
+
+
+def test_drift_may_move_pods_onto_a_node_whose_pods_changed_within_consolidate_after() -> None:
+    # The rule is consolidation's: a drifted node's pods go wherever they fit.
+    pool = nodepool(consolidate_after="1h")
+    pairs = [
+        node_pair("drifted", drifted="NodePoolDrifted"),
+        node_pair("busy", last_pod_event=NOW - timedelta(minutes=10)),
+    ]
+    command = only_command(plan(cluster([pool], pairs, [bound("drifted", "p"), bound("busy", "q")])))
+    assert (command.method, command.decision) == (Method.DRIFT, Decision.DELETE)
+    assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/p", "busy")]

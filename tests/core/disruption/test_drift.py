@@ -191,3 +191,32 @@ def test_a_termination_grace_period_lets_drift_pass_pods_that_block_eviction() -
     result = plan(cluster([pool], without, [guarded]))
     assert result.commands == ()
     assert messages(result, "a") == ["do-not-disrupt pod default/guarded"]
+
+
+def test_with_a_termination_grace_period_pods_that_block_eviction_are_not_made_room_for() -> None:
+    # Karpenter simulates only the pods that will leave now: the do-not-disrupt pod and the pod behind a
+    # PDB that can never allow an eviction (maxUnavailable 0) stay until the grace period ends and are
+    # then deleted, so no replacement is launched for them. A PDB that allows no eviction only for now
+    # (minAvailable 1 of 1) does not make its pod stay: that pod is simulated like any other.
+    pool = nodepool(annotations=NEW_HASH)
+    pods = [
+        bound("a", "guarded", cpu="1500m", annotations={wk.DO_NOT_DISRUPT: "true"}),
+        bound("a", "web-0", app="web", cpu="1500m"),
+        bound("a", "db-0", app="db", cpu="200m"),
+        bound("a", "plain", app="plain", cpu="500m"),
+        heavy("roomy", app="big"),
+    ]
+    pairs = [
+        busy("a", claim_annotations=OLD_HASH, termination_grace_period="1h"),
+        busy("roomy", node_annotations={wk.DO_NOT_DISRUPT: "true"}),
+    ]
+    budgets = [pdb("web", {"app": "web"}, max_unavailable=0), pdb("db", {"app": "db"}, min_available=1)]
+    result = plan(cluster([pool], pairs, pods, budgets))
+    [command] = result.commands
+    assert (command.method, command.decision) == (Method.DRIFT, Decision.DELETE)
+    assert sorted((move.pod, move.destination) for move in command.pods_moved) == [
+        ("default/db-0", "roomy"),
+        ("default/plain", "roomy"),
+    ]
+    detail = command.candidates[0].detail or ""
+    assert "default/guarded" in detail and "default/web-0" in detail and "terminationGracePeriod" in detail

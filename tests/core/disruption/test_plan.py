@@ -179,3 +179,27 @@ def test_prices_print_with_at_least_three_decimals() -> None:
     assert format_price(10_400) == "$0.0104"
     assert format_price(2_000_000) == "$2.000"
     assert format_price(-500_000) == "-$0.500"
+
+
+def test_an_expired_nodeclaim_with_a_termination_grace_period_makes_no_room_for_pods_that_stay() -> None:
+    pairs = [
+        node_pair(
+            "old",
+            SMALL,
+            allocatable=SMALL_ALLOCATABLE,
+            created=NOW - timedelta(days=40),
+            termination_grace_period="30m",
+        ),
+        node_pair(
+            "roomy", SMALL, allocatable=SMALL_ALLOCATABLE, node_annotations={wk.DO_NOT_DISRUPT: "true"}
+        ),
+    ]
+    pods = [
+        bound("old", "guarded", cpu="3", annotations={wk.DO_NOT_DISRUPT: "true"}),
+        bound("old", "plain", app="plain", cpu="500m"),
+        bound("roomy", "big", app="big", cpu="3"),
+    ]
+    [command] = plan(cluster([nodepool()], pairs, pods)).commands
+    assert (command.method, command.decision) == (Method.EXPIRATION, Decision.DELETE)
+    assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/plain", "roomy")]
+    assert "default/guarded" in (command.candidates[0].detail or "")

@@ -656,6 +656,23 @@ def test_a_launched_node_carries_the_labels_of_its_instance_type():
     assert claim.labels[wk.CAPACITY_TYPE] == claim.capacity_type
 
 
+def test_a_label_a_nodepool_requirement_bounds_is_the_launched_types_own_value():
+    # `integer` is defined by every instance type: the provider labels the node with the launched type's
+    # value, and the requirement must not replace it with a value of its own (only 16 is above 8 here).
+    pool = nodepool(requirements=[expr("integer", "Gt", "8"), expr("team", "In", "a")])
+    p = pod()
+    claim = claim_for(solve([p], pools=[pool]), pod_key(p))
+    launched = CATALOG[claim.instance_type]
+    offering = next(
+        o for o in launched.offerings if (o.zone, o.capacity_type) == (claim.zone, claim.capacity_type)
+    )
+    assert claim.labels["integer"] == "16"
+    # The NodeClaim carries the NodePool's labels and the custom keys its requirements resolve, never a key
+    # the instance types define; the node launched from it carries the same labels as the plan shows.
+    assert claim.nodeclaim_labels == {wk.NODEPOOL: "default", "team": "a"}
+    assert claim.labels == {**launched.node_labels(offering), **claim.nodeclaim_labels}
+
+
 @pytest.mark.parametrize(
     ("expressions", "expected_types", "expected_zone"),
     [

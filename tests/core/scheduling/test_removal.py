@@ -1,5 +1,5 @@
-"""The sandbox answers exactly as a fresh provisioning simulation of the cluster without the removed nodes
-would, after any number of rolled-back and committed trials."""
+"""A removal simulation answers exactly as a fresh provisioning simulation of the cluster without the removed
+nodes would, after any number of rolled-back and committed trials; closed nodes take none of the moving pods."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 
 from core import labels as wk
 from core.api.kube import Pod, pod_key
-from core.disruption.simulation import Sandbox
+from core.scheduling.removal import RemovalSimulation
 from core.scheduling.scheduler import NodeSnapshot, Scheduler, SchedulingOptions
-from core.scheduling.snapshot import SchedulingSnapshot
 from tests.builders import catalog_p, node, nodepool, pod, pod_term, spread, taint, toleration
 
 POOLS = [nodepool(), nodepool("tainted", taints=[taint("dedicated", "batch")], labels={"team": "batch"})]
@@ -82,45 +81,43 @@ def fresh(nodes: list[NodeSnapshot], removed: list[str]) -> tuple[Where, list[tu
     return where, [tuple(claim.instance_type_options) for claim in results.nodeclaims]
 
 
-def sandboxed(sandbox: Sandbox, removed: list[str]) -> tuple[Where, list[tuple[str, ...]]]:
-    outcome = sandbox.simulate(removed)
+def tried(removals: RemovalSimulation, removed: list[str]) -> tuple[Where, list[tuple[str, ...]]]:
+    removal = removals.simulate(removed)
     where = {
-        placement.pod: f"claim-{placement.nodeclaim}"
-        if placement.nodeclaim is not None
-        else placement.destination
-        for placement in outcome.placements
-        if placement.destination is not None
+        move.pod: f"claim-{move.nodeclaim}" if move.nodeclaim is not None else move.destination
+        for move in removal.moves
+        if move.destination is not None
     }
-    return where, [tuple(claim.instance_type_options) for claim in outcome.nodeclaims]
+    return where, [tuple(claim.instance_type_options) for claim in removal.nodeclaims]
 
 
-def sandbox_of(nodes: list[NodeSnapshot]) -> Sandbox:
-    snapshot = SchedulingSnapshot(nodepools=POOLS, instance_types=TYPES, nodes=nodes)
-    return Sandbox(snapshot, {n.name: list(n.pods) for n in nodes}, SchedulingOptions())
+def removals_of(nodes: list[NodeSnapshot]) -> RemovalSimulation:
+    scheduler = Scheduler(POOLS, TYPES, nodes, (), SchedulingOptions())
+    return scheduler.removals({n.name: list(n.pods) for n in nodes})
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_trials_agree_with_a_fresh_simulation_and_roll_back_cleanly(seed: int) -> None:
     nodes = random_cluster(seed)
-    sandbox = sandbox_of(nodes)
+    removals = removals_of(nodes)
     rng = random.Random(seed)
     for _ in range(4):
         removed = rng.sample([n.name for n in nodes], rng.randint(1, 3))
-        assert sandboxed(sandbox, removed) == fresh(nodes, removed)
-        sandbox.rollback()
+        assert tried(removals, removed) == fresh(nodes, removed)
+        removals.rollback()
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_after_a_commit_trials_agree_with_the_cluster_it_leaves(seed: int) -> None:
     nodes = random_cluster(seed)
-    sandbox = sandbox_of(nodes)
+    removals = removals_of(nodes)
     gone = random.Random(seed).choice([n.name for n in nodes if n.initialized])
-    outcome = sandbox.simulate([gone])
-    if outcome.nodeclaims or not outcome.scheduled:
-        sandbox.rollback()
+    removal = removals.simulate([gone])
+    if removal.nodeclaims or removal.unplaced:
+        removals.rollback()
         pytest.skip("the removal needs a new node; the comparison below covers deletions")
-    sandbox.commit([])
-    destination = {p.pod: p.destination for p in outcome.placements}
+    removals.commit([])
+    destination = {move.pod: move.destination for move in removal.moves}
     moved: dict[str, list[Pod]] = {}
     for moving in next(n for n in nodes if n.name == gone).pods:
         target = destination[pod_key(moving)]
@@ -129,31 +126,45 @@ def test_after_a_commit_trials_agree_with_the_cluster_it_leaves(seed: int) -> No
         moved.setdefault(target, []).append(moving.model_copy(update={"spec": spec}))
     after = [replace(n, pods=(*n.pods, *moved.get(n.name, ()))) for n in nodes if n.name != gone]
     for other in [n.name for n in after][:5]:
-        assert sandboxed(sandbox, [other]) == fresh(after, [other])
-        sandbox.rollback()
+        assert tried(removals, [other]) == fresh(after, [other])
+        removals.rollback()
 
 
 def test_a_trial_must_be_closed_before_the_next_and_removed_nodes_cannot_be_tried() -> None:
     nodes = random_cluster(1)
-    sandbox = sandbox_of(nodes)
-    sandbox.simulate(["n-00"])
+    removals = removals_of(nodes)
+    removal = removals.simulate(["n-00"])
     with pytest.raises(RuntimeError, match="already open"):
-        sandbox.simulate(["n-01"])
-    sandbox.commit(["replacement-1"] * len(sandbox._sim.claims))
+        removals.simulate(["n-01"])
+    removals.commit([f"replacement-{index}" for index in range(len(removal.nodeclaims))])
     with pytest.raises(RuntimeError, match="no trial is open"):
-        sandbox.rollback()
+        removals.rollback()
     with pytest.raises(ValueError, match="n-00: not a node, or already removed"):
-        sandbox.simulate(["n-00"])
-    assert "n-00" in sandbox.removed
+        removals.simulate(["n-00"])
+    assert "n-00" in removals.removed
 
 
 def test_a_trial_can_stop_once_it_needs_too_many_nodes() -> None:
     # The largest Catalog P type has 16 CPUs: each 9-CPU pod needs a node of its own.
     nodes = [node("full", cpu=32, bound=[pod(f"p-{i}", cpu="9", node_name="full") for i in range(3)])]
-    sandbox = sandbox_of(nodes)
-    outcome = sandbox.simulate(["full"], max_nodeclaims=1)
-    assert outcome.exceeded == 2
-    assert not outcome.scheduled
-    sandbox.rollback()
-    complete = sandbox.simulate(["full"])
+    removals = removals_of(nodes)
+    removal = removals.simulate(["full"], max_nodeclaims=1)
+    assert removal.exceeded == 2
+    assert removal.moves == ()
+    removals.rollback()
+    complete = removals.simulate(["full"])
     assert len(complete.nodeclaims) == 3
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_closed_nodes_take_none_of_the_moving_pods_and_open_again_after_the_trial(seed: int) -> None:
+    nodes = random_cluster(seed)
+    removals = removals_of(nodes)
+    rng = random.Random(seed)
+    names = [n.name for n in nodes]
+    removed = rng.sample(names, 2)
+    closed = rng.sample([name for name in names if name not in removed], 6)
+    removal = removals.simulate(removed, closed=closed)
+    assert not {move.destination for move in removal.moves} & set(closed)
+    removals.rollback()
+    assert tried(removals, removed) == fresh(nodes, removed)
