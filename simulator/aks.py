@@ -11,7 +11,15 @@ the cluster's add-ons act with. Tests and the demo steer it through the ARM emul
 - `GET /_emulator/custom-data/{vm}`: the base64 custom data a VM was created with (ARM never returns it);
 - `POST /_emulator/never-register` `{"vm": name}`: that VM's node never joins;
 - `GET` and `PATCH /_emulator/settings`: the settings; a JSON merge patch changes delays and timings at run time
-  (durations in seconds), never what names the cluster;
+  (durations in seconds), never what names the cluster; among them `arm.eviction_notice` (30 s: a Spot VM's
+  Preempt notice) and `agent.scheduled_events_interval` (how often nodes read their Scheduled Events);
+- `POST /_emulator/evict` `{"vm": name[, "noticeSeconds": n]}`: a Spot eviction, as ARM's `simulateEviction`
+  (which the Azure SDK calls) does, with a notice of its own when given: the VM's IMDS posts a `Preempt`
+  Scheduled Event, its node gets the condition `PreemptionScheduled=True` (`simulator.nodeagent`), and at the
+  event's `NotBefore` the VM is deleted and its node stops (Ready `Unknown`);
+- `POST /_emulator/vanish` `{"vm": name}`: the VM is gone at once, with no notice (a host failure);
+- `GET` and `POST /_emulator/metadata/scheduledevents?vm=<name>&api-version=2020-07-01` (`Metadata: true`): a
+  VM's Scheduled Events, as its IMDS serves them, and their approval (`{"StartRequests": [{"EventId": id}]}`);
 - and the ARM emulator's own: `/_emulator/faults`, `/_emulator/counters`, `/_emulator/restrictions`, ....
 """
 

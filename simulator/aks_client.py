@@ -1,10 +1,12 @@
 """A client of the emulated AKS's control API (`/_emulator` on the ARM emulator, `simulator.aks`): faults and
 counters of its ARM, what a worker must know about the cluster, the custom data a VM got, VMs whose node never
-joins, and the settings. The cloud itself is reached through ARM with the Azure SDK, and Kubernetes through its
-API server: never through this client.
+joins, Spot evictions and VMs that vanish, a VM's Scheduled Events as it reads them, and the settings. The cloud
+itself is reached through ARM with the Azure SDK, and Kubernetes through its API server: never through this
+client.
 
 Errors come back as the typed errors of `core.errors`: 404 `NotFoundError`, other 4xx `InvalidError`, 5xx and
-lost connections `TransientError`, each carrying the emulator's ARM error code.
+lost connections `TransientError`, each carrying the emulator's ARM error code (the Scheduled Events endpoint
+answers as IMDS does, with a message and no code).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import collections
 import json
 import ssl
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -23,13 +26,14 @@ import aiohttp
 
 from core.errors import CloudError, InvalidError, NotFoundError, TransientError
 from simulator.aks import AksSettings, ClusterInfo
-from simulator.arm import Counters, Fault
+from simulator.arm import Counters, Fault, ScheduledEvent
+from simulator.arm.imds import SCHEDULED_EVENTS_API_VERSION, SCHEDULED_EVENTS_PATH
 
 
 def decode_error(status: int, body: Any) -> CloudError:
     """The typed error for an ARM-style error response `{"error": {"code", "message"}}`."""
     error = body.get("error") if isinstance(body, Mapping) else None
-    details: Mapping[str, Any] = error if isinstance(error, Mapping) else {}
+    details: Mapping[str, Any] = error if isinstance(error, Mapping) else {"message": error}
     message = str(details.get("message") or f"HTTP {status}")
     code = str(details.get("code") or "")
     if status == 404:
@@ -69,10 +73,20 @@ class AksEmulatorClient:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
-    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
         """One request; the decoded JSON answer (None when empty), or the typed error."""
         try:
-            async with self._http().request(method, self.base_url + path, json=body) as response:
+            async with self._http().request(
+                method, self.base_url + path, json=body, params=params, headers=headers
+            ) as response:
                 raw = await response.read()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as error:
@@ -120,6 +134,37 @@ class AksEmulatorClient:
         """The base64 custom data the VM was created with, as its agent reads it on boot (tests only)."""
         body = await self._call("GET", f"/_emulator/custom-data/{quote(vm_name, safe='')}")
         return str(body["customData"])
+
+    async def evict(self, vm_name: str, notice: timedelta | None = None) -> ScheduledEvent:
+        """Evict a Spot VM as ARM's `simulateEviction` does, with `notice` instead of the settings' when given:
+        its Preempt event (the VM is deleted at the event's `not_before`)."""
+        body: dict[str, Any] = {"vm": vm_name}
+        if notice is not None:
+            body["noticeSeconds"] = notice.total_seconds()
+        return ScheduledEvent.from_json(await self._call("POST", "/_emulator/evict", body))
+
+    async def vanish(self, vm_name: str) -> None:
+        """Remove a VM at once, with no notice (a host failure, or a delete nobody was told about)."""
+        await self._call("POST", "/_emulator/vanish", {"vm": vm_name})
+
+    async def scheduled_events(self, vm_name: str) -> dict[str, Any]:
+        """The VM's Scheduled Events document, read as the VM reads IMDS."""
+        return dict(await self._imds("GET", vm_name))
+
+    async def start_events(self, vm_name: str, *event_ids: str) -> None:
+        """Approve the VM's events, as the VM does through IMDS: they start at once."""
+        await self._imds(
+            "POST", vm_name, {"StartRequests": [{"EventId": event_id} for event_id in event_ids]}
+        )
+
+    async def _imds(self, method: str, vm_name: str, body: Any = None) -> Any:
+        return await self._call(
+            method,
+            SCHEDULED_EVENTS_PATH,
+            body,
+            params={"vm": vm_name, "api-version": SCHEDULED_EVENTS_API_VERSION},
+            headers={"Metadata": "true"},
+        )
 
     async def settings(self) -> AksSettings:
         return AksSettings.model_validate(await self._call("GET", "/_emulator/settings"))

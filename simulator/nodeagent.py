@@ -20,13 +20,33 @@ node:
    `nodewright_startup-taints` tag and of its NodeClaim's `startupTaints`), as the add-ons that own them would.
    NodeRestriction forbids a node to change its own taints, so this uses the cluster add-on credential.
 
-When the VM is deleted, the node stops, as a kubelet that is gone: the agent, still as the node, removes the
-kwok annotation and sets its Ready condition to Unknown (`NodeStatusUnknown`). The NodeClaim lifecycle deletes
-the Node object itself. A VM registers at most once; `never_register` makes a VM's node never join.
+Once registered, the agent also does what AKS's node-problem-detector does with the VM's Scheduled Events
+(`simulator.arm.evictions`): every `scheduled_events_interval` it reads the VM's document (from the emulator's
+state, the document its IMDS endpoint serves), and when a `Preempt` event appears (a Spot eviction), it sets, as
+the node (the status subresource, a strategic merge keyed by condition type), the Node condition
+
+    type: PreemptionScheduled
+    status: "True"
+    reason: SpotEvictionIncoming
+    message: Preempt Scheduled: Tue, 24 Nov 2026 14:00:30 GMT. For more information, see
+             https://aka.ms/aks/scheduledevents. EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869
+
+(one line), the format the AKS Karpenter provider parses (`Preempt <EventStatus>[: <NotBefore>]. ...
+EventId: <id>`): `NotBefore` is the event's, RFC 1123 in GMT, the eviction's deadline; once the event has started
+(approved through IMDS) the message reads `Preempt Started. For more information, ...` without a time, as IMDS
+shows a started event without one. `preemption_message` writes it. `lastTransitionTime` is when the agent first
+saw that event. The condition is written once per event and status, never re-asserted: kwok's node stages patch
+Node status by strategic merge, which keeps the conditions they do not know. When the VM is evicted it is
+deleted, and the node stops as below (the condition stays, as NPD is gone with the VM).
+
+When the VM is deleted (by its owner, by its eviction, or when it vanishes), the node stops, as a kubelet that
+is gone: the agent, still as the node, removes the kwok annotation and sets its Ready condition to Unknown
+(`NodeStatusUnknown`). The NodeClaim lifecycle deletes the Node object itself. A VM registers at most once;
+`never_register` makes a VM's node never join.
 
 API calls are retried a bounded number of times on transient errors; an agent's failure is logged and ends that
-agent only. Deallocation and spot eviction are not emulated by the ARM emulator yet; when they are, they stop
-the node the same way.
+agent only (a condition it could not write is logged and tried again at the next poll). Deallocation is not
+emulated.
 """
 
 from __future__ import annotations
@@ -40,7 +60,7 @@ import hashlib
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -57,7 +77,7 @@ from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
 from core.resources import format_resources
-from simulator.arm import ArmState, ProvisioningState, Resource, ResourceType
+from simulator.arm import ArmError, ArmState, ProvisioningState, Resource, ResourceType
 from simulator.kubeapi import (
     STRATEGIC_MERGE_PATCH,
     KubeApi,
@@ -83,6 +103,10 @@ KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 CSR_PATH = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 NODECLAIM_PATH = "/apis/karpenter.sh/v1/nodeclaims"
 CONTAINER_RUNTIME = "containerd://1.7.27"
+PREEMPTION_CONDITION = "PreemptionScheduled"
+"""The Node condition AKS's node-problem-detector sets for a Spot VM's Preempt Scheduled Event."""
+PREEMPTION_REASON = "SpotEvictionIncoming"
+SCHEDULED_EVENTS_HELP = "https://aka.ms/aks/scheduledevents"
 _BOOTED = frozenset({ProvisioningState.SUCCEEDED.value, ProvisioningState.UPDATING.value})
 """A VM in these states has finished creating (updates happen to running VMs)."""
 
@@ -122,12 +146,20 @@ class NodeAgentSettings(BaseModel):
     api_attempts: int = Field(default=6, ge=1)
     """Tries of one API call that keeps failing transiently (no answer, 429, 5xx)."""
     api_max_backoff: timedelta = timedelta(seconds=2)
+    scheduled_events_interval: timedelta = Field(default=timedelta(seconds=5), gt=timedelta(0))
+    """How often a registered node reads its VM's Scheduled Events (node-problem-detector's poll)."""
 
     @classmethod
     def instant(cls) -> NodeAgentSettings:
-        """No boot, registration or startup-taint delay (tests and benchmarks)."""
+        """No boot, registration or startup-taint delay, and Scheduled Events read five times a second (tests
+        and benchmarks)."""
         zero = timedelta(0)
-        return cls(boot_delay=zero, registration_delay=zero, startup_taint_delay=zero)
+        return cls(
+            boot_delay=zero,
+            registration_delay=zero,
+            startup_taint_delay=zero,
+            scheduled_events_interval=timedelta(seconds=0.2),
+        )
 
 
 class Phase(StrEnum):
@@ -154,6 +186,13 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def preemption_message(event: Mapping[str, Any]) -> str:
+    """The PreemptionScheduled condition's message for a Preempt event of an IMDS document (see the module)."""
+    not_before = event.get("NotBefore")
+    head = f"Preempt {event['EventStatus']}" + (f": {not_before}" if not_before else "")
+    return f"{head}. For more information, see {SCHEDULED_EVENTS_HELP}. EventId: {event['EventId']}"
+
+
 def _csr_request(node: str) -> tuple[ec.EllipticCurvePrivateKey, bytes]:
     """A new key and a PEM certificate request for `system:node:<node>` in `system:nodes`."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -173,6 +212,7 @@ class NodeAgent:
     def __init__(self, agents: NodeAgents, vm: Resource) -> None:
         self._agents = agents
         self.vm_name = vm.name
+        self.resource_group = vm.resource_group
         self.vm_id = str(vm.properties.get("vmId") or "")
         self.node_name = str((vm.properties.get("osProfile") or {}).get("computerName") or vm.name)
         self.phase = Phase.BOOTING
@@ -239,11 +279,75 @@ class NodeAgent:
         self.registered = True
         self.phase = Phase.REGISTERED
         logger.info("VM %s registered node %s", self.vm_name, self.node_name)
+        watch = asyncio.create_task(
+            self._watch_scheduled_events(), name=f"node-problem-detector/{self.vm_name}"
+        )
+        try:
+            await self._initialize()
+            await watch
+        finally:
+            watch.cancel()
+            await asyncio.wait({watch})
+
+    async def _initialize(self) -> None:
+        """Once Ready, and after the startup-taint delay, the startup taints go."""
         if await self._wait_ready():
             self.phase = Phase.READY
-            await asyncio.sleep(settings.startup_taint_delay.total_seconds())
+            await asyncio.sleep(self.settings.startup_taint_delay.total_seconds())
             await self._agents.remove_startup_taints(self.vm_name, self.node_name)
             self.phase = Phase.INITIALIZED
+
+    async def _watch_scheduled_events(self) -> None:
+        """As node-problem-detector: report the VM's Preempt event as the PreemptionScheduled condition, once per
+        event and status (see the module), until cancelled."""
+        reported: tuple[str, str] | None = None
+        since = ""
+        while True:
+            event = self._preempt_event()
+            if event is not None and (event["EventId"], event["EventStatus"]) != reported:
+                if reported is None or reported[0] != event["EventId"]:
+                    since = _now()
+                try:
+                    await self._report_preemption(event, since)
+                except KubeApiError as error:
+                    logger.warning(
+                        "node %s could not report its VM's Preempt event %s: %s",
+                        self.node_name,
+                        event["EventId"],
+                        error,
+                    )
+                else:
+                    reported = (event["EventId"], event["EventStatus"])
+            await asyncio.sleep(self.settings.scheduled_events_interval.total_seconds())
+
+    def _preempt_event(self) -> dict[str, Any] | None:
+        """The Preempt event of the VM's Scheduled Events, if there is one (none once the VM is gone)."""
+        try:
+            document = self._agents.arm.scheduled_events(self.vm_name, self.resource_group)
+        except ArmError:
+            return None
+        return next((event for event in document["Events"] if event["EventType"] == "Preempt"), None)
+
+    async def _report_preemption(self, event: Mapping[str, Any], since: str) -> None:
+        api = self._node_api
+        assert api is not None
+        message = preemption_message(event)
+        condition = {
+            "type": PREEMPTION_CONDITION,
+            "status": "True",
+            "reason": PREEMPTION_REASON,
+            "message": message,
+            "lastHeartbeatTime": _now(),
+            "lastTransitionTime": since,
+        }
+        await self._call(
+            lambda: api.patch(
+                node_path(self.node_name, "status"),
+                {"status": {"conditions": [condition]}},
+                STRATEGIC_MERGE_PATCH,
+            )
+        )
+        logger.info("node %s: %s=True: %s", self.node_name, PREEMPTION_CONDITION, message)
 
     def _bootstrap(self) -> NodeBootstrap:
         vm = self._agents.arm.vm(self.vm_name)

@@ -10,7 +10,7 @@ names are case-insensitive):
 
 - `resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{vm}`: PUT (201, or 200 when it exists,
   with `Azure-AsyncOperation`), GET (`$expand=instanceView` adds statuses), PATCH (tags), DELETE (202 with
-  `Azure-AsyncOperation` and `Location`).
+  `Azure-AsyncOperation` and `Location`); POST `.../simulateEviction` (204) schedules a Spot VM's eviction.
 - `resourceGroups/{rg}/providers/Microsoft.Network/networkInterfaces/{nic}`: PUT (201/200 with
   `Azure-AsyncOperation`), GET, PATCH (tags), DELETE (202 with `Location`, which answers 202 until done, then 204).
 - `resourceGroups/{rg}/providers/Microsoft.Compute/disks/{disk}`: GET, DELETE (the managed OS disks VMs make).
@@ -39,6 +39,12 @@ Behaviour that follows Azure:
   attached to a VM cannot be deleted (400 `NicInUse`), nor an attached disk (409 `OperationNotAllowed`). A
   delete that overtakes a create cancels it (`Canceled`, `OperationPreempted`). DELETE of something absent
   is 204, as ARM does.
+- Spot eviction (`evictions`): `simulateEviction` on a Spot VM with `evictionPolicy: Delete` posts a `Preempt`
+  Scheduled Event whose `NotBefore` is `ArmSettings.eviction_notice` (30 s) away, and at that time the VM is
+  deleted (NICs and OS disk following their `deleteOption`); a VM that is not Spot gets 409 `OperationNotAllowed`.
+  Each VM's Scheduled Events are served as IMDS serves them (`imds`: `GET /_emulator/metadata/scheduledevents
+  ?vm=<name>&api-version=2020-07-01` with `Metadata: true`; `POST` `{"StartRequests": [...]}` starts an event
+  at once).
 - Resource SKUs come from the shipped catalog (`core.instancetypes.catalog`): `vCPUs`, `MemoryGB`,
   `CpuArchitectureType` (x64/Arm64), `GPUs`, `HyperVGenerations`, `LowPriorityCapable`, `PremiumIO`,
   `AcceleratedNetworkingEnabled`, `EphemeralOSDiskSupported`, `SupportedEphemeralOSDiskPlacements`,
@@ -75,18 +81,25 @@ and the allocation codes, 429, 500, 503 for theirs, 400 for unknown codes; `stat
 maps to `ServiceRequestError` (as if the request had not been sent) and retries for every method.
 Quota messages carry `Current Limit: N` (`quota_limit`; the provider caches longer for 0).
 
-Counters (`ArmState.counters`) record what was made and removed, so tests can prove a retried create made
-one VM.
+Counters (`ArmState.counters`) record what was made and removed (and evicted, and vanished), so tests can prove
+a retried create made one VM.
+
+The control API (`/_emulator`, no auth) injects and lists faults (`faults`), restricts sizes (`restrictions`),
+reads `counters` and `resources`, evicts a Spot VM with an optional notice of its own (`POST evict`
+`{"vm": name, "noticeSeconds": n}`, answered with the Preempt event) and removes a VM with no notice at all
+(`POST vanish` `{"vm": name}`, 204); both take an optional `resourceGroup`.
 
 The package holds one module per part: `errors` (ARM errors and Azure's messages), `faults` (what can be
 injected and what it matches), `resources` (stored resources and shared body checks), `store` (settings,
 counters and the core of the state), `operations` (long-running operations), `nics` and `vms` (the resource
-types), `skus` (Resource SKUs), `state` (`ArmState`, all of them together), `credentials` (a static bearer
-token for the SDK clients) and `server` (the HTTPS application, the control API and serving).
+types), `evictions` (Spot evictions, Scheduled Events and vanishing VMs), `skus` (Resource SKUs), `state`
+(`ArmState`, all of them together), `credentials` (a static bearer token for the SDK clients), `imds` (the
+Scheduled Events endpoint) and `server` (the HTTPS application, the control API and serving).
 """
 
 from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential
 from simulator.arm.errors import ALLOCATION_CODES, ArmError, QuotaScope
+from simulator.arm.evictions import EventStatus, EventType, ScheduledEvent, rfc1123
 from simulator.arm.faults import Call, Fault, FaultAction, capacity_type_of, logical_zone
 from simulator.arm.operations import Operation, OperationKind, OperationStatus
 from simulator.arm.resources import ProvisioningState, Resource, ResourceKey, ResourceType
@@ -112,6 +125,8 @@ __all__ = [
     "ArmState",
     "Call",
     "Counters",
+    "EventStatus",
+    "EventType",
     "Fault",
     "FaultAction",
     "Operation",
@@ -125,11 +140,13 @@ __all__ = [
     "ResourceType",
     "Restriction",
     "RunningArm",
+    "ScheduledEvent",
     "StaticTokenCredential",
     "capacity_type_of",
     "create_arm_app",
     "logical_zone",
     "resource_sku",
+    "rfc1123",
     "serve_arm",
     "start_arm",
 ]

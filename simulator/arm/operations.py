@@ -81,13 +81,18 @@ class Operations(ArmStore):
     def get(self, resource_type: ResourceType, resource_group: str, name: str) -> Resource:
         resource = self.find(resource_type, resource_group, name)
         if resource is None:
-            raise ArmError(
-                404,
-                "ResourceNotFound",
-                f"The Resource '{resource_type.value}/{name}' under resource group '{resource_group}' was not "
-                "found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
-            )
+            raise self.not_found(resource_type, resource_group, name)
         return resource
+
+    @staticmethod
+    def not_found(resource_type: ResourceType, resource_group: str, name: str) -> ArmError:
+        """ARM's 404 for a resource that does not exist."""
+        return ArmError(
+            404,
+            "ResourceNotFound",
+            f"The Resource '{resource_type.value}/{name}' under resource group '{resource_group}' was not "
+            "found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+        )
 
     def update_tags(
         self, resource_type: ResourceType, resource_group: str, name: str, body: Json

@@ -1,8 +1,11 @@
-"""The emulator over HTTPS: ARM's routes (resources, lists, Resource SKUs, operation status), the `/_emulator`
-control API, and serving it in the running event loop (`start_arm`, `serve_arm`, `RunningArm`)."""
+"""The emulator over HTTPS: ARM's routes (resources, lists, Resource SKUs, operation status, the VM action
+`simulateEviction`), the Scheduled Events of its VMs (`imds`), the `/_emulator` control API, and serving it in the
+running event loop (`start_arm`, `serve_arm`, `RunningArm`, with the task that evicts Spot VMs at their
+deadlines)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -10,6 +13,7 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from pydantic import ValidationError
 from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call, Fault, FaultAction, capacity_type_of, logical_zone
+from simulator.arm.imds import scheduled_events_routes
 from simulator.arm.operations import Operation, OperationKind, OperationStatus
 from simulator.arm.resources import (
     RESOURCE_TYPES,
@@ -37,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 STATE_KEY = web.AppKey("arm_state", ArmState)
 _LOCATION_FILTER = re.compile(r"^\s*location\s+eq\s+'([^']*)'\s*$", re.IGNORECASE)
+_VM_ACTIONS = {"simulateeviction": "simulateEviction"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,8 @@ class _Route:
     namespace: str = ""
     monitor: bool = False
     """A Location (operation result) URL rather than an Azure-AsyncOperation status URL."""
+    action: str | None = None
+    """A POST action on the resource (`simulateEviction`)."""
 
     @property
     def resource(self) -> str:
@@ -89,6 +97,20 @@ def _route(request: web.Request) -> _Route:
     ):
         return _Route(subscription, skus=True, namespace=namespace)
     resource_type = RESOURCE_TYPES.get((rest_lower[1], rest_lower[2]))
+    if (
+        resource_group is not None
+        and resource_type is ResourceType.VIRTUAL_MACHINE
+        and len(rest) == 5
+        and rest_lower[4] in _VM_ACTIONS
+    ):
+        return _Route(
+            subscription,
+            resource_group,
+            resource_type,
+            rest[3],
+            namespace=namespace,
+            action=_VM_ACTIONS[rest_lower[4]],
+        )
     if resource_type is None or len(rest) > 4:
         raise ArmError(
             404,
@@ -246,6 +268,10 @@ class _Arm:
                 404, "NotFound", f"No HTTP resource was found that matches the request URI '{request.path}'."
             )
         group, name = route.resource_group, route.name
+        if route.action == "simulateEviction":
+            _allow(method, "POST")
+            state.simulate_eviction(group, name)
+            return web.Response(status=204)
         if method == "GET":
             return web.json_response(_with_instance_view(request, state.get(resource_type, group, name)))
         if method == "PATCH":
@@ -377,7 +403,8 @@ def _page(request: web.Request, items: list[Json], page_size: int) -> web.Respon
 
 
 async def _control(state: ArmState, request: web.Request) -> web.Response:
-    """`/_emulator/...`: faults, restrictions, counters and a resource summary, as JSON (no auth)."""
+    """`/_emulator/...`: faults, restrictions, counters, a resource summary, Spot evictions (`evict`, with an
+    optional `noticeSeconds`) and VMs that vanish with no notice (`vanish`), as JSON (no auth)."""
     parts = [part for part in request.path.split("/") if part][1:]
     method = request.method
     if parts == ["faults"] and method == "GET":
@@ -409,7 +436,37 @@ async def _control(state: ArmState, request: web.Request) -> web.Response:
         return web.json_response(state.counters.to_json())
     if parts == ["resources"] and method == "GET":
         return web.json_response({"value": [resource.view() for resource in state.resources()]})
+    if parts == ["evict"] and method == "POST":
+        body = await json_body(request)
+        notice = body.get("noticeSeconds")
+        if notice is not None and (
+            isinstance(notice, bool) or not isinstance(notice, int | float) or notice < 0
+        ):
+            raise ArmError(
+                400, "InvalidRequestContent", "'noticeSeconds' must be a number of seconds, 0 or more."
+            )
+        event = state.simulate_eviction(
+            _resource_group(state, body),
+            _vm_name(body),
+            None if notice is None else timedelta(seconds=notice),
+        )
+        return web.json_response(event.to_json())
+    if parts == ["vanish"] and method == "POST":
+        body = await json_body(request)
+        state.vanish(_resource_group(state, body), _vm_name(body))
+        return web.Response(status=204)
     raise ArmError(404, "NotFound", f"No emulator endpoint {method} {request.path}.")
+
+
+def _vm_name(body: Json) -> str:
+    vm = body.get("vm")
+    if not isinstance(vm, str) or not vm:
+        raise ArmError(400, "InvalidRequestContent", "'vm' (a VM name) is required.")
+    return vm
+
+
+def _resource_group(state: ArmState, body: Json) -> str:
+    return str(body.get("resourceGroup") or state.settings.resource_group)
 
 
 def create_arm_app(state: ArmState, routes: Iterable[web.RouteDef] = ()) -> web.Application:
@@ -418,6 +475,7 @@ def create_arm_app(state: ArmState, routes: Iterable[web.RouteDef] = ()) -> web.
     app = web.Application()
     app[STATE_KEY] = state
     add_retail_prices(app, state.catalog)  # prices.azure.com's API, on this host (before the catch-all)
+    app.add_routes(scheduled_events_routes(state))
     app.add_routes(routes)
     app.router.add_route("*", "/{tail:.*}", _Arm(state).handle)
     return app
@@ -434,6 +492,8 @@ class RunningArm:
     ca_pem: Path
     state: ArmState
     runner: web.AppRunner
+    evictor: asyncio.Task[None] | None = None
+    """Evicts Spot VMs at their deadlines."""
 
     def client_options(self, **overrides: Any) -> dict[str, Any]:
         """Keyword arguments for an async Azure management client against this emulator, tuned for tests:
@@ -452,7 +512,27 @@ class RunningArm:
         return StaticTokenCredential(self.state.settings.token or DEFAULT_TOKEN)
 
     async def close(self) -> None:
+        if self.evictor is not None:
+            self.evictor.cancel()
+            await asyncio.wait({self.evictor})
         await self.runner.cleanup()
+
+
+async def _evict_when_due(state: ArmState) -> None:
+    """Evict Spot VMs at their deadlines (the state's wall clock), until cancelled."""
+    wake = asyncio.Event()
+    state.on_eviction_scheduled = wake.set
+    while True:
+        wake.clear()
+        try:
+            state.evict_due()
+            due = state.next_eviction()
+        except Exception:
+            logger.exception("ARM emulator: evicting Spot VMs failed; trying again in a second")
+            due = state.wall_clock() + timedelta(seconds=1)
+        timeout = None if due is None else max(0.0, (due - state.wall_clock()).total_seconds())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout)
 
 
 async def start_arm(
@@ -478,7 +558,8 @@ async def start_arm(
     await site.start()
     bound_port = sock.getsockname()[1]
     url_host = f"[{host}]" if family == socket.AF_INET6 else host
-    return RunningArm(f"https://{url_host}:{bound_port}", tls.ca_pem, state, runner)
+    evictor = asyncio.create_task(_evict_when_due(state), name="arm-evictor")
+    return RunningArm(f"https://{url_host}:{bound_port}", tls.ca_pem, state, runner, evictor)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,7 @@ DEFAULT_RESOURCE_GROUP = "MC_nodewright_nodewright_eastus"
 class ArmSettings(BaseModel):
     """The subscription and region the emulator plays, and how long its operations take."""
 
-    model_config = ConfigDict(validate_assignment=True)
+    model_config = ConfigDict(ser_json_timedelta="float", validate_assignment=True)
 
     subscription_id: str = DEFAULT_SUBSCRIPTION
     region: str = "eastus"
@@ -57,6 +57,9 @@ class ArmSettings(BaseModel):
     polling interval; 0 keeps tests fast."""
     seed: int = 0
     """Seeds the generated ids (vmId, operation ids, resource GUIDs)."""
+    eviction_notice: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
+    """From a Spot VM's eviction being scheduled (its Preempt Scheduled Event) to the VM being evicted; Azure
+    gives at least 30 s (seconds in JSON)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +72,10 @@ class Counters:
     vms_deleted: int = 0
     nics_deleted: int = 0
     disks_deleted: int = 0
+    vms_evicted: int = 0
+    """Spot VMs deleted by their eviction."""
+    vms_vanished: int = 0
+    """VMs removed with no notice (`ArmState.vanish`)."""
     faults_fired: int = 0
     responses_dropped: int = 0
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -155,6 +162,10 @@ class ArmStore:
     def now(self) -> float:
         """The emulator's monotonic clock (request records carry it)."""
         return self._clock()
+
+    def wall_clock(self) -> datetime:
+        """The emulator's wall clock (UTC): creation times, operation times, eviction deadlines."""
+        return self._wall_clock()
 
     def sku(self, vm_size: str) -> AzureSku | None:
         return self._skus.get(vm_size.lower())

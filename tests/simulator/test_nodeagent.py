@@ -1,6 +1,8 @@
 """The node agent against a real control plane: a VM the ARM emulator boots joins by TLS bootstrap with the token
 of its custom data and registers its own Node as `system:node:<name>`; kwok makes it Ready; the startup taints
-go; a wrong or expired token never joins; a deleted VM's node turns Unknown. And the emulated AKS's control API.
+go; a wrong or expired token never joins; a deleted VM's node turns Unknown; a Spot VM's eviction shows as
+`PreemptionScheduled=True` for its whole notice (kwok keeps it), then the node turns Unknown; so does a VM that
+vanishes. And the emulated AKS's control API.
 """
 
 from __future__ import annotations
@@ -8,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import pytest
@@ -30,13 +34,15 @@ from core.instancetypes.catalog import load_shipped_catalog
 from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm import Fault
-from simulator.kubeapi import KubeApi, KubeCredential, load_kubeconfig, node_path
+from simulator.kubeapi import STRATEGIC_MERGE_PATCH, KubeApi, KubeCredential, load_kubeconfig, node_path
 from simulator.nodeagent import (
     CSR_PATH,
     KWOK_ANNOTATION,
     NODECLAIM_PATH,
+    PREEMPTION_CONDITION,
     NodeAgentSettings,
     Phase,
+    preemption_message,
     provider_id,
 )
 from tests.cluster import eventually as wait_for
@@ -82,6 +88,7 @@ class Cluster:
         startup_taints: tuple[Taint, ...] = (),
         tags: dict[str, str] | None = None,
         api_server: str | None = None,
+        capacity_type: str = "on-demand",
     ) -> str:
         """A NIC and a VM for NodeClaim `name`, made through ARM as the Azure provider makes them, with the
         bootstrap rendered for this cluster and `token`; the VM's name."""
@@ -91,8 +98,8 @@ class Cluster:
             nodepool="default",
             instance_type="Standard_D4s_v5",
             zone=f"{info.location}-1",
-            capacity_type="on-demand",
-            labels={labels.NODEPOOL: "default", labels.CAPACITY_TYPE: "on-demand"},
+            capacity_type=capacity_type,
+            labels={labels.NODEPOOL: "default", labels.CAPACITY_TYPE: capacity_type},
             taints=[UNREGISTERED, *startup_taints],
             tags=tags or {},
         )
@@ -260,7 +267,9 @@ async def test_a_booted_vm_joins_by_tls_bootstrap_and_registers_its_own_node(clu
     taint_owners = [
         e["manager"] for e in node["metadata"]["managedFields"] if "f:taints" in str(e["fieldsV1"])
     ]
-    assert taint_owners == ["nodewright-cluster-addon"]  # NodeRestriction: a node may not change its taints
+    # NodeRestriction: a node may not change its taints, so the add-on removed them. The taint list is atomic: its
+    # owner is its last writer, the add-on, or kube-controller-manager when it took the not-ready taint off after.
+    assert taint_owners in (["nodewright-cluster-addon"], ["kube-controller-manager"])
 
     # The VM goes: the node stops posting its status and leaves kwok.
     await cluster.delete_vm(vm)
@@ -424,3 +433,120 @@ async def test_the_api_server_certificate_is_verified_with_the_cluster_ca(cluste
     async with KubeApi(wrong) as api:
         with pytest.raises(Exception, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             await api.request("GET", "/version")
+
+
+def condition(node: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    conditions = (node or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+async def test_a_spot_node_reports_its_preemption_then_stops_when_its_vm_is_evicted(cluster: Cluster) -> None:
+    aks = cluster.aks
+    vm = await cluster.launch(claim_name(), cluster.token, capacity_type="spot")
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the spot node is initialized")
+
+    # The real SDK call, with the notice shrunk through the settings.
+    async with AksEmulatorClient(aks.arm.url, aks.arm.ca_pem) as client:
+        await client.update_settings({"arm": {"eviction_notice": 8}})
+        try:
+            await cluster.compute.virtual_machines.simulate_eviction(aks.info.resource_group, vm)
+        finally:
+            await client.update_settings({"arm": {"eviction_notice": 30}})
+        [event] = (await client.scheduled_events(vm))["Events"]
+    not_before = parsedate_to_datetime(event["NotBefore"])
+
+    async def preemption() -> dict[str, Any] | None:
+        return condition(await cluster.node(vm), PREEMPTION_CONDITION)
+
+    reported = await eventually(preemption, "the node reports PreemptionScheduled")
+    assert (reported["status"], reported["reason"]) == ("True", "SpotEvictionIncoming")
+    assert reported["message"] == (
+        f"Preempt Scheduled: {event['NotBefore']}. For more information, see https://aka.ms/aks/scheduledevents. "
+        f"EventId: {event['EventId']}"
+    )
+    # Parsed as the AKS provider's interruption handling parses it: the deadline and the event.
+    parsed = re.search(
+        r"Preempt Scheduled:\s*(?P<at>[^.]+)\..*EventId:\s*(?P<id>[0-9A-F-]{36})", reported["message"]
+    )
+    assert parsed is not None
+    assert parsedate_to_datetime(parsed["at"]) == not_before
+    assert parsed["id"] == event["EventId"]
+    assert datetime.fromisoformat(reported["lastTransitionTime"]) <= datetime.now(UTC)
+    # Written by the node itself, through the status subresource.
+    node = await cluster.node(vm)
+    assert node is not None
+    writers = [
+        (entry["manager"], entry.get("subresource"))
+        for entry in node["metadata"]["managedFields"]
+        if PREEMPTION_CONDITION in str(entry.get("fieldsV1"))
+    ]
+    assert writers == [("nodewright-node-agent", "status")]
+
+    # kwok patches Node status by strategic merge on condition type: make it write the node's status again (it
+    # sets Ready back to True), and the condition, which the agent writes only once, is still there.
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    not_ready = {"type": "Ready", "status": "False", "reason": "Test", "message": "kwok sets it back"}
+    not_ready |= {"lastHeartbeatTime": now, "lastTransitionTime": now}
+    await cluster.admin.patch(
+        node_path(vm, "status"), {"status": {"conditions": [not_ready]}}, STRATEGIC_MERGE_PATCH
+    )
+
+    async def ready_again() -> dict[str, Any] | None:
+        current = await cluster.node(vm)
+        return (
+            current
+            if (condition(current, "Ready") or {}).get("reason") != "Test" and ready(current) == "True"
+            else None
+        )
+
+    node = await eventually(ready_again, "kwok rewrote the node's status")
+    assert condition(node, PREEMPTION_CONDITION) == reported
+
+    # The condition holds for the whole notice; at NotBefore the VM is deleted and the node stops.
+    while aks.arm.state.vm(vm) is not None:
+        assert condition(await cluster.node(vm), PREEMPTION_CONDITION) == reported
+        await asyncio.sleep(0.1)
+    assert datetime.now(UTC) >= not_before
+    assert aks.arm.state.counters.vms_evicted == 1
+
+    async def unknown() -> dict[str, Any] | None:
+        current = await cluster.node(vm)
+        return current if ready(current) == "Unknown" else None
+
+    node = await eventually(unknown, "the evicted VM's node is Unknown")
+    assert condition(node, PREEMPTION_CONDITION) == reported
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
+async def test_a_vanished_vms_node_stops(cluster: Cluster) -> None:
+    aks = cluster.aks
+    vm = await cluster.launch(claim_name(), cluster.token)
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the node is initialized")
+
+    async with AksEmulatorClient(aks.arm.url, aks.arm.ca_pem) as client:
+        await client.vanish(vm)
+
+    async def unknown() -> bool:
+        return ready(await cluster.node(vm)) == "Unknown"
+
+    await eventually(unknown, "the vanished VM's node is Unknown")
+    assert condition(await cluster.node(vm), PREEMPTION_CONDITION) is None
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
+def test_the_preemption_message_is_the_one_aks_writes() -> None:
+    event = {
+        "EventId": "40B7BD88-C56E-44E4-93F6-75CEDACE2869",
+        "EventType": "Preempt",
+        "EventStatus": "Scheduled",
+    }
+    scheduled = {**event, "NotBefore": "Tue, 24 Nov 2026 14:00:30 GMT"}
+    assert preemption_message(scheduled) == (
+        "Preempt Scheduled: Tue, 24 Nov 2026 14:00:30 GMT. For more information, see "
+        "https://aka.ms/aks/scheduledevents. EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
+    )
+    started = {**event, "EventStatus": "Started", "NotBefore": ""}
+    assert preemption_message(started) == (
+        "Preempt Started. For more information, see https://aka.ms/aks/scheduledevents. "
+        "EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
+    )
