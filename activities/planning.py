@@ -36,6 +36,7 @@ from core.messages import (
     PlanResult,
 )
 from core.resources import format_resources
+from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, nominated_pods_value
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.snapshot import InstanceTypeProvider, SchedulingSnapshot, azure_provider, build_snapshot
@@ -203,7 +204,8 @@ class PlanningActivities:
             (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
         }
         snapshot = build_snapshot(manifests, self._provider(frozenset(unavailable)))
-        results = await asyncio.to_thread(self._solve, snapshot)
+        # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
+        results = await asyncio.to_thread(self._solve, snapshot) if snapshot.pending else SchedulingResults()
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
@@ -231,6 +233,7 @@ class PlanningActivities:
             )
             nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements)
             nodeclaim.metadata.labels[PLAN_LABEL] = key
+            nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))
         # NodeClaims first (capacity the next plan counts on), then the pods' nominations, then lifecycles:
         # each stage concurrently, so a thousand NodeClaims exist within a second or two.
@@ -262,6 +265,7 @@ class PlanningActivities:
         ]
         return PlanResult(
             pods=len(snapshot.pending),
+            nominated=len(snapshot.nominated),
             nodeclaims=summaries,
             scheduled_on_existing=sum(len(placement.pods) for placement in results.existing),
             unschedulable={

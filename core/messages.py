@@ -86,6 +86,8 @@ class NodeClaimSummary(BaseModel):
 class PlanResult(BaseModel):
     pods: int
     """Pending pods the plan considered."""
+    nominated: int = 0
+    """Pending pods it left to the in-flight NodeClaims they were nominated to (not simulated again)."""
     nodeclaims: list[NodeClaimSummary] = Field(default_factory=list)
     """NodeClaims created, each with its lifecycle workflow started."""
     scheduled_on_existing: int = 0

@@ -2,7 +2,8 @@
 
 - A pod kube-scheduler marked Unschedulable is signalled to the provisioner (signal-with-start, so the
   provisioner exists as soon as it is needed), debounced, and signalled again every `requeue_seconds` while it
-  stays pending, as Karpenter requeues provisionable pods.
+  stays pending, as Karpenter requeues provisionable pods; not while it waits for the in-flight NodeClaim a plan
+  nominated it to (`core.scheduling.nominations`), which the next plan would not simulate again anyway.
 - The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
@@ -35,6 +36,7 @@ from core.messages import (
     ProvisionerInput,
     TerminationReason,
 )
+from core.scheduling.nominations import in_flight, nominated_pods
 from workers.metrics import watch_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -90,6 +92,8 @@ class Controller:
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
         self._claims_by_provider_id: dict[str, str] = {}
+        self._nominated: dict[str, list[str]] = {}
+        """In-flight NodeClaim to the pods nominated to it."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -127,8 +131,11 @@ class Controller:
     async def handle(self, event: WatchEvent) -> None:
         if event.kind == "Pod":
             self._pod(event)
-        elif event.kind == "NodeClaim" and event.type is not EventType.DELETED:
-            await self._nodeclaim(NodeClaim.parse(event.object))
+        elif event.kind == "NodeClaim":
+            claim = NodeClaim.parse(event.object)
+            self._track_nominations(claim, deleted=event.type is EventType.DELETED)
+            if event.type is not EventType.DELETED:
+                await self._nodeclaim(claim)
         elif event.kind == "Node" and event.type is not EventType.DELETED:
             await self._node(Node.model_validate(event.object))
 
@@ -143,6 +150,18 @@ class Controller:
         else:
             self.provisionable.discard(key)
             self._unsent.discard(key)
+
+    def _track_nominations(self, claim: NodeClaim, deleted: bool) -> None:
+        pods = nominated_pods(claim)
+        if pods and not deleted and in_flight(claim):
+            self._nominated[claim.name] = pods
+        else:
+            self._nominated.pop(claim.name, None)
+
+    def requeued(self) -> list[str]:
+        """The pods the requeue signals again: provisionable, and not waiting for an in-flight NodeClaim."""
+        waiting = {pod for pods in self._nominated.values() for pod in pods}
+        return sorted(self.provisionable - waiting)
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
         provider_id = claim.status.provider_id
@@ -183,8 +202,8 @@ class Controller:
     async def _requeue_loop(self) -> None:
         while True:
             await asyncio.sleep(self.requeue_seconds)
-            if self.provisionable:
-                await self._signal_provisioner(sorted(self.provisionable))
+            if pods := self.requeued():
+                await self._signal_provisioner(pods)
 
     async def _signal_provisioner(self, pods: list[str]) -> None:
         try:

@@ -21,6 +21,7 @@ from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, az
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
 from core.resources import min_each, parse_resources
+from core.scheduling import nominations
 from core.scheduling.requirements import Operator
 from core.scheduling.scheduler import NodePoolSpec, NodeSnapshot
 
@@ -71,6 +72,8 @@ class SchedulingSnapshot:
     nodes: list[NodeSnapshot] = field(default_factory=list)
     daemonsets: list[Pod] = field(default_factory=list)
     pending: list[Pod] = field(default_factory=list)
+    nominated: list[Pod] = field(default_factory=list)
+    """Pods without a node held for the in-flight NodeClaim they were nominated to (`nominations`)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -224,4 +227,7 @@ def build_snapshot(manifests: Manifests, provider: InstanceTypeProvider) -> Sche
         else:
             snapshot.nodes.append(launching)
     snapshot.daemonsets = [daemonset_pod(daemonset) for daemonset in manifests.daemonsets]
+    snapshot.pending, snapshot.nodes, snapshot.nominated = nominations.hold(
+        snapshot.pending, snapshot.nodes, manifests.nodeclaims
+    )
     return snapshot

@@ -8,10 +8,12 @@ import uuid
 
 import pytest
 
+from activities.kube import apply_condition
 from activities.planning import PlanningActivities, planned
+from core import labels
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
-from core.messages import MAX_RECORDED_PODS, LifecycleInput, PlanInput
+from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
 from tests.cluster import activity_environment, apply_examples, scale_pending
@@ -71,6 +73,59 @@ async def test_a_planned_nodeclaim_names_its_pods_and_why_its_launch_was_chosen(
         "cheapest of 1 instance type that fit 2 pods (cpu 2100m, memory 2176Mi, pods 3) in NodePool default: "
         f"Standard_D4ps_v5 on-demand in eastus-2 at ${price:.4f}/h"
     )
+
+
+async def test_pods_nominated_to_an_in_flight_nodeclaim_are_not_planned_again(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+    pods = await scale_pending(aks.kube, "inflate", 2)
+    started: list[LifecycleInput] = []
+
+    async def record(request: LifecycleInput) -> None:
+        started.append(request)
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), record)
+    first = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+    [claim] = await aks.kube.list_nodeclaims()
+    assert first.pods == 2 and [c.name for c in first.nodeclaims] == [claim.name]
+
+    # While it launches, the requeued pods are left to it: nothing is simulated, nothing created.
+    second = await activity_environment().run(
+        activities.plan_provisioning, PlanInput(cluster="test", batch=2)
+    )
+    assert (second.pods, second.nominated, second.nodeclaims) == (0, 2, [])
+
+    # Its Node registered but is not Ready yet (kube-scheduler cannot bind the pods there): still theirs.
+    await aks.kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "aks-registered", "labels": {labels.NODEPOOL: "default"}},
+                "spec": {
+                    "providerID": "azure:///registered",
+                    "taints": [
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                        {"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"},
+                    ],
+                },
+                "status": {"allocatable": {"cpu": "3860m", "memory": "12Gi", "pods": "110"}},
+            }
+        ]
+    )
+    await apply_condition(
+        aks.kube,
+        ConditionUpdate(name=claim.name, type="Registered", status="True", node_name="aks-registered"),
+    )
+    third = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=3))
+    assert (third.pods, third.nominated, third.nodeclaims) == (0, 2, [])
+
+    # Being deleted, it holds them no longer: they are planned again, onto a NodeClaim of their own.
+    await aks.kube.delete_nodeclaim(claim.name)
+    fourth = await activity_environment().run(
+        activities.plan_provisioning, PlanInput(cluster="test", batch=4)
+    )
+    assert (fourth.pods, fourth.nominated, len(fourth.nodeclaims)) == (2, 0, 1)
+    assert sorted(started[-1].nodeclaim.pods) == pods
 
 
 def test_a_planned_nodeclaim_names_at_most_the_first_pods() -> None:

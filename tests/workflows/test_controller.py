@@ -5,14 +5,16 @@ workflow, a deleted NodeClaim into a request to terminate) and decides nothing i
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from core.api.nodeclaim import NodeClaim
+from core.cluster import ClusterAPI, WatchEvent
+from core.cluster import EventType as WatchEventType
 from core.messages import (
     TERMINATION_REASON_ANNOTATION,
     ActivityName,
@@ -24,6 +26,8 @@ from core.messages import (
     ProvisionerInput,
     TerminationReason,
 )
+from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION
+from tests import builders
 from tests.workflows.conftest import (
     FAST,
     System,
@@ -41,7 +45,7 @@ from tests.workflows.conftest import (
     start_input,
     started,
 )
-from workers.controller import deletion_requested
+from workers.controller import Controller, deletion_requested
 from workers.controlplane.run import ControlPlane
 
 ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
@@ -164,3 +168,38 @@ def test_a_deleted_nodeclaim_tells_its_lifecycle_why_when_its_deleter_said(
         }
     )
     assert deletion_requested(claim) == DeletionRequested(by="nodeclaim deleted", reason=reason)
+
+
+def _watched(kind: str, manifest: dict[str, Any], version: int) -> WatchEvent:
+    name = manifest["metadata"]["name"]
+    return WatchEvent(
+        type=WatchEventType.MODIFIED, kind=kind, name=name, resource_version=version, object=manifest
+    )
+
+
+async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nominated_to() -> None:
+    controller = Controller(
+        client=cast(Client, None),
+        cluster=cast(ClusterAPI, None),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    web = [builders.pod(f"web-{index}", cpu="1") for index in range(2)]
+    for version, pod in enumerate(web):
+        await controller.handle(_watched("Pod", pod.model_dump(mode="json", by_alias=True), version))
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde", "annotations": {NOMINATED_PODS_ANNOTATION: "default/web-0"}},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+    }
+    await controller.handle(_watched("NodeClaim", claim, 3))
+    assert controller.requeued() == ["default/web-1"]
+
+    # Initialized: kube-scheduler binds the pod now, and if it does not, the pod is planned again.
+    claim["status"] = {"conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized"}]}
+    await controller.handle(_watched("NodeClaim", claim, 4))
+    assert controller.requeued() == ["default/web-0", "default/web-1"]
