@@ -9,7 +9,7 @@
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
   deleted asks the workflow to terminate.
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
-  NodePool usage and limits) from a snapshot.
+  NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import in_flight, nominated_pods
-from workers.metrics import watch_cluster_state
+from workers.metrics import WatchedClusterState, keep_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
@@ -88,6 +88,7 @@ class Controller:
         self.metrics = metrics
         """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
         self.metrics_seconds = metrics_seconds
+        self.state = WatchedClusterState() if metrics is not None else None
         self.provisionable: set[str] = set()
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
@@ -103,8 +104,8 @@ class Controller:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
-            if self.metrics is not None:
-                group.create_task(watch_cluster_state(self.cluster, self.metrics, self.metrics_seconds))
+            if self.metrics is not None and self.state is not None:
+                group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
     async def _start_disruption(self, disruption: DisruptionInput) -> None:
         try:
@@ -129,13 +130,14 @@ class Controller:
                 logger.warning("ignoring %s %s: %s", event.kind, event.name, error)
 
     async def handle(self, event: WatchEvent) -> None:
+        if self.state is not None:
+            self.state.observe(event)
         if event.kind == "Pod":
             self._pod(event)
+        elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
+            self._nominated.pop(event.name, None)
         elif event.kind == "NodeClaim":
-            claim = NodeClaim.parse(event.object)
-            self._track_nominations(claim, deleted=event.type is EventType.DELETED)
-            if event.type is not EventType.DELETED:
-                await self._nodeclaim(claim)
+            await self._nodeclaim(NodeClaim.parse(event.object))
         elif event.kind == "Node" and event.type is not EventType.DELETED:
             await self._node(Node.model_validate(event.object))
 
@@ -151,9 +153,9 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
 
-    def _track_nominations(self, claim: NodeClaim, deleted: bool) -> None:
+    def _track_nominations(self, claim: NodeClaim) -> None:
         pods = nominated_pods(claim)
-        if pods and not deleted and in_flight(claim):
+        if pods and in_flight(claim):
             self._nominated[claim.name] = pods
         else:
             self._nominated.pop(claim.name, None)
@@ -164,6 +166,7 @@ class Controller:
         return sorted(self.provisionable - waiting)
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
+        self._track_nominations(claim)
         provider_id = claim.status.provider_id
         if provider_id and provider_id not in self._claims_by_provider_id:
             self._claims_by_provider_id[provider_id] = claim.name

@@ -2,7 +2,7 @@
 
 The metrics themselves are defined in `activities.metrics`, where the activities that count them can import
 them; this module holds what only processes do: the HTTP endpoint, the decorator the worker puts around its
-CloudProvider, and the gauges the controller recomputes from a snapshot of the cluster every few seconds.
+CloudProvider, and the gauges the controller recomputes every few seconds from the objects its watch keeps.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
@@ -20,10 +21,12 @@ from temporalio import activity
 
 from activities.metrics import PROVIDER, Metrics, resource_type, resource_value
 from core import labels
-from core.api.kube import Node, is_daemonset_pod, is_terminal, pod_requests
+from core.api.kube import Node, Pod, is_daemonset_pod, is_terminal, pod_requests
 from core.api.manifests import Manifests
+from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import NodePool
 from core.cloudprovider import CloudProvider, Instance, LaunchRequest
-from core.cluster import ClusterAPI
+from core.cluster import EventType, WatchEvent
 from core.errors import CloudError, NotFoundError
 from core.messages import ActivityName
 from core.resources import Resources, merge, parse_resources
@@ -168,14 +171,66 @@ def update_cluster_state(metrics: Metrics, manifests: Manifests) -> None:
             )
 
 
-async def watch_cluster_state(cluster: ClusterAPI, metrics: Metrics, period_seconds: float = 5.0) -> None:
-    """Recompute the cluster-state gauges every `period_seconds` until cancelled; a failed snapshot is
-    logged and tried again at the next period, so a bad moment never stops the controller."""
+_GAUGE_KINDS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "Pod": Pod.model_validate,
+    "Node": Node.model_validate,
+    "NodeClaim": NodeClaim.parse,
+    "NodePool": NodePool.parse,
+}
+
+
+class WatchedClusterState:
+    """The objects the cluster-state gauges are computed from, kept by the controller's watch: no snapshot, no
+    request to the API server. Each object is parsed when the gauges are next computed after it changed."""
+
+    def __init__(self) -> None:
+        self._raw: dict[str, dict[tuple[str | None, str], dict[str, Any]]] = {
+            kind: {} for kind in _GAUGE_KINDS
+        }
+        self._parsed: dict[str, dict[tuple[str | None, str], Any]] = {kind: {} for kind in _GAUGE_KINDS}
+        self.changed = False
+
+    def observe(self, event: WatchEvent) -> None:
+        raw = self._raw.get(event.kind)
+        if raw is None:
+            return
+        key = (event.namespace, event.name)
+        self._parsed[event.kind].pop(key, None)
+        if event.type is EventType.DELETED:
+            raw.pop(key, None)
+        else:
+            raw[key] = event.object
+        self.changed = True
+
+    def _objects(self, kind: str) -> list[Any]:
+        parse, parsed = _GAUGE_KINDS[kind], self._parsed[kind]
+        for key, raw in self._raw[kind].items():
+            if key not in parsed:
+                try:
+                    parsed[key] = parse(raw)
+                except ValueError as error:  # an object we cannot read is no reason to stop the gauges
+                    logger.debug("cluster-state gauges skip %s %s: %s", kind, key[1], error)
+                    parsed[key] = None
+        return [item for item in parsed.values() if item is not None]
+
+    def manifests(self) -> Manifests:
+        self.changed = False
+        return Manifests(
+            pods=self._objects("Pod"),
+            nodes=self._objects("Node"),
+            nodeclaims=self._objects("NodeClaim"),
+            nodepools=self._objects("NodePool"),
+        )
+
+
+async def keep_cluster_state(
+    state: WatchedClusterState, metrics: Metrics, period_seconds: float = 5.0
+) -> None:
+    """Recompute the cluster-state gauges from what the watch saw, every `period_seconds` in which something
+    changed, until cancelled."""
     while True:
-        try:
-            update_cluster_state(metrics, await cluster.snapshot())
-        except Exception as error:  # the gauges are a view: keep the controller watching
-            logger.warning("could not update the cluster-state metrics: %s", error)
+        if state.changed:
+            update_cluster_state(metrics, state.manifests())
         await asyncio.sleep(period_seconds)
 
 
