@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -180,6 +180,23 @@ class KubeApi:
 
     async def create(self, path: str, body: Mapping[str, Any]) -> Json:
         return await self.request("POST", path, body)
+
+    async def watch(self, path: str, params: Mapping[str, str], seconds: float) -> AsyncIterator[Json]:
+        """The events of a watch of `path` (a collection) with these parameters, for at most `seconds`, as a
+        kubelet watches its own Node; ends when the server ends it. `KubeApiError` if it cannot start."""
+        query = {**params, "watch": "true", "timeoutSeconds": str(max(1, int(seconds)))}
+        timeout = aiohttp.ClientTimeout(total=seconds + 5)
+        try:
+            async with self._http().get(
+                self.credential.server + path, params=query, timeout=timeout
+            ) as response:
+                if response.status >= 400:
+                    raise KubeApiError(response.status, "Error", f"watch of {path}: HTTP {response.status}")
+                async for line in response.content:
+                    if line.strip():
+                        yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise KubeApiError(0, type(error).__name__, str(error) or "no answer") from None
 
     async def patch(self, path: str, body: Mapping[str, Any], content_type: str = MERGE_PATCH) -> Json:
         return await self.request("PATCH", path, body, content_type=content_type)
