@@ -173,6 +173,10 @@ class NodeEvent(BaseModel):
     node: str
     ready: bool = False
     deleting: bool = False
+    taints: list[str] = Field(default_factory=list)
+    """Its taints' keys but Kubernetes' and Karpenter's own: the startup taints initialization waits for."""
+    resources: list[str] = Field(default_factory=list)
+    """The resources it reports allocatable: initialization waits for requested extended resources."""
 
 
 class TerminationReason(StrEnum):

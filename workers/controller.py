@@ -23,7 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from activities.metrics import Metrics
-from core import summaries
+from core import labels, summaries
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
@@ -53,6 +53,15 @@ def is_provisionable(pod: Pod) -> bool:
     conditions = pod.status.conditions if pod.status is not None else []
     return any(
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable" for c in conditions
+    )
+
+
+def is_managed_taint(key: str) -> bool:
+    """A taint Kubernetes or Karpenter sets and removes itself (not-ready, unregistered, disrupted): no lifecycle
+    waits on it, so its coming and going signals nothing."""
+    return key.startswith(("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")) or key in (
+        labels.UNREGISTERED_TAINT,
+        labels.DISRUPTED_TAINT,
     )
 
 
@@ -93,6 +102,10 @@ class Controller:
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
         self._claims_by_provider_id: dict[str, str] = {}
+        self._unclaimed_nodes: dict[str, Node] = {}
+        """Nodes seen before any NodeClaim showed their providerID (a few, briefly), by providerID."""
+        self._told: dict[str, NodeEvent] = {}
+        """What each NodeClaim's lifecycle was last told of its Node, by NodeClaim."""
         self._nominated: dict[str, list[str]] = {}
         """In-flight NodeClaim to the pods nominated to it."""
 
@@ -138,7 +151,11 @@ class Controller:
             self._nominated.pop(event.name, None)
         elif event.kind == "NodeClaim":
             await self._nodeclaim(NodeClaim.parse(event.object))
-        elif event.kind == "Node" and event.type is not EventType.DELETED:
+        elif event.kind == "Node" and event.type is EventType.DELETED:
+            self._unclaimed_nodes = {
+                p: n for p, n in self._unclaimed_nodes.items() if n.metadata.name != event.name
+            }
+        elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
 
     def _pod(self, event: WatchEvent) -> None:
@@ -171,22 +188,30 @@ class Controller:
         if provider_id and provider_id not in self._claims_by_provider_id:
             self._claims_by_provider_id[provider_id] = claim.name
             # The Node may have registered before the NodeClaim showed its providerID.
-            node = await self.cluster.find_node_by_provider_id(provider_id)
+            node = self._unclaimed_nodes.pop(provider_id, None)
             if node is not None:
                 await self._node(node)
         if claim.metadata.deletion_timestamp is not None:
             await self._signal(nodeclaim_id(claim.name), "delete", deletion_requested(claim))
 
     async def _node(self, node: Node) -> None:
-        claim = self._claims_by_provider_id.get(node.spec.provider_id or "")
+        provider_id = node.spec.provider_id or ""
+        claim = self._claims_by_provider_id.get(provider_id)
         if claim is None:
+            if provider_id:
+                self._unclaimed_nodes[provider_id] = node
             return
         event = NodeEvent(
             node=node.metadata.name,
             ready=is_node_ready(node),
             deleting=node.metadata.deletion_timestamp is not None,
+            taints=sorted(taint.key for taint in node.spec.taints if not is_managed_taint(taint.key)),
+            resources=sorted(node.status.allocatable),
         )
-        await self._signal(nodeclaim_id(claim), "node_event", event)
+        # One signal per change its lifecycle waits on; heartbeats and our own labels and taints wake nothing.
+        if self._told.get(claim) != event:
+            self._told[claim] = event
+            await self._signal(nodeclaim_id(claim), "node_event", event)
 
     async def _signal(self, workflow_id: str, signal: str, argument: object) -> None:
         # A workflow that has finished has nothing left to learn.

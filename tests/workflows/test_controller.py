@@ -203,3 +203,78 @@ async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nomin
     claim["status"] = {"conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized"}]}
     await controller.handle(_watched("NodeClaim", claim, 4))
     assert controller.requeued() == ["default/web-0", "default/web-1"]
+
+
+class Signals:
+    """A Temporal client that only records the signals sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, Any]] = []
+
+    def get_workflow_handle(self, workflow_id: str) -> Any:
+        sent = self.sent
+
+        class Handle:
+            async def signal(self, name: str, argument: Any) -> None:
+                sent.append((workflow_id, name, argument))
+
+        return Handle()
+
+
+def _node(ready: bool, taints: list[str], heartbeat: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "aks-default-abcde", "annotations": {"heartbeat": heartbeat}},
+        "spec": {
+            "providerID": "azure:///vm/aks-default-abcde",
+            "taints": [{"key": k, "effect": "NoSchedule"} for k in taints],
+        },
+        "status": {
+            "allocatable": {"cpu": "2", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on() -> None:
+    client = Signals()
+    controller = Controller(
+        client=cast(Client, client),
+        cluster=cast(ClusterAPI, None),  # it asks the API server nothing: its watch tells it all
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    # The Node registers before the NodeClaim shows its providerID.
+    await controller.handle(
+        _watched("Node", _node(False, ["node.kubernetes.io/not-ready", "startup"], "1"), 1)
+    )
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+        "status": {"providerID": "azure:///vm/aks-default-abcde"},
+    }
+    await controller.handle(_watched("NodeClaim", claim, 2))
+    for version, (ready, taints, heartbeat) in enumerate(
+        [
+            (False, ["node.kubernetes.io/not-ready", "startup"], "2"),  # a heartbeat: nothing to tell
+            (True, ["node.kubernetes.io/not-ready", "startup"], "2"),  # Ready
+            (True, ["startup"], "3"),  # Kubernetes' own taint gone: nothing to tell
+            (True, [], "4"),  # the startup taint gone
+        ],
+        start=3,
+    ):
+        await controller.handle(_watched("Node", _node(ready, taints, heartbeat), version))
+
+    told = [(name, event.ready, event.taints) for _, name, event in client.sent]
+    assert told == [
+        ("node_event", False, ["startup"]),
+        ("node_event", True, ["startup"]),
+        ("node_event", True, []),
+    ]
+    assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}
