@@ -44,6 +44,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as attributes
 
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
+LOCAL_STEPS = "register-initialize-local"
+"""The patch under which registration and initialization run as local activities (histories from before
+it take the activity path)."""
 
 
 def disruption_reason(reason: str) -> TerminationReason:
@@ -201,6 +204,7 @@ class NodeClaimWorkflow:
         )
         registered: str | None = None
         provider_id = self._status.provider_id or ""
+        local = workflow.patched(LOCAL_STEPS)
         while self._deletion is None:
             registered = await self._activity(
                 ActivityName.REGISTER_NODECLAIM,
@@ -212,6 +216,7 @@ class NodeClaimWorkflow:
                 ),
                 str,
                 summaries.register_summary(provider_id),
+                local=local,
             )
             if registered is not None or workflow.now() >= deadline:
                 break
@@ -249,12 +254,14 @@ class NodeClaimWorkflow:
         request = InitializeInput(
             nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
         )
+        local = workflow.patched(LOCAL_STEPS)
         while self._deletion is None:
             state = await self._activity(
                 ActivityName.INITIALIZE_NODECLAIM,
                 request,
                 NodeState,
                 summaries.initialize_summary(self._node),
+                local=local,
             )
             if not state.exists or state.deleting:
                 self._request_deletion(TerminationReason.NODE_DELETED, summaries.node_deleted(self._node))
@@ -362,8 +369,25 @@ class NodeClaimWorkflow:
         return True
 
     async def _activity(
-        self, name: ActivityName, argument: Any, result_type: type | None = None, summary: str | None = None
+        self,
+        name: ActivityName,
+        argument: Any,
+        result_type: type | None = None,
+        summary: str | None = None,
+        local: bool = False,
     ) -> Any:
+        if local:
+            # A few idempotent calls to the API server: run in the workflow task on the worker that has it
+            # (one marker in history, no round trip through the server's task queue); a worker that dies
+            # mid-call leaves the task to time out, and the next worker runs it again.
+            return await workflow.execute_local_activity(
+                name,
+                argument,
+                result_type=result_type,
+                start_to_close_timeout=self._activity_timeout(),
+                retry_policy=RETRY,
+                summary=summary,
+            )
         return await workflow.execute_activity(
             name,
             argument,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -166,7 +167,8 @@ def offering(
 
 @dataclass(frozen=True, slots=True)
 class ActivityCall:
-    """One activity the workflow scheduled, with its input and (once completed) its result, still encoded."""
+    """One activity the workflow scheduled, with its input and (once completed) its result, still encoded; a
+    local activity's history records no input (empty here)."""
 
     name: str
     input: Sequence[Any]
@@ -174,12 +176,15 @@ class ActivityCall:
 
 
 async def activity_calls(handle: WorkflowHandle[Any, Any]) -> list[ActivityCall]:
-    """The activities of the handle's run, in the order the workflow scheduled them."""
+    """The activities of the handle's run (local ones included), in the order the workflow scheduled them."""
     history = await handle.fetch_history()
     scheduled: dict[int, tuple[str, Sequence[Any]]] = {}
     results: dict[int, Sequence[Any]] = {}
     for event in history.events:
-        if event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if (local := local_activity(event)) is not None:
+            scheduled[event.event_id] = (local, [])
+            results[event.event_id] = list(event.marker_recorded_event_attributes.details["result"].payloads)
+        elif event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attributes = event.activity_task_scheduled_event_attributes
             scheduled[event.event_id] = (attributes.activity_type.name, list(attributes.input.payloads))
         elif event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -191,6 +196,19 @@ async def activity_calls(handle: WorkflowHandle[Any, Any]) -> list[ActivityCall]
     ]
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def local_activity(event: Any) -> str | None:
+    """The activity type of a local activity's marker event; None for any other event."""
+    if event.event_type != HistoryEventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER:
+        return None
+    return str(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+
+
 TIMER = "timer"
 
 
@@ -200,7 +218,9 @@ async def step_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> li
     history = await handle.fetch_history()
     steps = []
     for event in history.events:
-        if event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if (local := local_activity(event)) is not None:
+            kind = local
+        elif event.event_type == HistoryEventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             kind = event.activity_task_scheduled_event_attributes.activity_type.name
         elif event.event_type == HistoryEventType.EVENT_TYPE_TIMER_STARTED:
             kind = TIMER
