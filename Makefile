@@ -32,8 +32,10 @@ test: lint binaries
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduling.py
 
+# RUNS=200,1000,3000 adds the run of 3,000 pods (see the README's Lifecycle section for how long it takes).
+RUNS ?= 200,1000
 bench-lifecycle: $(STAMP)
-	$(BIN)/python benchmarks/lifecycle.py
+	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS)
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py

@@ -1,9 +1,9 @@
 """Lifecycle benchmark: N pending pods that each need a node of their own, provisioned through the whole
 system on a real Kubernetes control plane until every NodeClaim is Initialized and every pod Running, at
-N = 200 and 1,000. Prints figures; asserts nothing.
+N = 200 and 1,000 (`--runs` adds 3,000). Prints figures; asserts nothing.
 
 A run is the system as users run it, each part in a process of its own, with default settings (batching
-idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 50 requests/s, burst 100):
+idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 200 requests/s, burst 300):
 
 - a control plane started by the benchmark in a temporary directory (`workers.controlplane`: etcd,
   kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which runs the pods bound to the nodes);
@@ -42,6 +42,7 @@ the benchmark exits with 1. `--keep` keeps each run's directory: the control pla
 process's log.
 
     python benchmarks/lifecycle.py                          # N = 200 and 1,000: tables and a profile
+    python benchmarks/lifecycle.py --runs 200,1000,3000     # and 3,000 (make bench-lifecycle RUNS=...)
     python benchmarks/lifecycle.py --run 200 --shape any    # one run, JSON
 """
 
@@ -590,7 +591,8 @@ async def nominations(kube: KubernetesCluster) -> dict[str, list[str]]:
 
 
 async def history_profile(client: Client, workflow_type: str) -> dict[str, float]:
-    """What one history of the type holds, averaged over a sample: events by kind, activities by name."""
+    """What one history of the type holds, averaged over a sample: events by kind, activities (and local
+    activities) by name."""
     histories = await _histories(client, f'WorkflowType="{workflow_type}"', limit=SAMPLED_HISTORIES)
     counts: Counter[str] = Counter()
     for history in histories:
@@ -599,6 +601,11 @@ async def history_profile(client: Client, workflow_type: str) -> dict[str, float
             counts[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()] += 1
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 counts["activity " + event.activity_task_scheduled_event_attributes.activity_type.name] += 1
+            elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                marker = event.marker_recorded_event_attributes
+                if marker.marker_name == "core_local_activity":
+                    local = json.loads(marker.details["data"].payloads[0].data)["activity_type"]
+                    counts["local activity " + local] += 1
     return (
         {kind: round(count / len(histories), 1) for kind, count in sorted(counts.items())}
         if histories
@@ -915,6 +922,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--run", type=int, metavar="PODS", help="one run in this process, as JSON")
+    parser.add_argument(
+        "--runs",
+        default=",".join(str(count) for count in RUNS),
+        metavar="PODS,...",
+        help="the runs to make and tabulate (default %(default)s; 200,1000,3000 adds the run of 3,000)",
+    )
     parser.add_argument("--shape", choices=SHAPES, default=SHAPES[0], help="the pods' node constraints")
     parser.add_argument(
         "--timeout", type=float, default=TIMEOUT_SECONDS, help="seconds a run may take once the pods exist"
@@ -930,7 +943,7 @@ def main() -> None:
         print(json.dumps(row))
         sys.exit(0 if row["finished"] else 1)
     rows = []
-    for count in RUNS:
+    for count in (int(count) for count in args.runs.split(",")):
         done = subprocess.run(
             [
                 sys.executable,
