@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
+from datetime import UTC, datetime
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -36,7 +37,7 @@ from core.messages import (
     ProvisionerInput,
     TerminationReason,
 )
-from core.scheduling.nominations import in_flight, nominated_pods
+from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -106,8 +107,8 @@ class Controller:
         """Nodes seen before any NodeClaim showed their providerID (a few, briefly), by providerID."""
         self._told: dict[str, NodeEvent] = {}
         """What each NodeClaim's lifecycle was last told of its Node, by NodeClaim."""
-        self._nominated: dict[str, list[str]] = {}
-        """In-flight NodeClaim to the pods nominated to it."""
+        self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
+        """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -172,14 +173,17 @@ class Controller:
 
     def _track_nominations(self, claim: NodeClaim) -> None:
         pods = nominated_pods(claim)
-        if pods and in_flight(claim):
-            self._nominated[claim.name] = pods
+        if pods and in_flight(claim, datetime.now(UTC)):
+            self._nominated[claim.name] = (pods, held_until(claim))
         else:
             self._nominated.pop(claim.name, None)
 
-    def requeued(self) -> list[str]:
+    def requeued(self, now: datetime | None = None) -> list[str]:
         """The pods the requeue signals again: provisionable, and not waiting for an in-flight NodeClaim."""
-        waiting = {pod for pods in self._nominated.values() for pod in pods}
+        now = now or datetime.now(UTC)
+        waiting = {
+            pod for pods, until in self._nominated.values() if until is None or now < until for pod in pods
+        }
         return sorted(self.provisionable - waiting)
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:

@@ -1,16 +1,19 @@
 """Pods nominated to NodeClaims still in flight: the next plan does not simulate them again, as Karpenter's.
 
-A plan writes on every NodeClaim it creates which pods it is for (`NOMINATED_PODS_ANNOTATION`). Until that
-NodeClaim is Initialized those pods wait for capacity that is on its way, so a later plan counts them as bound
-to it (to its Node once one registered) instead of pending: planning costs what the new pods cost, whatever is
-in flight. A nomination lapses when the NodeClaim is being deleted or Initialized (kube-scheduler binds the pods
-then, or they are planned again), and a pod that no longer fits what the NodeClaim launched as is planned again.
+A plan writes on every NodeClaim it creates which pods it is for (`NOMINATED_PODS_ANNOTATION`). While that
+NodeClaim launches, registers and initializes, those pods wait for capacity that is on its way, so a later plan
+counts them as bound to it (to its Node once one registered) instead of pending: planning costs what the new
+pods cost, whatever is in flight. Once Initialized, kube-scheduler still needs a moment to bind them (Kubernetes
+removes its not-ready taint, the scheduler's backoff ends): the nomination holds for Karpenter's nomination
+window after that, then lapses, and so it does at once when the NodeClaim is being deleted. A pod that no longer
+fits what the NodeClaim launched as is planned again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from core.api.kube import Pod, pod_key, pod_requests
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
@@ -19,6 +22,8 @@ from core.scheduling.inputs import NodeSnapshot
 
 NOMINATED_PODS_ANNOTATION = "nodewright.io/nominated-pods"
 """On a NodeClaim a plan created: the pods (`namespace/name`, comma-separated) it was created for."""
+NOMINATION_WINDOW = timedelta(seconds=20)
+"""How long pods stay nominated to a NodeClaim after it is Initialized: Karpenter's max(2 x batch max, 10 s)."""
 
 
 def nominated_pods_value(pods: Iterable[str]) -> str:
@@ -32,14 +37,26 @@ def nominated_pods(claim: NodeClaim) -> list[str]:
     return [pod for pod in value.split(",") if pod]
 
 
-def in_flight(claim: NodeClaim) -> bool:
-    """Whether its nominations hold: it is neither being deleted nor Initialized yet."""
-    return claim.metadata.deletion_timestamp is None and not claim.is_true(NodeClaimConditionType.INITIALIZED)
+def held_until(claim: NodeClaim) -> datetime | None:
+    """Until when its nominations hold once it is Initialized (None while it is not)."""
+    initialized = claim.status.condition(NodeClaimConditionType.INITIALIZED)
+    if initialized is None or not claim.is_true(NodeClaimConditionType.INITIALIZED):
+        return None
+    # A condition without a time (written by hand) is as old as can be.
+    return (initialized.last_transition_time or datetime.min.replace(tzinfo=UTC)) + NOMINATION_WINDOW
 
 
-def nominations(claims: Iterable[NodeClaim]) -> dict[str, NodeClaim]:
+def in_flight(claim: NodeClaim, now: datetime) -> bool:
+    """Whether its nominations hold: it is not being deleted, and not Initialized longer than the window ago."""
+    if claim.metadata.deletion_timestamp is not None:
+        return False
+    until = held_until(claim)
+    return until is None or now < until
+
+
+def nominations(claims: Iterable[NodeClaim], now: datetime) -> dict[str, NodeClaim]:
     """Each pod nominated to an in-flight NodeClaim, with that NodeClaim."""
-    return {pod: claim for claim in claims if in_flight(claim) for pod in nominated_pods(claim)}
+    return {pod: claim for claim in claims if in_flight(claim, now) for pod in nominated_pods(claim)}
 
 
 def fitting(
@@ -78,13 +95,13 @@ def _node_of(claim: NodeClaim, names: set[str]) -> str | None:
 
 
 def hold(
-    pending: list[Pod], nodes: list[NodeSnapshot], claims: Iterable[NodeClaim]
+    pending: list[Pod], nodes: list[NodeSnapshot], claims: Iterable[NodeClaim], now: datetime
 ) -> tuple[list[Pod], list[NodeSnapshot], list[Pod]]:
     """Pending pods still nominated to an in-flight NodeClaim they fit, bound in the simulation to it (or to
     its Node once registered): the pods left pending, the nodes, and the pods held."""
     by_node: dict[str, list[Pod]] = {}
     names = {node.name for node in nodes}
-    held_by = nominations(claims)
+    held_by = nominations(claims, now)
     left: list[Pod] = []
     for pod in pending:
         claim = held_by.get(pod_key(pod))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
@@ -175,8 +176,11 @@ def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot
     )
 
 
-def build_snapshot(manifests: Manifests, provider: InstanceTypeProvider) -> SchedulingSnapshot:
-    """What the scheduler needs from the cluster's objects."""
+def build_snapshot(
+    manifests: Manifests, provider: InstanceTypeProvider, now: datetime | None = None
+) -> SchedulingSnapshot:
+    """What the scheduler needs from the cluster's objects; given `now`, pods nominated to in-flight NodeClaims
+    are held for them (`nominations`)."""
     snapshot = SchedulingSnapshot()
     nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
     for pool in manifests.nodepools:
@@ -227,7 +231,8 @@ def build_snapshot(manifests: Manifests, provider: InstanceTypeProvider) -> Sche
         else:
             snapshot.nodes.append(launching)
     snapshot.daemonsets = [daemonset_pod(daemonset) for daemonset in manifests.daemonsets]
-    snapshot.pending, snapshot.nodes, snapshot.nominated = nominations.hold(
-        snapshot.pending, snapshot.nodes, manifests.nodeclaims
-    )
+    if now is not None:
+        snapshot.pending, snapshot.nodes, snapshot.nominated = nominations.hold(
+            snapshot.pending, snapshot.nodes, manifests.nodeclaims, now
+        )
     return snapshot

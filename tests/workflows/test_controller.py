@@ -5,6 +5,7 @@ workflow, a deleted NodeClaim into a request to terminate) and decides nothing i
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
@@ -26,7 +27,7 @@ from core.messages import (
     ProvisionerInput,
     TerminationReason,
 )
-from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION
+from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, NOMINATION_WINDOW
 from tests import builders
 from tests.workflows.conftest import (
     FAST,
@@ -199,10 +200,21 @@ async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nomin
     await controller.handle(_watched("NodeClaim", claim, 3))
     assert controller.requeued() == ["default/web-1"]
 
-    # Initialized: kube-scheduler binds the pod now, and if it does not, the pod is planned again.
-    claim["status"] = {"conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized"}]}
+    # Initialized: kube-scheduler binds the pod now; if it has not within the window, it is planned again.
+    initialized = datetime.now(UTC)
+    claim["status"] = {
+        "conditions": [
+            {
+                "type": "Initialized",
+                "status": "True",
+                "reason": "Initialized",
+                "lastTransitionTime": initialized.isoformat().replace("+00:00", "Z"),
+            }
+        ]
+    }
     await controller.handle(_watched("NodeClaim", claim, 4))
-    assert controller.requeued() == ["default/web-0", "default/web-1"]
+    assert controller.requeued(initialized) == ["default/web-1"]
+    assert controller.requeued(initialized + NOMINATION_WINDOW) == ["default/web-0", "default/web-1"]
 
 
 class Signals:

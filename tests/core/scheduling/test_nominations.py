@@ -3,12 +3,21 @@ Initialized, planned again otherwise."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from core.api.kube import pod_key
 from core.api.nodeclaim import NodeClaim
-from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, hold, nominated_pods_value
+from core.scheduling.nominations import (
+    NOMINATED_PODS_ANNOTATION,
+    NOMINATION_WINDOW,
+    hold,
+    nominated_pods_value,
+)
 from tests.builders import node, pod
+
+INITIALIZED = "2024-01-02T00:00:00Z"
+NOW = datetime(2024, 1, 2, tzinfo=UTC)
 
 
 def claim(name: str, pods: list[str], *, deleting: bool = False, initialized: bool = False) -> NodeClaim:
@@ -18,7 +27,18 @@ def claim(name: str, pods: list[str], *, deleting: bool = False, initialized: bo
     }
     if deleting:
         metadata["deletionTimestamp"] = "2024-01-02T00:00:00Z"
-    conditions = [{"type": "Initialized", "status": "True", "reason": "Initialized"}] if initialized else []
+    conditions = (
+        [
+            {
+                "type": "Initialized",
+                "status": "True",
+                "reason": "Initialized",
+                "lastTransitionTime": INITIALIZED,
+            }
+        ]
+        if initialized
+        else []
+    )
     return NodeClaim.parse(
         {
             "apiVersion": "karpenter.sh/v1",
@@ -36,7 +56,9 @@ def claim(name: str, pods: list[str], *, deleting: bool = False, initialized: bo
 def test_nominated_pods_are_held_by_their_in_flight_nodeclaim() -> None:
     a, b, new = pod(cpu="1"), pod(cpu="1"), pod(cpu="1")
     launching = node("default-abcde", cpu=4, initialized=False)
-    pending, nodes, held = hold([a, b, new], [launching], [claim("default-abcde", [pod_key(a), pod_key(b)])])
+    pending, nodes, held = hold(
+        [a, b, new], [launching], [claim("default-abcde", [pod_key(a), pod_key(b)])], NOW
+    )
     assert pending == [new] and held == [a, b]
     assert nodes[0].pods == (a, b)
 
@@ -45,13 +67,16 @@ def test_pods_that_no_longer_fit_are_planned_again() -> None:
     # Launched smaller than planned (or something else took its room): the first that fit stay.
     a, b = pod(cpu="2"), pod(cpu="2")
     launching = node("default-abcde", cpu=3, initialized=False)
-    pending, nodes, held = hold([a, b], [launching], [claim("default-abcde", [pod_key(a), pod_key(b)])])
+    pending, nodes, held = hold([a, b], [launching], [claim("default-abcde", [pod_key(a), pod_key(b)])], NOW)
     assert pending == [b] and held == [a] and nodes[0].pods == (a,)
 
 
-def test_a_deleting_or_initialized_nodeclaim_holds_nothing() -> None:
+def test_a_deleting_nodeclaim_holds_nothing_and_an_initialized_one_only_for_the_window() -> None:
     a, b = pod(cpu="1"), pod(cpu="1")
     nodes = [node("gone", initialized=False), node("ready")]
     claims = [claim("gone", [pod_key(a)], deleting=True), claim("ready", [pod_key(b)], initialized=True)]
-    pending, after, held = hold([a, b], nodes, claims)
+    # Just Initialized: kube-scheduler has yet to bind b there.
+    pending, _, held = hold([a, b], nodes, claims, NOW + timedelta(seconds=1))
+    assert pending == [a] and held == [b]
+    pending, after, held = hold([a, b], nodes, claims, NOW + NOMINATION_WINDOW)
     assert pending == [a, b] and held == [] and after == nodes
