@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from core import labels
 from core.api.meta import Taint
 from core.instancetypes.types import Offering, dollars
@@ -39,13 +41,14 @@ def launch_order(
     types: InstanceTypeSet, ordered: Sequence[int], requirements: Requirements, limit: int = 20
 ) -> list[Launch]:
     """The offerings the provider would try, best first, over all remaining types (at most `limit`)."""
-    mask = types.offering_mask(requirements)
-    allowed = set(ordered)
+    allowed = np.zeros(len(types), dtype=np.bool_)
+    allowed[list(ordered)] = True
+    # Over every offering of every type, vectorized: a Python loop over them took 5 ms per NodeClaim.
+    columns = np.flatnonzero(types.offering_mask(requirements) & allowed[types.offering_type])
     candidates = []
-    for column, offering in enumerate(types.offerings):
-        row = int(types.offering_type[column])
-        if mask[column] and row in allowed:
-            candidates.append((_offering_order(offering), types.names[row], row, offering))
+    for column in columns.tolist():
+        row, offering = int(types.offering_type[column]), types.offerings[column]
+        candidates.append((_offering_order(offering), types.names[row], row, offering))
     candidates.sort(key=lambda candidate: candidate[:2])
     launches = []
     for _, name, row, offering in candidates[:limit]:
