@@ -30,6 +30,7 @@ from activities.kubeclient import (
     api_error,
     load_cluster,
 )
+from core import labels
 from core.api.manifests import load_yaml
 from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
@@ -919,3 +920,54 @@ async def test_refused_credentials_are_one_line(
     assert ": 403 " in message
     assert f"system:serviceaccount:{namespace}:nobody" in message
     await cluster.check_connection()
+
+
+async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_meanwhile(
+    cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("node")
+    registering = kwok_node(name)
+    registering["metadata"]["finalizers"] = ["x.io/first"]
+    registering["spec"]["taints"] = [{"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"}]
+    await cluster.apply([registering])
+    read, write = cluster._core.read_node, cluster._core.patch_node
+    writes: list[Any] = []
+    between: list[Callable[[], Any]] = []
+
+    def read_then_another_writer(*args: Any, **kwargs: Any) -> Any:
+        current = read(*args, **kwargs)
+        if between:
+            between.pop(0)()
+        return current
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        writes.append(args)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(cluster._core, "read_node", read_then_another_writer)
+    monkeypatch.setattr(cluster._core, "patch_node", counted)
+    try:
+        # A kubelet heartbeat lands between our read and our write: it touches nothing we change.
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "heartbeat"}
+        between.append(lambda: cluster._core.patch_node_status(name, {"status": {"conditions": [ready]}}))
+        patched = await cluster.patch_node(
+            name, labels={"a": "b"}, remove_taint_keys=[labels.UNREGISTERED_TAINT], add_finalizers=["x.io/f"]
+        )
+        assert patched is not None and len(writes) == 1  # no conflict, no second round trip
+        assert patched.metadata.labels["a"] == "b" and patched.metadata.finalizers == ["x.io/first", "x.io/f"]
+        assert labels.UNREGISTERED_TAINT not in [t.key for t in patched.spec.taints]
+
+        # Another writer's taint lands between our read and our write: ours is made again on top of it.
+        theirs = {"key": "example.com/theirs", "effect": "NoSchedule"}
+        between.append(lambda: cluster._core.patch_node(name, {"spec": {"taints": [theirs]}}))
+        ours = Taint(key="example.com/ours", effect=TaintEffect.NO_SCHEDULE)
+        patched = await cluster.patch_node(name, add_taints=[ours])
+        assert patched is not None and len(writes) == 4  # theirs, ours failing its test, ours again
+        assert [t.key for t in patched.spec.taints if t.key.startswith("example.com/")] == [
+            "example.com/theirs",
+            "example.com/ours",
+        ]
+        await cluster.patch_node(name, remove_finalizers=["x.io/first", "x.io/f"])
+    finally:
+        monkeypatch.undo()
+        await cluster.delete_node(name)
