@@ -3,7 +3,9 @@ system on a real Kubernetes control plane until every NodeClaim is Initialized a
 N = 200 and 1,000 (`--runs` adds 3,000). Prints figures; asserts nothing.
 
 A run is the system as users run it, each part in a process of its own, with default settings (batching
-idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 200 requests/s, burst 300):
+idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 200 requests/s, burst 300) but the controller's
+leader-election lease (60 s, renewed within 50 s: the default 8 s renew deadline was missed on a machine
+loaded by other work, and the only controller exited):
 
 - a control plane started by the benchmark in a temporary directory (`workers.controlplane`: etcd,
   kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which runs the pods bound to the nodes);
@@ -726,6 +728,10 @@ async def _run_on(
             "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
             # The disruption loop plans once at start, then idles: this measures provisioning alone.
             "NODEWRIGHT_DISRUPTION_POLL_SECONDS": "3600",
+            # On a loaded machine the API server can take longer than the default 8 s renew deadline to
+            # answer the Lease's update; the (only) controller then exits by design and the run is lost.
+            "NODEWRIGHT_LEADER_ELECTION_LEASE_SECONDS": "60",
+            "NODEWRIGHT_LEADER_ELECTION_RENEW_SECONDS": "50",
             **azure_environment,
         }
         nodewright = (sys.executable, "-m", "workers.cli")
