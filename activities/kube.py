@@ -176,6 +176,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
         name=request.node,
         ready=ready,
         startup_taints_remaining=[key for key in request.startup_taints if key in taint_keys],
+        ephemeral_taints_remaining=[key for key in labels.KNOWN_EPHEMERAL_TAINTS if key in taint_keys],
         missing_resources=[name for name in request.requested_resources if allocatable.get(name, 0) <= 0],
         deleting=node.metadata.deletion_timestamp is not None,
     )

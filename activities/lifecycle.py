@@ -142,9 +142,12 @@ class LifecycleActivities:
 
     @activity.defn(name=ActivityName.INITIALIZE_NODECLAIM)
     async def initialize_nodeclaim(self, request: InitializeInput) -> NodeState:
-        """Mark the node and NodeClaim initialized once it is Ready with its startup taints gone."""
+        """Mark the node and NodeClaim initialized once it is Ready with its startup taints and Kubernetes'
+        not-ready taints gone (so kube-scheduler can bind the pods nominated to it), as Karpenter does."""
         state = await node_state(self.cluster, request)
-        waiting = state.startup_taints_remaining or state.missing_resources
+        waiting = (
+            state.startup_taints_remaining or state.ephemeral_taints_remaining or state.missing_resources
+        )
         if state.exists and not state.deleting and state.ready and not waiting:
             await self.cluster.patch_node(request.node, labels={labels.INITIALIZED: "true"})
             await apply_condition(

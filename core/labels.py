@@ -27,6 +27,13 @@ NODEPOOL_HASH_VERSION = "karpenter.sh/nodepool-hash-version"
 MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
 UNREGISTERED_TAINT = "karpenter.sh/unregistered"
+KNOWN_EPHEMERAL_TAINTS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+)
+"""Taints Kubernetes puts on a node that is not ready to run pods yet; Karpenter's initialization waits for
+them to go (kube-scheduler cannot bind pods until they do)."""
 TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 CAPACITY_TYPE_ON_DEMAND = "on-demand"

@@ -174,7 +174,7 @@ class NodeEvent(BaseModel):
     ready: bool = False
     deleting: bool = False
     taints: list[str] = Field(default_factory=list)
-    """Its taints' keys but Kubernetes' and Karpenter's own: the startup taints initialization waits for."""
+    """Its taints' keys but nodewright's own: initialization waits for the startup and not-ready ones to go."""
     resources: list[str] = Field(default_factory=list)
     """The resources it reports allocatable: initialization waits for requested extended resources."""
 
@@ -220,6 +220,8 @@ class NodeState(BaseModel):
     exists: bool = True
     ready: bool = False
     startup_taints_remaining: list[str] = Field(default_factory=list)
+    ephemeral_taints_remaining: list[str] = Field(default_factory=list)
+    """Kubernetes' own not-ready taints still on it (`labels.KNOWN_EPHEMERAL_TAINTS`)."""
     missing_resources: list[str] = Field(default_factory=list)
     deleting: bool = False
     initialized: bool = False

@@ -58,12 +58,9 @@ def is_provisionable(pod: Pod) -> bool:
 
 
 def is_managed_taint(key: str) -> bool:
-    """A taint Kubernetes or Karpenter sets and removes itself (not-ready, unregistered, disrupted): no lifecycle
-    waits on it, so its coming and going signals nothing."""
-    return key.startswith(("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")) or key in (
-        labels.UNREGISTERED_TAINT,
-        labels.DISRUPTED_TAINT,
-    )
+    """A taint nodewright itself sets and removes (unregistered, disrupted): no lifecycle waits on it, so its
+    coming and going signals nothing."""
+    return key in (labels.UNREGISTERED_TAINT, labels.DISRUPTED_TAINT)
 
 
 def deletion_requested(claim: NodeClaim) -> DeletionRequested:

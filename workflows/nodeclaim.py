@@ -270,7 +270,8 @@ class NodeClaimWorkflow:
                 log("initialized nodeclaim", NodeClaim=self._claim.name, Node=self._node)
                 self._publish(Phase.RUNNING)
                 return True
-            waiting = "Ready" if not state.ready else f"startup taints {state.startup_taints_remaining}"
+            taints = state.startup_taints_remaining + state.ephemeral_taints_remaining
+            waiting = "Ready" if not state.ready else f"taints {taints}"
             workflow.set_current_details(f"waiting for node {self._node}: {waiting}")
             await self._wait(self._poll(), f"for Node {self._node}: {waiting}")
         return False

@@ -3,10 +3,15 @@ kube-scheduler could not place, their conditions, and Karpenter's `events.k8s.io
 
 from __future__ import annotations
 
+from typing import cast
+
 from activities.kube import KubeActivities
+from activities.lifecycle import LifecycleActivities
 from activities.planning import PlanningActivities
+from core import labels
+from core.cloudprovider import CloudProvider
 from core.instancetypes.catalog import load_shipped_catalog
-from core.messages import ConditionUpdate, LifecycleInput, PlanInput
+from core.messages import ConditionUpdate, InitializeInput, LifecycleInput, PlanInput
 from tests.cluster import activity_environment, apply_examples, events, scale_pending
 from workers.simulated_aks import SimulatedAks
 
@@ -92,3 +97,34 @@ async def test_a_launch_failure_is_recorded_as_a_warning_event(aks: SimulatedAks
     assert not await environment.run(
         activities.update_nodeclaim, update.model_copy(update={"name": "missing"})
     )
+
+
+async def test_a_ready_node_is_initialized_only_once_kubernetes_not_ready_taints_are_gone(
+    aks: SimulatedAks,
+) -> None:
+    name, _ = await planned_claim(aks)
+    uninitialized = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "aks-initializing"},
+        "spec": {"taints": [uninitialized]},
+        "status": {
+            "allocatable": {"cpu": "2", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+    await aks.kube.apply([node])
+    activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
+    request = InitializeInput(nodeclaim=name, node="aks-initializing")
+
+    state = await activity_environment().run(activities.initialize_nodeclaim, request)
+    # The API server's admission adds not-ready to a new Node, too; kube-controller-manager takes it off.
+    assert state.ready and uninitialized["key"] in state.ephemeral_taints_remaining
+    assert not state.initialized  # kube-scheduler could not bind the pods nominated to it yet
+
+    await aks.kube.patch_node("aks-initializing", remove_taint_keys=list(labels.KNOWN_EPHEMERAL_TAINTS))
+    state = await activity_environment().run(activities.initialize_nodeclaim, request)
+    assert state.initialized
+    claim = await aks.kube.get_nodeclaim(name)
+    assert claim is not None and claim.status.is_true("Initialized")

@@ -13,6 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from core import labels
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, WatchEvent
 from core.cluster import EventType as WatchEventType
@@ -258,9 +259,8 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
         task_queue="unused",
     )
     # The Node registers before the NodeClaim shows its providerID.
-    await controller.handle(
-        _watched("Node", _node(False, ["node.kubernetes.io/not-ready", "startup"], "1"), 1)
-    )
+    unregistered, not_ready = labels.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready"
+    await controller.handle(_watched("Node", _node(False, [unregistered, not_ready, "startup"], "1"), 1))
     claim: dict[str, Any] = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -274,9 +274,10 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
     await controller.handle(_watched("NodeClaim", claim, 2))
     for version, (ready, taints, heartbeat) in enumerate(
         [
-            (False, ["node.kubernetes.io/not-ready", "startup"], "2"),  # a heartbeat: nothing to tell
-            (True, ["node.kubernetes.io/not-ready", "startup"], "2"),  # Ready
-            (True, ["startup"], "3"),  # Kubernetes' own taint gone: nothing to tell
+            (False, [unregistered, not_ready, "startup"], "2"),  # a heartbeat: nothing to tell
+            (False, [not_ready, "startup"], "2"),  # registration took our own taint off: nothing to tell
+            (True, [not_ready, "startup"], "2"),  # Ready
+            (True, ["startup"], "3"),  # Kubernetes' not-ready taint gone
             (True, [], "4"),  # the startup taint gone
         ],
         start=3,
@@ -285,7 +286,8 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
 
     told = [(name, event.ready, event.taints) for _, name, event in client.sent]
     assert told == [
-        ("node_event", False, ["startup"]),
+        ("node_event", False, [not_ready, "startup"]),
+        ("node_event", True, [not_ready, "startup"]),
         ("node_event", True, ["startup"]),
         ("node_event", True, []),
     ]
