@@ -3,7 +3,7 @@ system on a real Kubernetes control plane until every NodeClaim is Initialized a
 N = 200 and 1,000 (`--runs` adds 3,000). Prints figures; asserts nothing.
 
 A run is the system as users run it, each part in a process of its own, with default settings (batching
-idle 1 s, max 10 s; lifecycle poll 5 s; client rate limit 200 requests/s, burst 300) but the controller's
+idle 1 s, max 10 s; lifecycle poll 30 s; client rate limit 200 requests/s, burst 300) but the controller's
 leader-election lease (60 s, renewed within 50 s: the default 8 s renew deadline was missed on a machine
 loaded by other work, and the only controller exited):
 

@@ -122,8 +122,9 @@ class LifecycleSettings(BaseModel):
     """Every wait of a NodeClaim lifecycle, so tests and demos can shrink them."""
 
     registration_ttl_seconds: float = 900.0
-    poll_seconds: float = 5.0
-    """How often to look again when no event arrives (events from the controller wake the workflow sooner)."""
+    poll_seconds: float = 30.0
+    """How often to look again when no event arrives: a backstop for a lost signal, since the controller signals
+    every change of the Node the lifecycle waits on (each look is a workflow task and a call to the API server)."""
     drain_retry_seconds: float = 1.0
     launch_timeout_seconds: float = 300.0
     activity_timeout_seconds: float = 30.0
