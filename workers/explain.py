@@ -192,8 +192,27 @@ def _time(event: HistoryEvent) -> datetime:
     return event.event_time.ToDatetime(tzinfo=UTC)
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def _local_call(event: HistoryEvent) -> Call | None:
+    """A local activity, from the marker that records it (its input is not kept; it ran within the task)."""
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in marker.details:
+        return None
+    name = str(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+    call = Call(name, [], _time(event), ended=_time(event))
+    if marker.HasField("failure"):
+        call.failure_type = marker.failure.application_failure_info.type
+        call.failure_message = marker.failure.message
+    else:
+        call.result = list(marker.details["result"].payloads)
+    return call
+
+
 def read_events(events: Sequence[HistoryEvent]) -> Events:
-    """Activities (completed or failed) and signals of one run, keyed back to when each was scheduled."""
+    """Activities (completed or failed; local ones as their markers) and signals of one run, keyed back to
+    when each was scheduled."""
     if not events or events[0].event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
         raise ExplainError("history does not start with WorkflowExecutionStarted")
     found = Events(started=events[0])
@@ -214,6 +233,8 @@ def read_events(events: Sequence[HistoryEvent]) -> Events:
             call = calls[failed.scheduled_event_id]
             call.failure_type = failed.failure.application_failure_info.type
             call.failure_message, call.ended = failed.failure.message, _time(event)
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED and (local := _local_call(event)) is not None:
+            found.items.append(local)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             signaled = event.workflow_execution_signaled_event_attributes
             found.items.append(Signal(signaled.signal_name, list(signaled.input.payloads), _time(event)))
