@@ -40,6 +40,9 @@ from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
 
 logger = logging.getLogger("nodewright.worker")
 
+MAX_CACHED_WORKFLOWS = 5000
+"""Workflows a worker keeps in memory between their tasks (the SDK's default is 1,000)."""
+
 WORKFLOWS: Sequence[type] = (
     ProvisionerWorkflow,
     NodeClaimWorkflow,
@@ -151,6 +154,9 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         graceful_shutdown_timeout=shutdown_grace,
         max_concurrent_activities=64,
+        # Every node's lifecycle stays open while the node lives, plus the provisioner: with the SDK's 1,000
+        # a worker of a cluster of 1,000 nodes evicts workflows and replays their whole history at each task.
+        max_cached_workflows=MAX_CACHED_WORKFLOWS,
     )
 
 
