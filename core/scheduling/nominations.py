@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from core import labels
 from core.api.kube import Pod, pod_key, pod_requests
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.resources import Resources, merge
@@ -94,11 +95,32 @@ def _node_of(claim: NodeClaim, names: set[str]) -> str | None:
     return None
 
 
+def _without_passing_taints(node: NodeSnapshot, claim: NodeClaim) -> NodeSnapshot:
+    passing = {
+        *labels.KNOWN_EPHEMERAL_TAINTS,
+        labels.UNREGISTERED_TAINT,
+        *(t.key for t in claim.startup_taints),
+    }
+    return replace(node, taints=tuple(taint for taint in node.taints if taint.key not in passing))
+
+
 def hold(
     pending: list[Pod], nodes: list[NodeSnapshot], claims: Iterable[NodeClaim], now: datetime
 ) -> tuple[list[Pod], list[NodeSnapshot], list[Pod]]:
     """Pending pods still nominated to an in-flight NodeClaim they fit, bound in the simulation to it (or to
-    its Node once registered): the pods left pending, the nodes, and the pods held."""
+    its Node once registered): the pods left pending, the nodes, and the pods held. The Node of a NodeClaim not
+    yet Initialized is taken without the taints it will lose (Kubernetes' not-ready ones, unregistered, its
+    startup taints), as Karpenter takes it, so that other pods can be planned onto it too."""
+    coming = {
+        claim.status.node_name: claim
+        for claim in claims
+        if claim.status.node_name
+        and claim.metadata.deletion_timestamp is None
+        and not claim.is_true(NodeClaimConditionType.INITIALIZED)
+    }
+    nodes = [
+        _without_passing_taints(node, coming[node.name]) if node.name in coming else node for node in nodes
+    ]
     by_node: dict[str, list[Pod]] = {}
     names = {node.name for node in nodes}
     held_by = nominations(claims, now)

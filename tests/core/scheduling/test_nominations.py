@@ -14,7 +14,7 @@ from core.scheduling.nominations import (
     hold,
     nominated_pods_value,
 )
-from tests.builders import node, pod
+from tests.builders import node, pod, taint
 
 INITIALIZED = "2024-01-02T00:00:00Z"
 NOW = datetime(2024, 1, 2, tzinfo=UTC)
@@ -80,3 +80,13 @@ def test_a_deleting_nodeclaim_holds_nothing_and_an_initialized_one_only_for_the_
     assert pending == [a] and held == [b]
     pending, after, held = hold([a, b], nodes, claims, NOW + NOMINATION_WINDOW)
     assert pending == [a, b] and held == [] and after == nodes
+
+
+def test_a_registered_node_not_yet_initialized_is_taken_without_the_taints_it_will_lose() -> None:
+    new = pod(cpu="1")
+    passing = [taint("node.kubernetes.io/not-ready"), taint("karpenter.sh/unregistered", effect="NoExecute")]
+    registered = node("aks-default-abcde", cpu=4, initialized=False, taints=[*passing, taint("team", "a")])
+    coming = claim("default-abcde", [])
+    coming.status.node_name = "aks-default-abcde"
+    _, [after], _ = hold([new], [registered], [coming], NOW)
+    assert [t.key for t in after.taints] == ["team"]  # its own taint stays; the passing ones do not count
