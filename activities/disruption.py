@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,6 +34,7 @@ from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.budgets import BudgetStatus
+from core.disruption.repair import aks_repair_policies
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
 from core.messages import (
@@ -215,10 +216,12 @@ class DisruptionActivities:
     @activity.defn(name=ActivityName.PLAN_DISRUPTION)
     async def plan_disruption(self, request: DisruptionPlanInput) -> DisruptionPassRecord:
         """One pass of the planner over the cluster as it is now."""
+        repair = request.repair_not_ready_seconds
         options = DisruptionOptions(
             spot_to_spot_consolidation=request.spot_to_spot_consolidation,
             methods=CONSOLIDATION_METHODS if request.mode is DisruptionMode.MANUAL else frozenset(Method),
             nodepools=frozenset(request.nodepools) if request.nodepools else None,
+            repair=None if repair is None else aks_repair_policies(timedelta(seconds=repair)),
         )
         async with heartbeating():
             snapshot = await self.cluster.snapshot()

@@ -202,7 +202,7 @@ class PlanningActivities:
         unavailable = {
             (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
         }
-        snapshot = build_snapshot(manifests, self._provider(frozenset(unavailable)))
+        snapshot = build_snapshot(manifests, self._provider(frozenset(unavailable)), reschedule_deleting=True)
         results = await asyncio.to_thread(self._solve, snapshot)
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)

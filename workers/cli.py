@@ -118,7 +118,7 @@ def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -
 
 def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     manifests, provider = read_inputs(args, err)
-    snapshot = build_snapshot(manifests, provider)
+    snapshot = build_snapshot(manifests, provider, reschedule_deleting=True)
     options = SchedulingOptions(
         respect_preferences=args.preference_policy == "Respect",
         min_values_best_effort=args.min_values_policy == "BestEffort",
