@@ -532,6 +532,8 @@ class DisruptNodeClaim(BaseModel):
     """The command's `core.disruption.Method` value (drift, emptiness, ...); empty in older signals."""
     decision: str = ""
     """delete or replace; empty in older signals."""
+    detail: str = ""
+    """Why this NodeClaim, when the command says more than its reason (a repair: which condition, how long)."""
 
 
 # ------------------------------------------------------------------------------------------ disruption (2)

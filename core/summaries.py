@@ -362,8 +362,10 @@ def disrupted(request: DisruptNodeClaim) -> str:
     by = request.command or "a disruption command"
     if request.method:
         how = " ".join(part for part in (method_name(request.method), request.decision) if part)
-        return f"disrupted via {how} ({request.reason}) by {by}"
-    return f"disrupted ({request.reason}) by {by}"
+        text = f"disrupted via {how} ({request.reason}) by {by}"
+    else:
+        text = f"disrupted ({request.reason}) by {by}"
+    return f"{text}: {request.detail}" if request.detail else text
 
 
 def timestamp(moment: datetime) -> str:

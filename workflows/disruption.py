@@ -468,7 +468,11 @@ class DisruptionWorkflow:
                 condition=repair.condition,
             )
             disrupt = DisruptNodeClaim(
-                reason=TerminationReason.UNHEALTHY.value, command=sender, method="repair", decision="delete"
+                reason=TerminationReason.UNHEALTHY.value,
+                command=sender,
+                method="repair",
+                decision="delete",
+                detail=repair.message,
             )
             await self._signal(repair.nodeclaim, "disrupt", disrupt)
         self._refused_repairs = refused

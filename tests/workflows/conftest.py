@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from activities.kube import nodeclaim_object
 from activities.kubeclient import KubernetesCluster
+from activities.metrics import Metrics
 from core import labels
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
@@ -338,7 +339,7 @@ class System:
         """The lifecycle of a NodeClaim, once it has started."""
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
-    def start_controller(self, **provisioner: Any) -> Controller:
+    def start_controller(self, metrics: Metrics | None = None, **provisioner: Any) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
         signal a test sees comes from a change the controller watched."""
         controller = Controller(
@@ -348,6 +349,7 @@ class System:
             self.task_queue,
             debounce_seconds=0.05,
             requeue_seconds=30.0,
+            metrics=metrics,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller
