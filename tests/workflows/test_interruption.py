@@ -7,6 +7,7 @@ replaced."""
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,7 @@ from tests.workflows.conftest import (
     deployment,
     pdb,
 )
+from workers.explain import explain, render_text
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.maintenance import GarbageCollectionWorkflow, garbage_collection_id
 from workflows.provisioner import ProvisionerWorkflow
@@ -121,6 +123,12 @@ async def test_a_spot_eviction_is_handled_before_its_deadline(system: System) ->
     for name in nodes:
         placed = await system.node(name or "")
         assert placed is not None and placed.metadata.labels[labels.ZONE] != zone
+    # `nodewright explain` tells the story: why it was removed, and how.
+    story = await explain(system.client, "nodeclaim", claim)
+    text = io.StringIO()
+    render_text(story, text)
+    assert f"why: interrupted: Spot eviction (Preempt event {event.id}, deadline " in text.getvalue()
+    assert "[Interrupted]" in text.getvalue() and "(forced at its deadline)" in text.getvalue()
     # Karpenter's interruption metrics.
     assert (
         registry.get_sample_value(
