@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.conventions import RETRY, log
+from workflows.provisioner import provisioner_id
 
 with workflow.unsafe.imports_passed_through():
     from core import summaries
@@ -51,6 +52,8 @@ EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 BEGIN_TERMINATION = "begin-termination"
 """Patch: termination starts by marking the NodeClaim deleting and telling the provisioner (histories recorded
 before it tainted the Node only)."""
+CLUSTER_PROVISIONER = "cluster-provisioner"
+"""Patch: a lifecycle started without a provisioner (a disruption's replacement) tells the cluster's."""
 SPOT_INTERRUPTION = "SpotInterruption"
 """Why an interrupted offering is unavailable, in the provisioner's cache."""
 
@@ -70,7 +73,8 @@ class NodeClaimWorkflow:
     def __init__(self, request: LifecycleInput) -> None:
         self._claim = request.nodeclaim
         self._settings = request.settings
-        self._provisioner = request.provisioner_workflow_id
+        self._provisioner_given = request.provisioner_workflow_id
+        self._cluster = request.cluster
         self._status = LifecycleStatus(name=request.nodeclaim.name, phase=Phase.LAUNCHING)
         self._node: str | None = None
         self._deletion: str | None = None
@@ -370,8 +374,9 @@ class NodeClaimWorkflow:
             bool,
             summaries.begin_termination_summary(self._claim.name, node),
         )
-        if tainted and self._provisioner is not None:
-            handle = workflow.get_external_workflow_handle(self._provisioner)
+        provisioner = self._provisioner()
+        if tainted and provisioner is not None:
+            handle = workflow.get_external_workflow_handle(provisioner)
             try:
                 await handle.signal("node_leaving", NodeLeaving(node=node, nodeclaim=self._claim.name))
             except Exception:  # between runs: the pods are planned when they turn pending
@@ -429,6 +434,13 @@ class NodeClaimWorkflow:
             )
 
     # ------------------------------------------------------------------------------------------- helpers
+
+    def _provisioner(self) -> str | None:
+        """The provisioner to tell about unavailable offerings and leaving nodes: the one that planned this
+        NodeClaim, else (a disruption's replacement) the cluster's. Histories from before the patch told none."""
+        if self._provisioner_given is not None:
+            return self._provisioner_given
+        return provisioner_id(self._cluster) if workflow.patched(CLUSTER_PROVISIONER) else None
 
     def _activity_timeout(self) -> timedelta:
         return timedelta(seconds=self._settings.activity_timeout_seconds)
@@ -503,7 +515,8 @@ class NodeClaimWorkflow:
         return None
 
     async def _report_unavailable(self, failure: LaunchFailure) -> None:
-        if self._provisioner is None:
+        provisioner = self._provisioner()
+        if provisioner is None:
             return
         offering = UnavailableOffering(
             instance_type=failure.instance_type,
@@ -518,7 +531,7 @@ class NodeClaimWorkflow:
             **{"instance-type": offering.instance_type, "zone": offering.zone},
             **{"capacity-type": offering.capacity_type, "reason": offering.reason},
         )
-        handle = workflow.get_external_workflow_handle(self._provisioner)
+        handle = workflow.get_external_workflow_handle(provisioner)
         try:
             await handle.signal("offering_unavailable", offering)
         except Exception:  # the provisioner may be between runs; its next plan learns from the cloud anyway
