@@ -55,7 +55,7 @@ async def spot_eviction_step(walk: Walkthrough, number: int) -> None:
 
     event = await walk.aks.emulator.evict(node)
     noticed = time.monotonic()
-    notice = (event.not_before.timestamp() - time.time()) if event.not_before else 0.0
+    notice = event.not_before.timestamp() - time.time()
     print(
         f"Preempt event {event.id} for VM {node} ({', '.join(sorted(moving)) or 'no pods'}): "
         f"NotBefore {event.not_before:%H:%M:%S}Z, in {notice:.0f} s",

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload
@@ -431,41 +431,31 @@ async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> li
 
 def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> DisruptionSpan | None:
     """How one pass treated the node, as a one-pass span (None when it did not consider it)."""
+
+    def about(other_node: str, other_claim: str) -> bool:
+        return other_claim == nodeclaim or (node is not None and other_node == node)
+
+    def span(outcome: str, **fields: Any) -> DisruptionSpan:
+        return DisruptionSpan(
+            workflow_id="", first=record.at, last=record.at, passes=1, outcome=outcome, **fields
+        )
+
     for command in record.commands:
-        for candidate in command.candidates:
-            if candidate.nodeclaim == nodeclaim or (node is not None and candidate.node == node):
-                return DisruptionSpan(
-                    workflow_id="",
-                    first=record.at,
-                    last=record.at,
-                    passes=1,
-                    outcome="chosen",
-                    method=command.method,
-                    reason=command.reason,
-                    command=command.message,
-                    savings_per_hour=round(dollars(command.savings_micros), 6),
-                )
+        if any(about(candidate.node, candidate.nodeclaim) for candidate in command.candidates):
+            return span(
+                "chosen",
+                method=command.method,
+                reason=command.reason,
+                command=command.message,
+                savings_per_hour=round(dollars(command.savings_micros), 6),
+            )
     for repair in record.repairs:
-        if repair.nodeclaim == nodeclaim or (node is not None and repair.node == node):
-            return DisruptionSpan(
-                workflow_id="",
-                first=record.at,
-                last=record.at,
-                passes=1,
-                outcome="repair refused" if repair.refused else "repaired",
-                reason=repair.condition,
-                reasons=[repair.message],
-            )
+        if about(repair.node, repair.nodeclaim):
+            outcome = "repair refused" if repair.refused else "repaired"
+            return span(outcome, reason=repair.condition, reasons=[repair.message])
     for kept in record.kept:
-        if kept.nodeclaim == nodeclaim or (node is not None and kept.node == node):
-            return DisruptionSpan(
-                workflow_id="",
-                first=record.at,
-                last=record.at,
-                passes=1,
-                outcome="kept",
-                reasons=[reason.message for reason in kept.reasons],
-            )
+        if about(kept.node, kept.nodeclaim):
+            return span("kept", reasons=[reason.message for reason in kept.reasons])
     return None
 
 

@@ -105,13 +105,17 @@ def kept_event(kept: KeptNode) -> tuple[str, str] | None:
 
 
 def node_events(
-    node: str, nodeclaim: str | None, reason: str, message: str, prefix: str = ""
+    node: str, nodeclaim: str | None, reason: str, message: str, prefix: str = "", warning: bool = False
 ) -> list[DisruptionEvent]:
     """The same event on a Node and its NodeClaim; with a prefix, Karpenter's "<prefix> Node: <message>"."""
     targets = [("Node", node)] + ([("NodeClaim", nodeclaim)] if nodeclaim else [])
     return [
         DisruptionEvent(
-            kind=kind, name=name, reason=reason, message=f"{prefix} {kind}: {message}" if prefix else message
+            kind=kind,
+            name=name,
+            reason=reason,
+            message=f"{prefix} {kind}: {message}" if prefix else message,
+            warning=warning,
         )
         for kind, name in targets
     ]
@@ -448,7 +452,9 @@ class DisruptionWorkflow:
                 refused[repair.node] = repair.message
                 if self._refused_repairs.get(repair.node) != repair.message:
                     events.extend(
-                        node_events(repair.node, repair.nodeclaim, "NodeRepairBlocked", repair.message)
+                        node_events(
+                            repair.node, repair.nodeclaim, "NodeRepairBlocked", repair.message, warning=True
+                        )
                     )
                     events.append(
                         DisruptionEvent(
@@ -477,8 +483,6 @@ class DisruptionWorkflow:
             await self._signal(repair.nodeclaim, "disrupt", disrupt)
         self._refused_repairs = refused
         if events:
-            for event in events:
-                event.warning = True
             await self._events(events[: self._max_events])
 
     async def _explain(self, record: DisruptionPassRecord) -> bool:

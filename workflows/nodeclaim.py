@@ -175,7 +175,9 @@ class NodeClaimWorkflow:
                     **{"instance-type": offering.instance_type, "zone": offering.zone},
                     **{"capacity-type": offering.capacity_type, "error": failure.message},
                 )
-                await self._report_unavailable(failure)
+                await self._report_unavailable(
+                    failure.instance_type, failure.zone, failure.capacity_type, failure.kind
+                )
                 continue
             await self._launched(launched)
             return True
@@ -348,13 +350,7 @@ class NodeClaimWorkflow:
         )
         if status.instance_type and status.zone and status.capacity_type:
             await self._report_unavailable(
-                LaunchFailure(
-                    instance_type=status.instance_type,
-                    zone=status.zone,
-                    capacity_type=status.capacity_type,
-                    kind=SPOT_INTERRUPTION,
-                    message=summaries.interrupted(notice),
-                )
+                status.instance_type, status.zone, status.capacity_type, SPOT_INTERRUPTION
             )
         if self._termination is TerminationReason.INTERRUPTED:
             await self._disrupted(TerminationReason.INTERRUPTED.value, summaries.interrupted(notice))
@@ -374,13 +370,9 @@ class NodeClaimWorkflow:
             bool,
             summaries.begin_termination_summary(self._claim.name, node),
         )
-        provisioner = self._provisioner()
-        if tainted and provisioner is not None:
-            handle = workflow.get_external_workflow_handle(provisioner)
-            try:
-                await handle.signal("node_leaving", NodeLeaving(node=node, nodeclaim=self._claim.name))
-            except Exception:  # between runs: the pods are planned when they turn pending
-                workflow.logger.warning("could not tell the provisioner that %s is leaving", node)
+        if tainted:  # a provisioner between runs plans the pods when they turn pending
+            leaving = NodeLeaving(node=node, nodeclaim=self._claim.name)
+            await self._tell_provisioner("node_leaving", leaving, f"{node} is leaving")
         return bool(tainted)
 
     def _drain_deadline(self) -> tuple[datetime | None, str]:
@@ -514,30 +506,37 @@ class NodeClaimWorkflow:
             )
         return None
 
-    async def _report_unavailable(self, failure: LaunchFailure) -> None:
-        provisioner = self._provisioner()
-        if provisioner is None:
+    async def _report_unavailable(
+        self, instance_type: str, zone: str, capacity_type: str, reason: str
+    ) -> None:
+        if self._provisioner() is None:
             return
         offering = UnavailableOffering(
-            instance_type=failure.instance_type,
-            zone=failure.zone,
-            capacity_type=failure.capacity_type,
+            instance_type=instance_type,
+            zone=zone,
+            capacity_type=capacity_type,
             until=workflow.now() + timedelta(minutes=3),
-            reason=failure.kind,
+            reason=reason,
         )
         log(
             "marked offering unavailable",
             NodeClaim=self._claim.name,
-            **{"instance-type": offering.instance_type, "zone": offering.zone},
-            **{"capacity-type": offering.capacity_type, "reason": offering.reason},
+            **{"instance-type": instance_type, "zone": zone},
+            **{"capacity-type": capacity_type, "reason": reason},
         )
-        handle = workflow.get_external_workflow_handle(provisioner)
+        # Between runs, the provisioner's next plan learns from the cloud anyway.
+        await self._tell_provisioner("offering_unavailable", offering, f"{instance_type} is unavailable")
+
+    async def _tell_provisioner(self, signal: str, argument: Any, what: str) -> None:
+        """Signal the provisioner (if this lifecycle has one); one that is between runs misses it, and a
+        warning says what it missed."""
+        provisioner = self._provisioner()
+        if provisioner is None:
+            return
         try:
-            await handle.signal("offering_unavailable", offering)
-        except Exception:  # the provisioner may be between runs; its next plan learns from the cloud anyway
-            workflow.logger.warning(
-                "could not tell the provisioner that %s is unavailable", failure.instance_type
-            )
+            await workflow.get_external_workflow_handle(provisioner).signal(signal, argument)
+        except Exception:
+            workflow.logger.warning("could not tell the provisioner that %s", what)
 
     def _publish(self, phase: Phase) -> None:
         self._status.phase = phase
