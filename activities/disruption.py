@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,6 +34,7 @@ from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.budgets import BudgetStatus
+from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
 from core.messages import (
@@ -51,6 +52,7 @@ from core.messages import (
     LifecycleInput,
     LifecycleSettings,
     PlannedReplacement,
+    RepairRecord,
     ReplacementProgress,
     TaintCandidates,
 )
@@ -151,11 +153,30 @@ def pass_record(plan: DisruptionPlan, now: datetime, previous_fingerprint: str =
             digest.update(item.model_dump_json().encode() if not isinstance(item, str) else item.encode())
         digest.update(b"\0")
     record.fingerprint = digest.hexdigest()[:16]
+    # Repairs are actions, not a report: every pass carries them, unchanged or not.
+    record.repairs = [repair_record(repair) for repair in plan.repairs.repairs] + [
+        repair_record(refused, refused=True) for refused in plan.repairs.refused
+    ]
     if previous_fingerprint and record.fingerprint == previous_fingerprint:
         return DisruptionPassRecord(
-            at=now, fingerprint=record.fingerprint, unchanged=True, savings_micros=record.savings_micros
+            at=now,
+            fingerprint=record.fingerprint,
+            unchanged=True,
+            savings_micros=record.savings_micros,
+            repairs=record.repairs,
         )
     return record
+
+
+def repair_record(repair: Repair | RefusedRepair, refused: bool = False) -> RepairRecord:
+    return RepairRecord(
+        node=repair.node,
+        nodeclaim=repair.nodeclaim,
+        nodepool=repair.nodepool,
+        condition=repair.condition,
+        message=repair.message,
+        refused=refused,
+    )
 
 
 def replacement_launches(
@@ -215,10 +236,12 @@ class DisruptionActivities:
     @activity.defn(name=ActivityName.PLAN_DISRUPTION)
     async def plan_disruption(self, request: DisruptionPlanInput) -> DisruptionPassRecord:
         """One pass of the planner over the cluster as it is now."""
+        repair = request.repair_not_ready_seconds
         options = DisruptionOptions(
             spot_to_spot_consolidation=request.spot_to_spot_consolidation,
             methods=CONSOLIDATION_METHODS if request.mode is DisruptionMode.MANUAL else frozenset(Method),
             nodepools=frozenset(request.nodepools) if request.nodepools else None,
+            repair=None if repair is None else aks_repair_policies(timedelta(seconds=repair)),
         )
         async with heartbeating():
             snapshot = await self.cluster.snapshot()

@@ -5,6 +5,7 @@ Each one is a few API calls and idempotent, so a retry after a lost response or 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import UTC, datetime
 
@@ -26,6 +27,7 @@ from core.messages import (
     InitializeInput,
     NodeState,
     PlannedNodeClaim,
+    TerminationStart,
 )
 from core.resources import parse_resources
 
@@ -234,6 +236,14 @@ class KubeActivities:
             node, labels={EXCLUDE_FROM_LOAD_BALANCERS: "karpenter"}, add_taints=[DISRUPTED]
         )
         return patched is not None
+
+    @activity.defn(name=ActivityName.BEGIN_TERMINATION)
+    async def begin_termination(self, request: TerminationStart) -> bool:
+        """Karpenter's start of termination: the NodeClaim is deleted (its finalizer holds it, so the cluster sees
+        it leaving and plans its pods elsewhere) and the Node tainted. False when the Node is already gone."""
+        with contextlib.suppress(NotFoundError):
+            await self.cluster.delete_nodeclaim(request.nodeclaim)
+        return await self.taint_for_termination(request.node)
 
     @activity.defn(name=ActivityName.DRAIN_NODE)
     async def drain_node(self, request: DrainInput) -> DrainResult:

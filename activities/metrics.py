@@ -70,6 +70,8 @@ class DisruptedReason(StrEnum):
     EXPIRED = "expired"
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
     REGISTRATION_TIMEOUT = "registration_timeout"
+    INTERRUPTED = "interrupted"
+    UNHEALTHY = "unhealthy"
 
 
 class TerminationMode(StrEnum):
@@ -154,8 +156,8 @@ class Metrics:
         )
         self.nodeclaims_disrupted = Counter(
             "karpenter_nodeclaims_disrupted_total",
-            "NodeClaims disrupted, by reason (underutilized, empty, drifted, expired, insufficient_capacity, "
-            "registration_timeout), NodePool, capacity type, consolidation policy and termination mode.",
+            "NodeClaims disrupted, by reason (underutilized, empty, drifted, expired, interrupted, unhealthy, "
+            "insufficient_capacity, registration_timeout), NodePool, capacity type, consolidation policy and termination mode.",
             ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
             registry=registry,
         )
@@ -195,6 +197,24 @@ class Metrics:
             "karpenter_cloudprovider_errors_total",
             "CloudProvider calls that failed, by controller, method, provider and error kind.",
             ["controller", "method", "provider", "error"],
+            registry=registry,
+        )
+        self.interruption_received = Counter(
+            "karpenter_interruption_received_messages_total",
+            "Interruption notices received (a Node's PreemptionScheduled=True: a Spot VM's Preempt Scheduled Event), "
+            "by message type.",
+            ["message_type"],
+            registry=registry,
+        )
+        self.interruption_deleted = Counter(
+            "karpenter_interruption_deleted_messages_total",
+            "Interruption notices handled: their NodeClaim's lifecycle was told.",
+            registry=registry,
+        )
+        self.interruption_queue_duration = Histogram(
+            "karpenter_interruption_message_queue_duration_seconds",
+            "From an interruption notice reaching the cluster (the condition's lastTransitionTime) to its handling.",
+            buckets=DURATION_BUCKETS,
             registry=registry,
         )
         self.cluster_state_node_count = Gauge(

@@ -203,7 +203,9 @@ class PlanningActivities:
         unavailable = {
             (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
         }
-        snapshot = build_snapshot(manifests, self._provider(frozenset(unavailable)), now)
+        snapshot = build_snapshot(
+            manifests, self._provider(frozenset(unavailable)), reschedule_deleting=True, now=now
+        )
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
         results = await asyncio.to_thread(self._solve, snapshot) if snapshot.pending else SchedulingResults()
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:

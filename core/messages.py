@@ -110,12 +110,22 @@ class ProvisionerInput(BaseModel):
     """Carried over continue-as-new."""
     pending: list[str] = Field(default_factory=list)
     """Pods signalled but not yet planned, carried over continue-as-new."""
+    leaving: list[str] = Field(default_factory=list)
+    """Nodes whose termination began and whose pods are not yet planned, carried over continue-as-new."""
 
 
 class PodsPending(BaseModel):
     """From the controller: pods kube-scheduler could not place."""
 
     pods: list[str]
+
+
+class NodeLeaving(BaseModel):
+    """From a NodeClaim lifecycle whose termination began: plan for the pods that must leave its Node now, so
+    that their new capacity launches while it drains (Karpenter's provisioner is triggered by such nodes)."""
+
+    node: str
+    nodeclaim: str
 
 
 class LifecycleSettings(BaseModel):
@@ -199,11 +209,30 @@ class TerminationReason(StrEnum):
     """No Node registered within the registration TTL (Karpenter's liveness check)."""
     LAUNCH_FAILED = "LaunchFailed"
     """No offering could be launched."""
+    INTERRUPTED = "Interrupted"
+    """Azure is evicting its Spot VM (a Preempt Scheduled Event): drained by the event's deadline."""
+    UNHEALTHY = "Unhealthy"
+    """Node repair: a condition of its Node was unhealthy past its toleration; drained forcefully."""
 
 
 TERMINATION_REASON_ANNOTATION = "nodewright.io/termination-reason"
 """Set on a NodeClaim by whatever deletes it on nodewright's behalf (garbage collection), so that the
 controller can tell its lifecycle why; a `TerminationReason` value."""
+
+
+class Interruption(BaseModel):
+    """The `interrupt` signal of a NodeClaim workflow, from the controller: Azure is evicting its Spot VM, as the
+    Node's `PreemptionScheduled=True` condition says (AKS's node-problem-detector writes it from the VM's
+    Scheduled Events)."""
+
+    node: str
+    event_id: str
+    status: str = "Scheduled"
+    """The Scheduled Event's status: Scheduled (it has a deadline) or Started (the eviction is under way)."""
+    not_before: datetime | None = None
+    """The event's deadline: the VM is deleted then. None once the event has started: the deadline is now."""
+    noticed: datetime | None = None
+    """When the Node's condition turned True (its lastTransitionTime): when the notice reached the cluster."""
 
 
 class DeletionRequested(BaseModel):
@@ -286,6 +315,8 @@ class ActivityName(StrEnum):
     DELETE_NODE = "delete_node"
     DELETE_NODECLAIM = "delete_nodeclaim"
     DELETE_INSTANCE = "delete_instance"
+    BEGIN_TERMINATION = "begin_termination"
+    """Mark the NodeClaim deleting (its finalizer holds it) and taint its Node: Karpenter's start of termination."""
     PLAN_DISRUPTION = "plan_disruption"
     """Returns a `DisruptionPassRecord`: the history's account of one disruption pass."""
 
@@ -312,6 +343,11 @@ class InitializeInput(BaseModel):
     node: str
     startup_taints: list[str] = Field(default_factory=list)
     requested_resources: list[str] = Field(default_factory=list)
+
+
+class TerminationStart(BaseModel):
+    nodeclaim: str
+    node: str
 
 
 class DrainInput(BaseModel):
@@ -349,6 +385,10 @@ class DisruptionSettings(BaseModel):
     max_events_per_pass: int = Field(default=100, ge=2)
     """Kubernetes events one pass sends at most (a Node's and its NodeClaim's count as two); the rest follow."""
     spot_to_spot_consolidation: bool = False
+    node_repair: bool = True
+    """Repair unhealthy nodes each pass, with the AKS provider's policies (Karpenter's `NodeRepair` gate)."""
+    repair_not_ready_seconds: float = 600.0
+    """How long a Node may be Ready=False or Ready=Unknown before it is repaired (the AKS provider's 10 min)."""
 
 
 class DisruptionInput(BaseModel):
@@ -430,6 +470,18 @@ class KeptNode(BaseModel):
     reasons: list[KeptReason] = Field(default_factory=list)
 
 
+class RepairRecord(BaseModel):
+    """A node repair a pass made, or refused (too much of the NodePool is unhealthy)."""
+
+    node: str
+    nodeclaim: str
+    nodepool: str
+    condition: str
+    """`<type>=<status>`, e.g. `Ready=Unknown`."""
+    message: str
+    refused: bool = False
+
+
 class DisruptionPassRecord(BaseModel):
     """What one planning pass saw and decided: the plan activity's result, so it is in the history."""
 
@@ -444,6 +496,8 @@ class DisruptionPassRecord(BaseModel):
     """A digest of the commands and kept reasons, so an idle loop can skip recording an identical pass."""
     unchanged: bool = False
     """The pass matched the previous fingerprint: commands and kept are left empty and mean "as before"."""
+    repairs: list[RepairRecord] = Field(default_factory=list)
+    """Node repairs, made at once (no budget, no validation) or refused."""
 
 
 class CommandOutcome(StrEnum):
@@ -487,6 +541,8 @@ class DisruptNodeClaim(BaseModel):
     """The command's `core.disruption.Method` value (drift, emptiness, ...); empty in older signals."""
     decision: str = ""
     """delete or replace; empty in older signals."""
+    detail: str = ""
+    """Why this NodeClaim, when the command says more than its reason (a repair: which condition, how long)."""
 
 
 # ------------------------------------------------------------------------------------------ disruption (2)
@@ -500,6 +556,8 @@ class DisruptionPlanInput(BaseModel):
     mode: DisruptionMode = DisruptionMode.AUTOMATIC
     nodepools: list[str] = Field(default_factory=list)
     spot_to_spot_consolidation: bool = False
+    repair_not_ready_seconds: float | None = None
+    """Plan node repairs too, with a NotReady toleration this long; None: no repairs (validation, manual)."""
     previous_fingerprint: str = ""
     """The last recorded pass's fingerprint: an identical pass comes back `unchanged`, without its lists."""
 

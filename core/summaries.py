@@ -10,6 +10,7 @@ end a lifecycle's result and `nodewright explain`, so they are built here, once,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from core.disruption.commands import Method, format_price
 from core.instancetypes.azure import REGIONAL_ZONE
@@ -20,6 +21,7 @@ from core.messages import (
     DisruptionMode,
     DisruptionStatus,
     DisruptNodeClaim,
+    Interruption,
     LaunchFailure,
     OfferingChoice,
     PlannedNodeClaim,
@@ -305,8 +307,12 @@ def taint_summary(node: str) -> str:
     return f"taint {node} karpenter.sh/disrupted:NoSchedule"
 
 
-def drain_summary(node: str, force: bool) -> str:
-    return f"drain {node}" + (" (forced: terminationGracePeriod elapsed)" if force else "")
+def begin_termination_summary(nodeclaim: str, node: str) -> str:
+    return f"mark NodeClaim {nodeclaim} deleting, taint {node} karpenter.sh/disrupted:NoSchedule"
+
+
+def drain_summary(node: str, force: bool, why: str = "terminationGracePeriod elapsed") -> str:
+    return f"drain {node}" + (f" (forced: {why})" if force else "")
 
 
 def delete_instance_summary(nodeclaim: str, provider_id: str | None) -> str:
@@ -356,8 +362,26 @@ def disrupted(request: DisruptNodeClaim) -> str:
     by = request.command or "a disruption command"
     if request.method:
         how = " ".join(part for part in (method_name(request.method), request.decision) if part)
-        return f"disrupted via {how} ({request.reason}) by {by}"
-    return f"disrupted ({request.reason}) by {by}"
+        text = f"disrupted via {how} ({request.reason}) by {by}"
+    else:
+        text = f"disrupted ({request.reason}) by {by}"
+    return f"{text}: {request.detail}" if request.detail else text
+
+
+def timestamp(moment: datetime) -> str:
+    """A UTC time as the UI and explain print it: 2026-11-24T14:00:30Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def interrupted(notice: Interruption) -> str:
+    """ "interrupted: Spot eviction (Preempt event 40B7..., deadline 2026-11-24T14:00:30Z)"."""
+    deadline = f"deadline {timestamp(notice.not_before)}" if notice.not_before else "under way"
+    return f"interrupted: Spot eviction (Preempt event {notice.event_id}, {deadline})"
+
+
+def repaired(condition: str, message: str) -> str:
+    """ "repaired: Node aks-default-abcde is unhealthy: Ready=Unknown for 0:10:02 (tolerated 0:10:00)"."""
+    return f"repaired ({condition}): {message}"
 
 
 def expired(expire_after_seconds: float) -> str:

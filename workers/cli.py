@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -22,6 +22,7 @@ from core.api.manifests import Manifests, load_yaml, parse_manifests
 from core.api.meta import InvalidObjectError
 from core.disruption.options import DisruptionOptions
 from core.disruption.plan import plan_disruption
+from core.disruption.repair import aks_repair_policies
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
@@ -118,7 +119,7 @@ def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -
 
 def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     manifests, provider = read_inputs(args, err)
-    snapshot = build_snapshot(manifests, provider)
+    snapshot = build_snapshot(manifests, provider, reschedule_deleting=True)
     options = SchedulingOptions(
         respect_preferences=args.preference_policy == "Respect",
         min_values_best_effort=args.min_values_policy == "BestEffort",
@@ -144,6 +145,9 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
     options = DisruptionOptions(
         spot_to_spot_consolidation=args.spot_to_spot,
         nodepools=frozenset(args.nodepool) if args.nodepool else None,
+        repair=None
+        if args.no_repair
+        else aks_repair_policies(timedelta(seconds=args.repair_not_ready_seconds)),
     )
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
@@ -340,6 +344,15 @@ def build_parser() -> argparse.ArgumentParser:
     disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
     disrupt.add_argument("--spot-to-spot", action="store_true", help="allow spot-to-spot consolidation")
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
+    disrupt.add_argument(
+        "--no-repair", action="store_true", help="leave node repair out (Karpenter's NodeRepair gate)"
+    )
+    disrupt.add_argument(
+        "--repair-not-ready-seconds",
+        type=float,
+        default=600.0,
+        help="how long a Node may be NotReady before node repair replaces it (default 600, the AKS provider's)",
+    )
     disrupt.set_defaults(handler=plan_disruption_command)
 
     from workers.consolidate import add_consolidate_parser

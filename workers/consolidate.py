@@ -37,6 +37,8 @@ def disruption_settings(settings: Settings) -> DisruptionSettings:
     return DisruptionSettings(
         poll_seconds=settings.disruption_poll_seconds,
         validation_seconds=settings.disruption_validation_seconds,
+        node_repair=settings.node_repair,
+        repair_not_ready_seconds=settings.repair_not_ready_seconds,
     )
 
 

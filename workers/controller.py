@@ -8,6 +8,9 @@
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
   deleted asks the workflow to terminate.
+- A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
+  once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
+  (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import suppress
 from datetime import UTC, datetime
 
 from temporalio.client import Client
@@ -28,10 +30,12 @@ from core import labels, summaries
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, EventType, WatchEvent
+from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
 from core.messages import (
     TERMINATION_REASON_ANNOTATION,
     DeletionRequested,
     DisruptionInput,
+    Interruption,
     NodeEvent,
     PodsPending,
     ProvisionerInput,
@@ -106,6 +110,8 @@ class Controller:
         """What each NodeClaim's lifecycle was last told of its Node, by NodeClaim."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
+        self._notices: set[tuple[str, str]] = set()
+        """(Node, Scheduled Event id) already handled."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -202,6 +208,13 @@ class Controller:
             if provider_id:
                 self._unclaimed_nodes[provider_id] = node
             return
+        try:
+            notice = preemption_notice(node)
+        except NoticeError as error:
+            logger.warning("ignoring an unreadable eviction notice: %s", error)
+            notice = None
+        if notice is not None and (node.metadata.name, notice.event_id) not in self._notices:
+            await self._interrupt(claim, notice)
         event = NodeEvent(
             node=node.metadata.name,
             ready=is_node_ready(node),
@@ -214,10 +227,33 @@ class Controller:
             self._told[claim] = event
             await self._signal(nodeclaim_id(claim), "node_event", event)
 
-    async def _signal(self, workflow_id: str, signal: str, argument: object) -> None:
-        # A workflow that has finished has nothing left to learn.
-        with suppress(RPCError):
+    async def _interrupt(self, claim: str, notice: Interruption) -> None:
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.interruption_received.labels(message_type=SPOT_INTERRUPTED).inc()
+        logger.info(
+            "interrupting nodeclaim %s: node %s has Preempt event %s (NotBefore %s)",
+            claim,
+            notice.node,
+            notice.event_id,
+            notice.not_before or "now",
+        )
+        if not await self._signal(nodeclaim_id(claim), "interrupt", notice):
+            return
+        self._notices.add((notice.node, notice.event_id))
+        if metrics is not None:
+            metrics.interruption_deleted.inc()
+            if notice.noticed is not None:
+                waited = (datetime.now(UTC) - notice.noticed).total_seconds()
+                metrics.interruption_queue_duration.observe(max(waited, 0.0))
+
+    async def _signal(self, workflow_id: str, signal: str, argument: object) -> bool:
+        """Whether the workflow got it (one that has finished has nothing left to learn)."""
+        try:
             await self.client.get_workflow_handle(workflow_id).signal(signal, argument)
+        except RPCError:
+            return False
+        return True
 
     async def _flush_loop(self) -> None:
         while True:

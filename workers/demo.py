@@ -39,6 +39,7 @@ from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root
 from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
+from workers.demo_interruption import spot_eviction_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
@@ -91,7 +92,8 @@ async def walk_through(self: Walkthrough) -> None:
 
     await self.until(f"nodeclaim {victim.name} terminated and storefront running again", replaced)
     self.victim = victim.name
-    await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 7)
+    await spot_eviction_step(self, 7)
+    await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
 
 
 @contextlib.asynccontextmanager
@@ -191,6 +193,11 @@ async def _walk_through(options: DemoOptions, out: TextIO, started: float, metri
             f'  search: NodeClaim="{walkthrough.victim}"   or   NodePool="default" AND Phase="Running"',
             file=out,
         )
+        if walkthrough.interrupted:
+            print(
+                f'  the Spot eviction: NodeClaim="{walkthrough.interrupted}" AND DisruptionReason="Interrupted"',
+                file=out,
+            )
         if options.record_histories is not None:
             await asyncio.sleep(2)  # let the last activity results land in the histories
             written = await record_histories(await connect(temporal.target), options.record_histories)

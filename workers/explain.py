@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload
@@ -38,6 +38,7 @@ from core.messages import (
     DisruptNodeClaim,
     DrainInput,
     DrainResult,
+    Interruption,
     LaunchInput,
     LaunchResult,
     LifecycleInput,
@@ -270,6 +271,10 @@ def _option_price(micros: int) -> float:
     return round(dollars(micros), 6)
 
 
+_TAINTS = (ActivityName.TAINT_FOR_TERMINATION, ActivityName.BEGIN_TERMINATION)
+"""The steps that taint the Node (since the `begin-termination` patch, one that also marks the NodeClaim deleting)."""
+
+
 async def nodeclaim_story(
     decoder: Decoder, workflow_id: str, run_id: str, status: str, events: Events
 ) -> Story:
@@ -347,7 +352,7 @@ async def nodeclaim_story(
                 story.failure = f"{update.type}=False ({update.reason}): {update.message}"
                 removal.cause = removal.cause or story.failure
                 removal.requested_at = removal.requested_at or ended
-        elif call.name == ActivityName.TAINT_FOR_TERMINATION and call.result is not None:
+        elif call.name in _TAINTS and call.result is not None:
             if await decoder.one(call.result, bool):
                 removal.steps.append(Step(at=ended, what="tainted karpenter.sh/disrupted:NoSchedule"))
         elif call.name == ActivityName.DRAIN_NODE and call.result is not None:
@@ -355,7 +360,7 @@ async def nodeclaim_story(
             evicted += len(drain.evicted)
             if drain.remaining == 0:
                 forced = (await decoder.one(call.input, DrainInput)).force
-                how = " (forced: terminationGracePeriod elapsed)" if forced else ""
+                how = " (forced at its deadline)" if forced else ""
                 removal.steps.append(Step(at=ended, what=f"drained: {evicted} pod(s) evicted{how}"))
             elif drain.blocked:
                 pod, why = next(iter(drain.blocked.items()))
@@ -406,6 +411,8 @@ async def _signal(decoder: Decoder, removal: Removal, signal: Signal, nodeclaim:
     elif signal.name == "node_event":
         event = await decoder.one(signal.input, NodeEvent)
         cause = summaries.node_deleted(event.node) if event.deleting else ""
+    elif signal.name == "interrupt":
+        cause = summaries.interrupted(await decoder.one(signal.input, Interruption))
     elif signal.name == "disrupt":
         disrupt = await decoder.one(signal.input, DisruptNodeClaim)
         cause = summaries.disrupted(disrupt)
@@ -434,7 +441,9 @@ async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> li
             continue
         record = await decoder.one(item.result, DisruptionPassRecord)
         if record.unchanged and previous is not None:
-            record = previous.model_copy(update={"at": record.at, "unchanged": True})
+            record = previous.model_copy(
+                update={"at": record.at, "unchanged": True, "repairs": record.repairs}
+            )
         elif not record.unchanged:
             previous = record
         passes.append(Pass(workflow_id, record))
@@ -443,30 +452,31 @@ async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> li
 
 def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> DisruptionSpan | None:
     """How one pass treated the node, as a one-pass span (None when it did not consider it)."""
+
+    def about(other_node: str, other_claim: str) -> bool:
+        return other_claim == nodeclaim or (node is not None and other_node == node)
+
+    def span(outcome: str, **fields: Any) -> DisruptionSpan:
+        return DisruptionSpan(
+            workflow_id="", first=record.at, last=record.at, passes=1, outcome=outcome, **fields
+        )
+
     for command in record.commands:
-        for candidate in command.candidates:
-            if candidate.nodeclaim == nodeclaim or (node is not None and candidate.node == node):
-                return DisruptionSpan(
-                    workflow_id="",
-                    first=record.at,
-                    last=record.at,
-                    passes=1,
-                    outcome="chosen",
-                    method=command.method,
-                    reason=command.reason,
-                    command=command.message,
-                    savings_per_hour=round(dollars(command.savings_micros), 6),
-                )
-    for kept in record.kept:
-        if kept.nodeclaim == nodeclaim or (node is not None and kept.node == node):
-            return DisruptionSpan(
-                workflow_id="",
-                first=record.at,
-                last=record.at,
-                passes=1,
-                outcome="kept",
-                reasons=[reason.message for reason in kept.reasons],
+        if any(about(candidate.node, candidate.nodeclaim) for candidate in command.candidates):
+            return span(
+                "chosen",
+                method=command.method,
+                reason=command.reason,
+                command=command.message,
+                savings_per_hour=round(dollars(command.savings_micros), 6),
             )
+    for repair in record.repairs:
+        if about(repair.node, repair.nodeclaim):
+            outcome = "repair refused" if repair.refused else "repaired"
+            return span(outcome, reason=repair.condition, reasons=[repair.message])
+    for kept in record.kept:
+        if about(kept.node, kept.nodeclaim):
+            return span("kept", reasons=[reason.message for reason in kept.reasons])
     return None
 
 
@@ -666,6 +676,8 @@ def render_text(story: Story, out: TextIO) -> None:
         passes = f"{span.passes} pass{'es' if span.passes != 1 else ''} of {span.workflow_id}"
         if span.outcome == "kept":
             print(f"  {when}  kept ({passes}): {'; '.join(span.reasons) or 'no reason recorded'}", file=out)
+        elif span.outcome in ("repaired", "repair refused"):
+            print(f"  {when}  {span.outcome} ({passes}, {span.reason}): {'; '.join(span.reasons)}", file=out)
         else:
             saves = f", saves {_dollars(span.savings_per_hour)}" if span.savings_per_hour else ""
             print(

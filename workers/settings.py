@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     """Between passes of the disruption loop (Karpenter polls every 10 s)."""
     disruption_validation_seconds: float = Field(default=15.0, ge=0)
     """How long a consolidation decision must hold before it executes (Karpenter's 15 s)."""
+    node_repair: bool = True
+    """Repair unhealthy nodes with the AKS provider's policies (Karpenter's `NodeRepair` feature gate)."""
+    repair_not_ready_seconds: float = Field(default=600.0, ge=0)
+    """How long a Node may be Ready=False or Unknown before node repair replaces it (the AKS provider's 10 min)."""
     catalog_refresh_seconds: float = Field(default=12 * 3600.0, gt=0)
     """Between refreshes of the instance types and prices from the Resource SKUs and Retail Prices APIs."""
     garbage_collection_seconds: float = Field(default=120.0, gt=0)

@@ -81,6 +81,16 @@ def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO
         print(f"Nodes kept ({len(plan.kept)}):", file=out)
         for kept in plan.kept:
             print(f"  {kept.node}: {'; '.join(reason.message for reason in kept.reasons)}", file=out)
+    repairs = [repair for repair in plan.repairs if not repair.refused]
+    refused = [repair for repair in plan.repairs if repair.refused]
+    if repairs:
+        print(f"Node repairs ({len(repairs)}), at once and forcefully:", file=out)
+        for repair in repairs:
+            print(f"  {repair.node} (NodeClaim {repair.nodeclaim}): {repair.message}", file=out)
+    if refused:
+        print(f"Node repairs refused ({len(refused)}):", file=out)
+        for repair in refused:
+            print(f"  {repair.node} ({repair.condition}): {repair.message}", file=out)
     for note in plan.notes:
         print(f"note: {note}", file=err)
     print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)

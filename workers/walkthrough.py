@@ -68,6 +68,8 @@ class Walkthrough:
         self._last_table: list[tuple[str, ...]] = []
         self.victim = ""
         """The NodeClaim whose node the demo deleted (its history is the one to open)."""
+        self.interrupted = ""
+        """The NodeClaim whose Spot VM the demo had Azure evict."""
 
     def say(self, text: str) -> None:
         print(f"\n=== {text}", file=self.out, flush=True)

@@ -103,6 +103,7 @@ def activities_for(
         lifecycle.initialize_nodeclaim,
         kube.update_nodeclaim,
         kube.taint_for_termination,
+        kube.begin_termination,
         kube.drain_node,
         kube.delete_node,
         kube.delete_nodeclaim,

@@ -44,8 +44,10 @@ with workflow.unsafe.imports_passed_through():
         DisruptNodeClaim,
         KeptNode,
         LaunchReplacementsInput,
+        RepairRecord,
         ReplacementProgress,
         TaintCandidates,
+        TerminationReason,
     )
     from workflows import search_attributes as attributes
     from workflows.provisioner import nodeclaim_id
@@ -103,13 +105,17 @@ def kept_event(kept: KeptNode) -> tuple[str, str] | None:
 
 
 def node_events(
-    node: str, nodeclaim: str | None, reason: str, message: str, prefix: str = ""
+    node: str, nodeclaim: str | None, reason: str, message: str, prefix: str = "", warning: bool = False
 ) -> list[DisruptionEvent]:
     """The same event on a Node and its NodeClaim; with a prefix, Karpenter's "<prefix> Node: <message>"."""
     targets = [("Node", node)] + ([("NodeClaim", nodeclaim)] if nodeclaim else [])
     return [
         DisruptionEvent(
-            kind=kind, name=name, reason=reason, message=f"{prefix} {kind}: {message}" if prefix else message
+            kind=kind,
+            name=name,
+            reason=reason,
+            message=f"{prefix} {kind}: {message}" if prefix else message,
+            warning=warning,
         )
         for kind, name in targets
     ]
@@ -164,6 +170,8 @@ class DisruptionWorkflow:
         self._activity_timeout = timedelta(seconds=request.settings.activity_timeout_seconds)
         self._max_events = request.settings.max_events_per_pass
         self._event_reasons: dict[str, tuple[str, str]] = {}
+        self._refused_repairs: dict[str, str] = {}
+        """The message each node's refused repair last announced."""
         """The last event each kept node got, so that one is emitted only when the reason changes."""
 
     @workflow.query
@@ -192,7 +200,8 @@ class DisruptionWorkflow:
         for _ in range(settings.passes_before_continue_as_new):
             self._waiting("")
             self._status.passes += 1
-            record = await self._plan(request, fingerprint, self._pass_summary(request))
+            record = await self._plan(request, fingerprint, self._pass_summary(request), repair=True)
+            await self._repair(record.repairs)
             announced = True
             if not record.unchanged:
                 self._status.plan = record
@@ -410,21 +419,71 @@ class DisruptionWorkflow:
     def _pass_summary(self, request: DisruptionInput) -> str:
         return summaries.plan_pass_summary(request, self._status.passes)
 
-    async def _plan(self, request: DisruptionInput, fingerprint: str, summary: str) -> DisruptionPassRecord:
+    async def _plan(
+        self, request: DisruptionInput, fingerprint: str, summary: str, repair: bool = False
+    ) -> DisruptionPassRecord:
         workflow.set_current_details("planning")
+        settings = request.settings
         record: DisruptionPassRecord = await self._activity(
             ActivityName.PLAN_DISRUPTION,
             DisruptionPlanInput(
                 cluster=request.cluster,
                 mode=request.mode,
                 nodepools=request.nodepools,
-                spot_to_spot_consolidation=request.settings.spot_to_spot_consolidation,
+                spot_to_spot_consolidation=settings.spot_to_spot_consolidation,
+                repair_not_ready_seconds=settings.repair_not_ready_seconds
+                if repair and settings.node_repair
+                else None,
                 previous_fingerprint=fingerprint,
             ),
             DisruptionPassRecord,
             summary,
         )
         return record
+
+    async def _repair(self, repairs: list[RepairRecord]) -> None:
+        """Node repair, at once and outside budgets: each unhealthy node's lifecycle terminates forcefully. A
+        refused repair gets Karpenter's NodeRepairBlocked event on its Node, NodeClaim and NodePool, once."""
+        sender = workflow.info().workflow_id
+        refused: dict[str, str] = {}
+        events: list[DisruptionEvent] = []
+        for repair in repairs:
+            if repair.refused:
+                refused[repair.node] = repair.message
+                if self._refused_repairs.get(repair.node) != repair.message:
+                    events.extend(
+                        node_events(
+                            repair.node, repair.nodeclaim, "NodeRepairBlocked", repair.message, warning=True
+                        )
+                    )
+                    events.append(
+                        DisruptionEvent(
+                            kind="NodePool",
+                            name=repair.nodepool,
+                            reason="NodeRepairBlocked",
+                            message=repair.message,
+                            warning=True,
+                        )
+                    )
+                continue
+            log(
+                "repairing unhealthy node",
+                Node=repair.node,
+                NodeClaim=repair.nodeclaim,
+                NodePool=repair.nodepool,
+                condition=repair.condition,
+            )
+            disrupt = DisruptNodeClaim(
+                reason=TerminationReason.UNHEALTHY.value,
+                command=sender,
+                method="repair",
+                decision="delete",
+                detail=repair.message,
+            )
+            await self._signal(repair.nodeclaim, "disrupt", disrupt)
+        self._refused_repairs = refused
+        if events:
+            await self._events(events[: self._max_events])
 
     async def _explain(self, record: DisruptionPassRecord) -> bool:
         """Events for kept nodes whose reason changed since the last event: DisruptionBlocked or

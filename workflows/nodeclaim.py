@@ -9,6 +9,7 @@ the NodeClaim. The controller's signals wake it; a slow poll covers events it mi
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.conventions import RETRY, log
+from workflows.provisioner import provisioner_id
 
 with workflow.unsafe.imports_passed_through():
     from core import summaries
@@ -28,17 +30,20 @@ with workflow.unsafe.imports_passed_through():
         DrainInput,
         DrainResult,
         InitializeInput,
+        Interruption,
         LaunchFailure,
         LaunchInput,
         LaunchResult,
         LifecycleInput,
         LifecycleStatus,
         NodeEvent,
+        NodeLeaving,
         NodeState,
         OfferingChoice,
         Phase,
         RegisterInput,
         TerminationReason,
+        TerminationStart,
         UnavailableOffering,
     )
     from workflows import search_attributes as attributes
@@ -47,6 +52,13 @@ EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 LOCAL_STEPS = "register-initialize-local"
 """The patch under which registration and initialization run as local activities (histories from before
 it take the activity path)."""
+BEGIN_TERMINATION = "begin-termination"
+"""Patch: termination starts by marking the NodeClaim deleting and telling the provisioner (histories recorded
+before it tainted the Node only)."""
+CLUSTER_PROVISIONER = "cluster-provisioner"
+"""Patch: a lifecycle started without a provisioner (a disruption's replacement) tells the cluster's."""
+SPOT_INTERRUPTION = "SpotInterruption"
+"""Why an interrupted offering is unavailable, in the provisioner's cache."""
 
 
 def disruption_reason(reason: str) -> TerminationReason:
@@ -64,7 +76,8 @@ class NodeClaimWorkflow:
     def __init__(self, request: LifecycleInput) -> None:
         self._claim = request.nodeclaim
         self._settings = request.settings
-        self._provisioner = request.provisioner_workflow_id
+        self._provisioner_given = request.provisioner_workflow_id
+        self._cluster = request.cluster
         self._status = LifecycleStatus(name=request.nodeclaim.name, phase=Phase.LAUNCHING)
         self._node: str | None = None
         self._deletion: str | None = None
@@ -72,6 +85,8 @@ class NodeClaimWorkflow:
         self._termination: TerminationReason | None = None
         self._deletion_requested: datetime | None = None
         self._disruption: DisruptNodeClaim | None = None
+        self._interruption: Interruption | None = None
+        self._interruption_handled = False
         self._events = 0
 
     @workflow.signal
@@ -96,6 +111,15 @@ class NodeClaimWorkflow:
         if self._deletion is None:
             self._disruption = request
         self._request_deletion(disruption_reason(request.reason), summaries.disrupted(request))
+        self._events += 1
+
+    @workflow.signal
+    def interrupt(self, notice: Interruption) -> None:
+        """Azure is evicting the VM: terminate now, draining by the notice's deadline (the first notice counts,
+        and it shortens a termination already under way)."""
+        if self._interruption is None:
+            self._interruption = notice
+        self._request_deletion(TerminationReason.INTERRUPTED, summaries.interrupted(notice))
         self._events += 1
 
     def _request_deletion(self, reason: TerminationReason, why: str) -> None:
@@ -154,7 +178,9 @@ class NodeClaimWorkflow:
                     **{"instance-type": offering.instance_type, "zone": offering.zone},
                     **{"capacity-type": offering.capacity_type, "error": failure.message},
                 )
-                await self._report_unavailable(failure)
+                await self._report_unavailable(
+                    failure.instance_type, failure.zone, failure.capacity_type, failure.kind
+                )
                 continue
             await self._launched(launched)
             return True
@@ -296,11 +322,12 @@ class NodeClaimWorkflow:
         self._ended(self._termination or TerminationReason.NODECLAIM_DELETED, self._deletion or "")
         workflow.set_current_details(f"terminating: {self._deletion}")
         if self._disruption is not None:
-            await self._disrupted(self._disruption)
+            await self._disrupted(
+                self._disruption.reason, f"disrupted by {self._disruption.command or 'a command'}"
+            )
+        await self._handle_interruption()
         node = self._node
-        if node is not None and await self._activity(
-            ActivityName.TAINT_FOR_TERMINATION, node, bool, summaries.taint_summary(node)
-        ):
+        if node is not None and await self._begin_termination(node):
             log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
             await self._drain(node)
         await self._delete_instance()
@@ -310,28 +337,75 @@ class NodeClaimWorkflow:
         await self._delete_nodeclaim()
         self._publish(Phase.TERMINATED)
 
-    async def _disrupted(self, request: DisruptNodeClaim) -> None:
+    async def _disrupted(self, reason: str, message: str) -> None:
         """Record why, as Karpenter does: the DisruptionReason condition and our search attribute."""
-        workflow.upsert_search_attributes([attributes.DISRUPTION_REASON.value_set(request.reason)])
-        await self._condition(
-            "DisruptionReason",
-            "True",
-            reason=request.reason,
-            message=f"disrupted by {request.command or 'a command'}",
+        workflow.upsert_search_attributes([attributes.DISRUPTION_REASON.value_set(reason)])
+        await self._condition("DisruptionReason", "True", reason=reason, message=message)
+
+    async def _handle_interruption(self) -> None:
+        """Once: rule the interrupted offering out for new launches and, when the notice ended this lifecycle,
+        record it as the NodeClaim's disruption reason."""
+        notice = self._interruption
+        if notice is None or self._interruption_handled:
+            return
+        self._interruption_handled = True
+        status = self._status
+        log(
+            "received spot interruption",
+            NodeClaim=self._claim.name,
+            Node=notice.node,
+            **{"event-id": notice.event_id, "not-before": str(notice.not_before or "now")},
         )
+        if status.instance_type and status.zone and status.capacity_type:
+            await self._report_unavailable(
+                status.instance_type, status.zone, status.capacity_type, SPOT_INTERRUPTION
+            )
+        if self._termination is TerminationReason.INTERRUPTED:
+            await self._disrupted(TerminationReason.INTERRUPTED.value, summaries.interrupted(notice))
+
+    async def _begin_termination(self, node: str) -> bool:
+        """Mark the NodeClaim deleting and taint its Node, then have the provisioner plan for the Node's pods
+        while it drains; False when the Node is gone."""
+        if not workflow.patched(BEGIN_TERMINATION):
+            return bool(
+                await self._activity(
+                    ActivityName.TAINT_FOR_TERMINATION, node, bool, summaries.taint_summary(node)
+                )
+            )
+        tainted = await self._activity(
+            ActivityName.BEGIN_TERMINATION,
+            TerminationStart(nodeclaim=self._claim.name, node=node),
+            bool,
+            summaries.begin_termination_summary(self._claim.name, node),
+        )
+        if tainted:  # a provisioner between runs plans the pods when they turn pending
+            leaving = NodeLeaving(node=node, nodeclaim=self._claim.name)
+            await self._tell_provisioner("node_leaving", leaving, f"{node} is leaving")
+        return bool(tainted)
+
+    def _drain_deadline(self) -> tuple[datetime | None, str]:
+        """When the drain stops asking and deletes what is left, and why: the interruption's deadline, now for a
+        repair, else the terminationGracePeriod from the moment deletion was asked for (Karpenter's)."""
+        requested = self._deletion_requested or workflow.now()
+        if self._interruption is not None:
+            return self._interruption.not_before or requested, "the Spot eviction deadline"
+        if self._termination is TerminationReason.UNHEALTHY:
+            return requested, "node repair"
+        grace = self._claim.termination_grace_period_seconds
+        if grace is None:
+            return None, ""
+        return requested + timedelta(seconds=grace), "terminationGracePeriod elapsed"
 
     async def _drain(self, node: str) -> None:
-        # Karpenter measures terminationGracePeriod from the moment deletion was asked for.
-        grace = self._claim.termination_grace_period_seconds
-        requested = self._deletion_requested or workflow.now()
-        deadline = requested + timedelta(seconds=grace) if grace is not None else None
         while True:
+            await self._handle_interruption()  # a notice may arrive mid-drain
+            deadline, why = self._drain_deadline()
             force = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
                 ActivityName.DRAIN_NODE,
                 DrainInput(node=node, force=force),
                 DrainResult,
-                summaries.drain_summary(node, force),
+                summaries.drain_summary(node, force, why),
             )
             if result.remaining == 0:
                 return
@@ -341,13 +415,32 @@ class NodeClaimWorkflow:
             else:
                 left = f"{result.remaining} pod(s) left"
             workflow.set_current_details(f"draining {node}: {left}")
-            retry = self._settings.drain_retry_seconds
-            await workflow.sleep(
-                timedelta(seconds=retry),
-                summary=summaries.wait_summary(retry, f"to drain {node} again ({left})"),
+            retry = timedelta(seconds=self._settings.drain_retry_seconds)
+            if deadline is not None and not force:
+                retry = max(min(retry, deadline - workflow.now()), timedelta(milliseconds=100))
+            await self._drain_pause(retry, f"to drain {node} again ({left})")
+
+    async def _drain_pause(self, pause: timedelta, what: str) -> None:
+        """Sleep between drain passes; an interruption notice cuts it short (it may bring the deadline forward)."""
+        if not workflow.patched(BEGIN_TERMINATION):
+            await workflow.sleep(pause, summary=summaries.wait_summary(pause.total_seconds(), what))
+            return
+        noticed = self._interruption is not None
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: (self._interruption is not None) != noticed,
+                timeout=pause,
+                timeout_summary=summaries.wait_summary(pause.total_seconds(), what),
             )
 
     # ------------------------------------------------------------------------------------------- helpers
+
+    def _provisioner(self) -> str | None:
+        """The provisioner to tell about unavailable offerings and leaving nodes: the one that planned this
+        NodeClaim, else (a disruption's replacement) the cluster's. Histories from before the patch told none."""
+        if self._provisioner_given is not None:
+            return self._provisioner_given
+        return provisioner_id(self._cluster) if workflow.patched(CLUSTER_PROVISIONER) else None
 
     def _activity_timeout(self) -> timedelta:
         return timedelta(seconds=self._settings.activity_timeout_seconds)
@@ -438,23 +531,37 @@ class NodeClaimWorkflow:
             )
         return None
 
-    async def _report_unavailable(self, failure: LaunchFailure) -> None:
-        if self._provisioner is None:
+    async def _report_unavailable(
+        self, instance_type: str, zone: str, capacity_type: str, reason: str
+    ) -> None:
+        if self._provisioner() is None:
             return
         offering = UnavailableOffering(
-            instance_type=failure.instance_type,
-            zone=failure.zone,
-            capacity_type=failure.capacity_type,
+            instance_type=instance_type,
+            zone=zone,
+            capacity_type=capacity_type,
             until=workflow.now() + timedelta(minutes=3),
-            reason=failure.kind,
+            reason=reason,
         )
-        handle = workflow.get_external_workflow_handle(self._provisioner)
+        log(
+            "marked offering unavailable",
+            NodeClaim=self._claim.name,
+            **{"instance-type": instance_type, "zone": zone},
+            **{"capacity-type": capacity_type, "reason": reason},
+        )
+        # Between runs, the provisioner's next plan learns from the cloud anyway.
+        await self._tell_provisioner("offering_unavailable", offering, f"{instance_type} is unavailable")
+
+    async def _tell_provisioner(self, signal: str, argument: Any, what: str) -> None:
+        """Signal the provisioner (if this lifecycle has one); one that is between runs misses it, and a
+        warning says what it missed."""
+        provisioner = self._provisioner()
+        if provisioner is None:
+            return
         try:
-            await handle.signal("offering_unavailable", offering)
-        except Exception:  # the provisioner may be between runs; its next plan learns from the cloud anyway
-            workflow.logger.warning(
-                "could not tell the provisioner that %s is unavailable", failure.instance_type
-            )
+            await workflow.get_external_workflow_handle(provisioner).signal(signal, argument)
+        except Exception:
+            workflow.logger.warning("could not tell the provisioner that %s", what)
 
     def _publish(self, phase: Phase) -> None:
         self._status.phase = phase

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from core import summaries
     from core.messages import (
         ActivityName,
+        NodeLeaving,
         PlanInput,
         PlanResult,
         PodsPending,
@@ -41,6 +42,7 @@ class ProvisionerWorkflow:
     @workflow.init
     def __init__(self, request: ProvisionerInput) -> None:
         self._pending: set[str] = set(request.pending)
+        self._leaving: set[str] = set(request.leaving)
         self._signals = 0
         self._unavailable = {(u.instance_type, u.zone, u.capacity_type): u for u in request.unavailable}
         self._unavailable_ttl = request.unavailable_ttl_seconds
@@ -49,6 +51,12 @@ class ProvisionerWorkflow:
     @workflow.signal
     def pods_pending(self, signal: PodsPending) -> None:
         self._pending.update(signal.pods)
+        self._signals += 1
+
+    @workflow.signal
+    def node_leaving(self, signal: NodeLeaving) -> None:
+        """A NodeClaim's termination began: its pods need capacity elsewhere (the plan finds them on the Node)."""
+        self._leaving.add(signal.node)
         self._signals += 1
 
     @workflow.signal
@@ -66,17 +74,22 @@ class ProvisionerWorkflow:
     async def run(self, request: ProvisionerInput) -> None:
         for _ in range(request.batches_before_continue_as_new):
             workflow.set_current_details("waiting for pending pods")
-            await workflow.wait_condition(lambda: bool(self._pending))
+            await workflow.wait_condition(lambda: bool(self._pending or self._leaving))
             await self._batch(request)
-            pods = sorted(self._pending)
+            pods, leaving = sorted(self._pending), sorted(self._leaving)
             self._pending.clear()
-            await self._provision(request, pods)
+            self._leaving.clear()
+            await self._provision(request, pods, leaving)
             if workflow.info().is_continue_as_new_suggested():
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
             request.model_copy(
-                update={"unavailable": self._live_unavailable(), "pending": sorted(self._pending)}
+                update={
+                    "unavailable": self._live_unavailable(),
+                    "pending": sorted(self._pending),
+                    "leaving": sorted(self._leaving),
+                }
             )
         )
 
@@ -103,9 +116,12 @@ class ProvisionerWorkflow:
             return False
         return True
 
-    async def _provision(self, request: ProvisionerInput, pods: list[str]) -> None:
+    async def _provision(self, request: ProvisionerInput, pods: list[str], leaving: list[str]) -> None:
         self._batches += 1
-        workflow.set_current_details(f"planning for {len(pods)} pod(s)")
+        what = summaries.count(len(pods), "pending pod")
+        if leaving:
+            what += f" and the pods of {summaries.count(len(leaving), 'leaving node')}"
+        workflow.set_current_details(f"planning for {what}")
         plan = await workflow.execute_activity(
             ActivityName.PLAN_PROVISIONING,
             PlanInput(
@@ -119,7 +135,7 @@ class ProvisionerWorkflow:
             start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),
             heartbeat_timeout=timedelta(seconds=request.plan_heartbeat_seconds),
             retry_policy=RETRY,
-            summary=f"plan NodeClaims for {summaries.count(len(pods), 'pending pod')}",
+            summary=f"plan NodeClaims for {what}",
         )
         if plan.pods:
             log(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from core.disruption.commands import Method
 from core.disruption.drift import DriftInputs
+from core.disruption.repair import RepairPolicy
 from core.scheduling.scheduler import SchedulingOptions
 
 
@@ -20,3 +21,5 @@ class DisruptionOptions:
     drift: DriftInputs = field(default_factory=DriftInputs)
     scheduling: SchedulingOptions = field(default_factory=SchedulingOptions)
     """How the simulation places the candidates' pods (preference and minValues policies)."""
+    repair: tuple[RepairPolicy, ...] | None = None
+    """Node repair with these policies (`aks_repair_policies()`); None: no repair (Karpenter's NodeRepair gate)."""

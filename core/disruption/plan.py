@@ -10,7 +10,7 @@ the disruption workflow all use this function; it reads no clock and does no I/O
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.api.kube import Pod, pod_key
@@ -27,6 +27,7 @@ from core.disruption.methods import (
 )
 from core.disruption.options import DisruptionOptions
 from core.disruption.pdb import PdbLimits
+from core.disruption.repair import RefusedRepair, Repair, RepairPlan, plan_repairs
 from core.disruption.replacements import Catalog
 from core.disruption.simulation import Sandbox
 from core.disruption.state import PlanState
@@ -43,6 +44,30 @@ METHODS = (
 """The methods in the order a plan runs them."""
 
 
+def repair_json(repair: Repair) -> dict[str, object]:
+    return {
+        "node": repair.node,
+        "nodeclaim": repair.nodeclaim,
+        "nodepool": repair.nodepool,
+        "condition": repair.condition,
+        "since": repair.since.isoformat() if repair.since else None,
+        "message": repair.message,
+    }
+
+
+def refused_json(refused: RefusedRepair) -> dict[str, object]:
+    return {
+        "node": refused.node,
+        "nodeclaim": refused.nodeclaim,
+        "nodepool": refused.nodepool,
+        "condition": refused.condition,
+        "unhealthy": refused.unhealthy,
+        "total": refused.total,
+        "allowed": refused.allowed,
+        "message": refused.message,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class DisruptionPlan:
     commands: tuple[Command, ...]
@@ -51,6 +76,8 @@ class DisruptionPlan:
     """Every node no command takes, by name."""
     budgets: tuple[BudgetStatus, ...]
     notes: tuple[str, ...]
+    repairs: RepairPlan = field(default_factory=RepairPlan)
+    """Node repair's decisions, when the options ask for it: forceful, outside budgets and validation."""
 
     @property
     def savings_micros(self) -> int:
@@ -64,6 +91,8 @@ class DisruptionPlan:
             "budgets": [status.to_json() for status in self.budgets],
             "total_savings_per_hour": round(dollars(self.savings_micros), 6),
             "notes": list(self.notes),
+            "repairs": [repair_json(repair) for repair in self.repairs.repairs],
+            "refused_repairs": [refused_json(refused) for refused in self.repairs.refused],
         }
 
 
@@ -109,9 +138,20 @@ def plan_disruption(
             f"{len(scheduling.pending)} pending pods are left to the provisioner: "
             "disruption only moves pods that are running"
         )
+    repairs = RepairPlan()
+    if options.repair is not None:
+        repairs = plan_repairs(snapshot.nodes, snapshot.nodeclaims, now, options.repair)
+        if options.nodepools is not None:
+            pools = options.nodepools
+            repairs = RepairPlan(
+                repairs=tuple(r for r in repairs.repairs if r.nodepool in pools),
+                refused=tuple(r for r in repairs.refused if r.nodepool in pools),
+                next_check=repairs.next_check,
+            )
     return DisruptionPlan(
         commands=tuple(state.commands),
         blocked=tuple(state.blocked()),
         budgets=tuple(state.budgets.statuses()),
         notes=tuple(notes),
+        repairs=repairs,
     )

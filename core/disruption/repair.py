@@ -116,8 +116,13 @@ def plan_repairs(
 ) -> RepairPlan:
     """The repairs Karpenter's node-health controller would make at `now`, and those it would refuse."""
     policies = aks_repair_policies() if policies is None else policies
-    claims = {claim.status.provider_id: claim for claim in nodeclaims if claim.status.provider_id}
-    managed = [(node, claims[node.spec.provider_id]) for node in nodes if node.spec.provider_id in claims]
+    # Azure resource IDs are case-insensitive, and a Node's and its NodeClaim's may differ in case.
+    claims = {claim.status.provider_id.lower(): claim for claim in nodeclaims if claim.status.provider_id}
+    managed = [
+        (node, claims[node.spec.provider_id.lower()])
+        for node in nodes
+        if node.spec.provider_id and node.spec.provider_id.lower() in claims
+    ]
     per_pool_total: dict[str, int] = {}
     per_pool_unhealthy: dict[str, int] = {}
     for node, claim in managed:

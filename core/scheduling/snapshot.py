@@ -2,7 +2,10 @@
 
 NodePools become templates with their instance types (built per AKSNodeClass), Nodes and launching
 NodeClaims become existing capacity with the pods bound to them, DaemonSets become per-node overhead, and
-every pod without a node is pending. Whatever cannot be used is said in `notes`, never dropped silently.
+every pod without a node is pending. For provisioning, as Karpenter's provisioner does, a Node that is being
+deleted (it or its NodeClaim has a deletion timestamp) is not capacity, and the pods that will have to leave
+it are pending too ("reschedulable"), so that their replacement capacity launches while the node drains.
+Whatever cannot be used is said in `notes`, never dropped silently.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import datetime
 
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal
+from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, owner_kind
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
 from core.api.nodeclaim import NodeClaim
@@ -75,6 +78,8 @@ class SchedulingSnapshot:
     pending: list[Pod] = field(default_factory=list)
     nominated: list[Pod] = field(default_factory=list)
     """Pods without a node held for the in-flight NodeClaim they were nominated to (`nominations`)."""
+    rescheduled: int = 0
+    """How many of `pending` are bound to a Node being deleted (with `reschedule_deleting`)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -176,11 +181,40 @@ def _launching(claim: NodeClaim, types: dict[str, InstanceType]) -> NodeSnapshot
     )
 
 
+def must_leave(pod: Pod) -> bool:
+    """Whether a pod bound to a Node being deleted will need a place elsewhere: not finished, not already
+    terminating (its replacement, if any, is a pending pod of its own), neither a DaemonSet's nor a static pod."""
+    return (
+        not is_terminal(pod)
+        and pod.metadata.deletion_timestamp is None
+        and owner_kind(pod) not in ("DaemonSet", "Node")
+    )
+
+
+def deleting_nodes(manifests: Manifests) -> set[str]:
+    """The Nodes being deleted: their own deletion timestamp, or their NodeClaim's."""
+    deleting = {node.metadata.name for node in manifests.nodes if node.metadata.deletion_timestamp}
+    deleting.update(
+        claim.status.node_name
+        for claim in manifests.nodeclaims
+        if claim.metadata.deletion_timestamp is not None and claim.status.node_name
+    )
+    return deleting
+
+
+def _unbound(pod: Pod) -> Pod:
+    return pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": None})})
+
+
 def build_snapshot(
-    manifests: Manifests, provider: InstanceTypeProvider, now: datetime | None = None
+    manifests: Manifests,
+    provider: InstanceTypeProvider,
+    reschedule_deleting: bool = False,
+    now: datetime | None = None,
 ) -> SchedulingSnapshot:
-    """What the scheduler needs from the cluster's objects; given `now`, pods nominated to in-flight NodeClaims
-    are held for them (`nominations`)."""
+    """What the scheduler needs from the cluster's objects. With `reschedule_deleting` (provisioning), Nodes
+    being deleted are left out and the pods that must leave them are pending; given `now`, pods nominated to
+    in-flight NodeClaims are held for them (`nominations`)."""
     snapshot = SchedulingSnapshot()
     nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
     for pool in manifests.nodepools:
@@ -217,11 +251,22 @@ def build_snapshot(
                 )
         elif not is_daemonset_pod(pod):
             snapshot.pending.append(pod)
-    snapshot.nodes = [_node(node, bound[node.metadata.name]) for node in manifests.nodes]
+    leaving = deleting_nodes(manifests) if reschedule_deleting else set()
+    for name in sorted(leaving & known_nodes):
+        moving = [_unbound(pod) for pod in bound[name] if must_leave(pod)]
+        snapshot.pending.extend(moving)
+        snapshot.rescheduled += len(moving)
+    snapshot.nodes = [
+        _node(node, bound[node.metadata.name])
+        for node in manifests.nodes
+        if node.metadata.name not in leaving
+    ]
 
     all_types = {it.name: it for types in snapshot.instance_types.values() for it in types}
     for claim in manifests.nodeclaims:
         if claim.status.node_name and claim.status.node_name in known_nodes:
+            continue
+        if reschedule_deleting and claim.metadata.deletion_timestamp is not None:
             continue
         launching = _launching(claim, all_types)
         if launching is None:

@@ -209,3 +209,35 @@ def test_plan_disruption_in_a_table_reads_like_karpenter_logs() -> None:
     assert code == 0
     assert "disrupting via emptiness delete, terminating 1 nodes" in out
     assert "disrupting via consolidation replace" in out
+
+
+def test_plan_disruption_shows_node_repairs(tmp_path: Path) -> None:
+    text = (ROOT / "deploy" / "snapshots" / "cluster.yaml").read_text()
+    unknown = '[{type: Ready, status: "Unknown", lastTransitionTime: "2026-11-22T09:45:00Z"}]'
+    # general-bbbbb's Node has not reported for 15 minutes (tolerated 10).
+    head, _, tail = text.partition(
+        "providerID: azure:///subscriptions/0000/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachines/general-bbbbb"
+    )
+    tail = tail.replace('conditions: [{type: Ready, status: "True"}]', f"conditions: {unknown}", 1)
+    snapshot = write(
+        tmp_path,
+        "cluster.yaml",
+        head
+        + "providerID: azure:///subscriptions/0000/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachines/general-bbbbb"
+        + tail,
+    )
+    now = ("--now", "2026-11-22T10:00:00Z")
+
+    code, out, err = run("plan-disruption", "-f", snapshot, *now, "-o", "json")
+    assert code == 0, err
+    [repair] = json.loads(out)["repairs"]
+    assert (repair["node"], repair["condition"]) == ("general-bbbbb", "Ready=Unknown")
+    assert "for 0:15:00 (tolerated 0:10:00)" in repair["message"]
+    code, out, _ = run("plan-disruption", "-f", snapshot, *now)
+    assert "Node repairs (1), at once and forcefully:\n  general-bbbbb" in out
+    code, out, _ = run(
+        "plan-disruption", "-f", snapshot, *now, "--repair-not-ready-seconds", "1200", "-o", "json"
+    )
+    assert json.loads(out)["repairs"] == []
+    code, out, _ = run("plan-disruption", "-f", snapshot, *now, "--no-repair", "-o", "json")
+    assert json.loads(out)["repairs"] == []

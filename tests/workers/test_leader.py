@@ -273,6 +273,28 @@ async def holder(kube: KubernetesCluster, lease: str) -> str | None:
     return None if found is None else (found.get("spec") or {}).get("holderIdentity")
 
 
+async def leader_and_standby(
+    kube: KubernetesCluster, lease: str, controllers: dict[str, Component]
+) -> tuple[Component, str, Component]:
+    """Once one of the two controllers holds the Lease and both are ready: (leader, standby's id, standby)."""
+    every = list(controllers.values())
+
+    async def one_leads() -> str | None:
+        found = await holder(kube, lease)
+        return found if found in controllers else None
+
+    await until(one_leads, 60, "one controller holds the Lease", *every)
+    leader_id = await one_leads()
+    assert leader_id is not None
+    [(standby_id, standby)] = [(key, value) for key, value in controllers.items() if key != leader_id]
+
+    async def both_ready() -> bool:
+        return all([await component.ready() for component in every])
+
+    await until(both_ready, 60, "both controllers ready (leader and standby)", *every)
+    return controllers[leader_id], standby_id, standby
+
+
 async def leads(component: Component, lease: str) -> bool:
     """Whether the process's `/metrics` says it holds the Lease (controller-runtime's gauge)."""
     answer = await component.get("/metrics", component.metrics_port)
@@ -283,22 +305,7 @@ async def test_one_controller_leads_and_a_standby_takes_over_within_15_s_of_a_ki
     tmp_path: Path, temporal_env: WorkflowEnvironment, control_plane: ControlPlane, kube: KubernetesCluster
 ) -> None:
     async with two_controllers(tmp_path, temporal_env, control_plane) as (lease, controllers):
-        every = list(controllers.values())
-
-        async def one_leads() -> str | None:
-            found = await holder(kube, lease)
-            return found if found in controllers else None
-
-        await until(one_leads, 60, "one controller holds the Lease", *every)
-        leader_id = await one_leads()
-        assert leader_id is not None
-        leader = controllers[leader_id]
-        [(standby_id, standby)] = [(key, value) for key, value in controllers.items() if key != leader_id]
-
-        async def both_ready() -> bool:
-            return all([await component.ready() for component in every])
-
-        await until(both_ready, 60, "both controllers ready (leader and standby)", *every)
+        leader, standby_id, standby = await leader_and_standby(kube, lease, controllers)
         assert await leads(leader, lease) and not await leads(standby, lease)
         assert "successfully acquired lease" in leader.log()
         assert "attempting to acquire leader lease" in standby.log()
@@ -326,22 +333,7 @@ async def test_a_leader_stopped_with_sigterm_releases_the_lease_to_its_standby(
     tmp_path: Path, temporal_env: WorkflowEnvironment, control_plane: ControlPlane, kube: KubernetesCluster
 ) -> None:
     async with two_controllers(tmp_path, temporal_env, control_plane) as (lease, controllers):
-        every = list(controllers.values())
-
-        async def one_leads() -> str | None:
-            found = await holder(kube, lease)
-            return found if found in controllers else None
-
-        await until(one_leads, 60, "one controller holds the Lease", *every)
-        leader_id = await one_leads()
-        assert leader_id is not None
-        leader = controllers[leader_id]
-        [(standby_id, standby)] = [(key, value) for key, value in controllers.items() if key != leader_id]
-
-        async def both_ready() -> bool:
-            return all([await component.ready() for component in every])
-
-        await until(both_ready, 60, "both controllers ready", *every)
+        leader, standby_id, standby = await leader_and_standby(kube, lease, controllers)
         # Frozen, the standby cannot take the Lease in the moment between the release and our look at it.
         standby.signal(signal.SIGSTOP)
         try:

@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 
 from activities.kube import nodeclaim_object
 from activities.kubeclient import KubernetesCluster
+from activities.metrics import Metrics
 from core import labels
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
@@ -358,7 +359,7 @@ class System:
         """The lifecycle of a NodeClaim, once it has started."""
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
-    def start_controller(self, **provisioner: Any) -> Controller:
+    def start_controller(self, metrics: Metrics | None = None, **provisioner: Any) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
         signal a test sees comes from a change the controller watched."""
         controller = Controller(
@@ -368,6 +369,7 @@ class System:
             self.task_queue,
             debounce_seconds=0.05,
             requeue_seconds=30.0,
+            metrics=metrics,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller

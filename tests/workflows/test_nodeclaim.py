@@ -267,7 +267,7 @@ async def test_termination_grace_period_forces_the_drain_past_the_budget(system:
 
 
 KARPENTER_ORDER = [
-    ActivityName.TAINT_FOR_TERMINATION,
+    ActivityName.BEGIN_TERMINATION,
     ActivityName.DRAIN_NODE,
     ActivityName.DELETE_INSTANCE,
     ActivityName.DELETE_NODE,
@@ -408,7 +408,10 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
         ),
         (ActivityName.REGISTER_NODECLAIM, f"find the Node of VM {node}"),
         (ActivityName.INITIALIZE_NODECLAIM, f"check Node {node} is Ready and initialized"),
-        (ActivityName.TAINT_FOR_TERMINATION, f"taint {node} karpenter.sh/disrupted:NoSchedule"),
+        (
+            ActivityName.BEGIN_TERMINATION,
+            f"mark NodeClaim {claim} deleting, taint {node} karpenter.sh/disrupted:NoSchedule",
+        ),
         (ActivityName.DRAIN_NODE, f"drain {node}"),
         (ActivityName.DELETE_INSTANCE, f"delete VM {node} with its NIC and disk"),
         (ActivityName.DELETE_NODE, f"delete Node {node}"),

@@ -87,9 +87,9 @@ class ProvisionerTimerBeforePlanning(ProvisionerWorkflow):
     async def run(self, request: ProvisionerInput) -> None:
         await super().run(request)
 
-    async def _provision(self, request: ProvisionerInput, pods: list[str]) -> None:
+    async def _provision(self, request: ProvisionerInput, pods: list[str], leaving: list[str]) -> None:
         await workflow.sleep(timedelta(seconds=1))
-        await super()._provision(request, pods)
+        await super()._provision(request, pods, leaving)
 
 
 @workflow.defn(name="Provisioner")
@@ -112,9 +112,11 @@ class DisruptionPlansTwice(DisruptionWorkflow):
     async def run(self, request: DisruptionInput) -> DisruptionStatus:
         return await super().run(request)
 
-    async def _plan(self, request: DisruptionInput, fingerprint: str, summary: str) -> DisruptionPassRecord:
-        await super()._plan(request, fingerprint, summary)
-        return await super()._plan(request, fingerprint, summary)
+    async def _plan(
+        self, request: DisruptionInput, fingerprint: str, summary: str, repair: bool = False
+    ) -> DisruptionPassRecord:
+        await super()._plan(request, fingerprint, summary, repair)
+        return await super()._plan(request, fingerprint, summary, repair)
 
 
 @workflow.defn(name="CatalogRefresh")

@@ -134,7 +134,15 @@ def test_pending_pods_are_left_to_the_provisioner_with_a_note() -> None:
 def test_the_json_is_snake_case_and_deterministic() -> None:
     first = plan(mixed_cluster()).to_json()
     assert json.dumps(first, sort_keys=True) == json.dumps(plan(mixed_cluster()).to_json(), sort_keys=True)
-    assert set(first) == {"commands", "blocked", "budgets", "total_savings_per_hour", "notes"}
+    assert set(first) == {
+        "commands",
+        "blocked",
+        "budgets",
+        "total_savings_per_hour",
+        "notes",
+        "repairs",
+        "refused_repairs",
+    }
     commands = first["commands"]
     assert isinstance(commands, list)
     command = commands[1]

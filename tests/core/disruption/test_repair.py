@@ -112,3 +112,10 @@ def test_deleting_nodeclaims_and_unmanaged_nodes_are_left_alone() -> None:
         [deleting[0], unmanaged, *(n for n, _ in healthy(4))], [deleting[1], *(c for _, c in healthy(4))], NOW
     )
     assert result.repairs == () and result.refused == ()
+
+
+def test_a_node_and_its_nodeclaim_match_whatever_the_case_of_their_provider_ids() -> None:
+    node, claim = node_and_claim("a", ("Ready", "Unknown", timedelta(minutes=11)))
+    node.spec.provider_id = (node.spec.provider_id or "").replace("resourceGroups", "resourcegroups")
+    [repair] = plan((node, claim), *healthy(9)).repairs
+    assert (repair.node, repair.nodeclaim, repair.condition) == ("a", "claim-a", "Ready=Unknown")

@@ -90,6 +90,10 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.disruptionPollSeconds | quote }}
 - name: NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS
   value: {{ $settings.disruptionValidationSeconds | quote }}
+- name: NODEWRIGHT_NODE_REPAIR
+  value: {{ $settings.nodeRepair | quote }}
+- name: NODEWRIGHT_REPAIR_NOT_READY_SECONDS
+  value: {{ $settings.repairNotReadySeconds | quote }}
 - name: NODEWRIGHT_CATALOG_REFRESH_SECONDS
   value: {{ $settings.catalogRefreshSeconds | quote }}
 - name: NODEWRIGHT_GARBAGE_COLLECTION_SECONDS
