@@ -79,6 +79,8 @@ DEFAULT_QPS = 200.0
 DEFAULT_BURST = 300
 """client-go's defaults (5 and 10) are far too low for a controller that drains and patches nodes in bulk."""
 DEFAULT_THREADS = 32
+USER_AGENT = "nodewright"
+"""The client's User-Agent; each process adds its part (`nodewright/worker`)."""
 DEFAULT_WATCH_TIMEOUT_SECONDS = 240
 """How long one watch request lasts before the API server ends it and it is reopened from the last version."""
 REPORTING_CONTROLLER = "karpenter"
@@ -549,6 +551,7 @@ def load_cluster(
     threads: int = DEFAULT_THREADS,
     watch_timeout_seconds: int = DEFAULT_WATCH_TIMEOUT_SECONDS,
     request_timeout_seconds: float = 30.0,
+    user_agent: str = USER_AGENT,
 ) -> KubernetesCluster:
     """The cluster of a kubeconfig: `kubeconfig`, else `$NODEWRIGHT_KUBECONFIG`, else `$KUBECONFIG` (paths joined
     by `:` are merged), else `~/.kube/config`; in a pod (`$KUBERNETES_SERVICE_HOST`) with none of them set, the
@@ -572,6 +575,7 @@ def load_cluster(
         watch_timeout_seconds=watch_timeout_seconds,
         request_timeout_seconds=request_timeout_seconds,
         source=source,
+        user_agent=user_agent,
     )
 
 
@@ -626,10 +630,13 @@ class KubernetesCluster:
         reconnect_max_wait: float = 5.0,
         reporting_instance: str | None = None,
         source: str = "",
+        user_agent: str = USER_AGENT,
     ) -> None:
         # Every pool thread and every watch keeps a connection of its own.
         configuration.connection_pool_maxsize = threads + len(WATCHED_KINDS)
         api_client = k8s.ApiClient(configuration)
+        # The API server's audit log and metrics tell our requests apart by it.
+        api_client.user_agent = user_agent
         self.api_client = api_client
         self.server: str = configuration.host
         self.source = source or self.server

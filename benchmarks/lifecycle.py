@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -68,7 +69,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,7 @@ OBSERVER_QPS = 200.0
 MACHINE = "machine"
 SHOWN_EVICTIONS = 5
 SHOWN_REQUESTS = 12
+SHOWN_AUDITED = 40
 
 
 # --- the trivial workflow: what the server and one worker do for three no-op activities -------------------
@@ -335,6 +337,45 @@ def apiserver_requests(plane: ControlPlane) -> dict[str, list[float]]:
         elif labels.get("verb") != "WATCH":
             counted[1] += float(value)
     return totals
+
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
+"""`--audit`: every request once, without bodies (auditing costs the API server CPU of its own)."""
+
+
+def requester(event: dict[str, Any]) -> str:
+    """Who made an audited request: a controller's service account, a node, or the client's User-Agent."""
+    user = event.get("user", {}).get("username", "")
+    agent = event.get("userAgent", "").split(" ")[0].split("/v")[0]
+    if user.startswith("system:serviceaccount:kube-system:"):
+        return user.rpartition(":")[2]
+    if user.startswith("system:node:") or user.startswith("system:bootstrap:"):
+        return f"{user.split(':')[1]} ({agent})"
+    return agent or user
+
+
+def audit_profile(log: Path, since: float, until: float) -> list[dict[str, Any]]:
+    """The audited requests made between two moments, by requester, verb and resource; the most frequent
+    first."""
+    counted: Counter[str] = Counter()
+    with log.open() as lines:
+        for line in lines:
+            event = json.loads(line)
+            moment = event.get("requestReceivedTimestamp", "")
+            at = datetime.fromisoformat(moment.replace("Z", "+00:00")).timestamp() if moment else 0.0
+            if not since <= at <= until:
+                continue
+            ref = event.get("objectRef", {})
+            resource = ref.get("resource", event.get("requestURI", "").split("?")[0])
+            if ref.get("subresource"):
+                resource += "/" + ref["subresource"]
+            counted[f"{requester(event)} {event.get('verb', '').upper()} {resource}"] += 1
+    return [{"request": key, "count": count} for key, count in counted.most_common()]
 
 
 def request_profile(before: dict[str, list[float]], after: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -682,7 +723,9 @@ def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
 # --- one run ---------------------------------------------------------------------------------------------
 
 
-async def run_one(count: int, shape: str, timeout: float, keep: bool = False) -> dict[str, Any]:
+async def run_one(
+    count: int, shape: str, timeout: float, keep: bool = False, audit: bool = False
+) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
     if keep:
@@ -690,9 +733,16 @@ async def run_one(count: int, shape: str, timeout: float, keep: bool = False) ->
     logs = directory / "logs"
     logs.mkdir()
     try:
-        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane")
+        plane = await asyncio.to_thread(
+            functools.partial(start_control_plane, audit_policy=AUDIT_POLICY if audit else None),
+            directory / "control-plane",
+        )
         try:
-            return await _run_on(plane, directory, logs, count, shape, timeout)
+            row = await _run_on(plane, directory, logs, count, shape, timeout)
+            window = row.pop("window")
+            if audit:
+                row["audited_requests"] = audit_profile(plane.audit_log, *window)
+            return row
         finally:
             await asyncio.to_thread(plane.stop)
     finally:
@@ -842,6 +892,7 @@ async def _run_on(
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
         "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in lifecycle_cpu.items()},
         "lifecycle_seconds": round(elapsed, 1),
+        "window": (started, started + elapsed),
         "cores": os.cpu_count(),
     }
 
@@ -914,6 +965,8 @@ def print_profile(row: dict[str, Any]) -> None:
             f"{item['request']} {item['count']} ({item['seconds']} s)" for item in requests[:SHOWN_REQUESTS]
         )
     )
+    for item in row.get("audited_requests", [])[:SHOWN_AUDITED]:
+        print(f"  audited: {item['request']} {item['count']}")
     print(f"  provisioner: {_fields(row['provisioner'])}")
     for batch in row["batches"]:
         print(f"  batch: {_fields(batch)}")
@@ -939,13 +992,18 @@ def main() -> None:
         "--timeout", type=float, default=TIMEOUT_SECONDS, help="seconds a run may take once the pods exist"
     )
     parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="audit every request (costs the API server CPU) and profile them by who made them",
+    )
+    parser.add_argument(
         "--keep",
         action="store_true",
         help="keep each run's directory (control plane state, every process's log)",
     )
     args = parser.parse_args()
     if args.run:
-        row = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep))
+        row = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep, args.audit))
         print(json.dumps(row))
         sys.exit(0 if row["finished"] else 1)
     rows = []
@@ -961,6 +1019,7 @@ def main() -> None:
                 "--timeout",
                 str(args.timeout),
                 *(["--keep"] if args.keep else []),
+                *(["--audit"] if args.audit else []),
             ],
             check=False,
             stdout=subprocess.PIPE,

@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
 from core.errors import CloudError
 from workers.health import Check, Readiness, serve_probes
 from workers.settings import Settings, TemporalConnection
@@ -43,12 +43,18 @@ logger = logging.getLogger("nodewright")
 HEALTH_CHECK_TIMEOUT = timedelta(seconds=3)
 
 
-def connect_cluster(settings: Settings, threads: int | None = None) -> KubernetesCluster:
-    """The Kubernetes API of the settings' kubeconfig (or the pod's service account); `ClusterConfigError`
-    when it cannot be read. The connection is checked by the caller, on its event loop."""
+def connect_cluster(settings: Settings, part: str, threads: int | None = None) -> KubernetesCluster:
+    """The Kubernetes API of the settings' kubeconfig (or the pod's service account) for a `part` of the
+    process (its User-Agent is `nodewright/<part>`); `ClusterConfigError` when it cannot be read. The
+    connection is checked by the caller, on its event loop."""
     extra = {} if threads is None else {"threads": threads}
     return load_cluster(
-        settings.kubeconfig, settings.kube_context, qps=settings.kube_qps, burst=settings.kube_burst, **extra
+        settings.kubeconfig,
+        settings.kube_context,
+        qps=settings.kube_qps,
+        burst=settings.kube_burst,
+        user_agent=f"{USER_AGENT}/{part}",
+        **extra,
     )
 
 
@@ -116,7 +122,7 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker
 
-    cluster = connect_cluster(settings)
+    cluster = connect_cluster(settings, "worker")
     await cluster.check_connection()
     connections = Connections(cluster, connection)
     worker: Worker | None = None
@@ -171,12 +177,12 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
     from workers.controller import Controller
     from workers.leader import LeaderElectionConfig, LeaderElector
 
-    cluster = connect_cluster(settings)
+    cluster = connect_cluster(settings, "controller")
     await cluster.check_connection()
     connections = Connections(cluster, connection)
     # Leases get a client of their own (as controller-runtime gives leader election one): a renewal never
     # waits behind the controller's requests for a pool thread or the rate limiter.
-    leases = connect_cluster(settings, threads=2)
+    leases = connect_cluster(settings, "leader-election", threads=2)
     elector = (
         LeaderElector(leases, LeaderElectionConfig.from_settings(settings))
         if settings.leader_election
