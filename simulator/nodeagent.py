@@ -65,6 +65,7 @@ from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -80,6 +81,7 @@ from core.resources import format_resources
 from simulator.arm import ArmError, ArmState, ProvisioningState, Resource, ResourceType
 from simulator.kubeapi import (
     STRATEGIC_MERGE_PATCH,
+    Json,
     KubeApi,
     KubeApiError,
     KubeCredential,
@@ -398,11 +400,10 @@ class NodeAgent:
         return self._agents.node_credential(server, self.node_name, key, certificate)
 
     async def _wait_certificate(self, bootstrap: KubeApi) -> bytes:
+        """The signed certificate, as a kubelet waits for it: one GET, then a watch of its CSR alone."""
         assert self.csr_name is not None
-        path = f"{CSR_PATH}/{self.csr_name}"
-        async for _ in self._polls(self.settings.certificate_timeout):
-            csr = await self._call(lambda: bootstrap.get(path)) or {}
-            status = csr.get("status") or {}
+        async for csr in self._states(bootstrap, CSR_PATH, self.csr_name, self.settings.certificate_timeout):
+            status = (csr or {}).get("status") or {}
             for condition in status.get("conditions") or []:
                 if condition.get("type") in ("Denied", "Failed") and condition.get("status") == "True":
                     raise _Refused(
@@ -416,17 +417,38 @@ class NodeAgent:
             f"{self.settings.certificate_timeout.total_seconds():g} s; the node does not join"
         )
 
-    async def _polls(self, timeout: timedelta) -> AsyncIterator[None]:
-        """Yields until `timeout`, waiting longer each time, up to the poll interval."""
+    async def _states(
+        self, api: KubeApi, collection: str, name: str, timeout: timedelta
+    ) -> AsyncIterator[Json | None]:
+        """The states of one object until `timeout` (None once it is gone): one GET, then a watch of that object
+        alone, so a thousand agents waiting cost a thousand watches rather than a GET each every half second. A
+        watch that ends or fails is followed by another GET after the poll interval."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout.total_seconds()
-        wait = 0.02
+        selector = {"fieldSelector": f"metadata.name={name}"}
+        path = f"{collection}/{quote(name, safe='')}"
         while True:
-            yield
+            current = await self._call(lambda: api.get(path))
+            yield current
+            left = deadline - loop.time()
+            if current is None or left <= 0:
+                return
+            version = str((current.get("metadata") or {}).get("resourceVersion") or "")
+            try:
+                async for event in api.watch(collection, {**selector, "resourceVersion": version}, left):
+                    if event.get("type") == "ERROR":
+                        break
+                    if event.get("type") == "DELETED":
+                        yield None
+                        return
+                    yield event.get("object") or {}
+            except KubeApiError as error:
+                logger.debug("watching %s %s failed: %s", collection, name, error)
             if loop.time() >= deadline:
                 return
-            await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
-            wait = min(wait * 2, self.settings.poll_interval.total_seconds())
+            await asyncio.sleep(
+                min(self.settings.poll_interval.total_seconds(), max(0.0, deadline - loop.time()))
+            )
 
     async def _register(self, boot: NodeBootstrap) -> None:
         """Create the Node as the node. One of that name that exists already (left by an earlier VM of the same
@@ -449,41 +471,15 @@ class NodeAgent:
             raise
 
     async def _wait_ready(self) -> bool:
-        """Until the Node is Ready: one GET, then a watch of this Node alone (as a kubelet watches its own), so
-        a thousand nodes waiting cost a thousand watches rather than a GET each every half second. A watch that
-        ends or fails is followed by another GET after the poll interval."""
+        """Until the Node is Ready, watching it as a kubelet watches its own."""
         api = self._node_api
         assert api is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.ready_timeout.total_seconds()
-        selector = {"fieldSelector": f"metadata.name={self.node_name}"}
-        while True:
-            node = await self._call(lambda: api.get(node_path(self.node_name)))
+        async for node in self._states(api, "/api/v1/nodes", self.node_name, self.settings.ready_timeout):
             if node is None:
                 logger.info("node %s of VM %s was deleted before it was Ready", self.node_name, self.vm_name)
                 return False
             if _is_ready(node):
                 return True
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            version = str((node.get("metadata") or {}).get("resourceVersion") or "")
-            try:
-                async for event in api.watch("/api/v1/nodes", {**selector, "resourceVersion": version}, left):
-                    if event.get("type") == "ERROR":
-                        break
-                    if event.get("type") == "DELETED":
-                        logger.info(
-                            "node %s of VM %s was deleted before it was Ready", self.node_name, self.vm_name
-                        )
-                        return False
-                    if _is_ready(event.get("object") or {}):
-                        return True
-            except KubeApiError as error:
-                logger.debug("watching node %s failed: %s", self.node_name, error)
-            await asyncio.sleep(
-                min(self.settings.poll_interval.total_seconds(), max(0.0, deadline - loop.time()))
-            )
         logger.warning(
             "node %s of VM %s was not Ready within %g s; its startup taints stay",
             self.node_name,

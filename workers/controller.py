@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 from activities.metrics import Metrics
 from core import labels, summaries
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
-from core.api.nodeclaim import NodeClaim
+from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
 from core.messages import (
@@ -65,6 +65,20 @@ def is_managed_taint(key: str) -> bool:
     """A taint nodewright itself sets and removes (unregistered, disrupted): no lifecycle waits on it, so its
     coming and going signals nothing."""
     return key in (labels.UNREGISTERED_TAINT, labels.DISRUPTED_TAINT)
+
+
+def lifecycle_wake(event: NodeEvent, initialized: bool) -> tuple[object, ...]:
+    """What of a Node its NodeClaim's lifecycle waits on: a signal goes only when this changes. Registration
+    waits for the Node to exist; initialization for it to be Ready without Kubernetes' not-ready taints, then
+    for its other taints (startup ones) to go and its resources to show; once Initialized only its deletion
+    matters (node repair is the disruption loop's). It starts with the Node's name and whether it is being
+    deleted."""
+    if initialized:
+        return (event.node, event.deleting)
+    blocked = not event.ready or any(key in labels.KNOWN_EPHEMERAL_TAINTS for key in event.taints)
+    if blocked:
+        return (event.node, event.deleting, blocked)
+    return (event.node, event.deleting, blocked, tuple(event.taints), tuple(event.resources))
 
 
 def deletion_requested(claim: NodeClaim) -> DeletionRequested:
@@ -106,8 +120,10 @@ class Controller:
         self._claims_by_provider_id: dict[str, str] = {}
         self._unclaimed_nodes: dict[str, Node] = {}
         """Nodes seen before any NodeClaim showed their providerID (a few, briefly), by providerID."""
-        self._told: dict[str, NodeEvent] = {}
-        """What each NodeClaim's lifecycle was last told of its Node, by NodeClaim."""
+        self._told: dict[str, tuple[object, ...]] = {}
+        """What each NodeClaim's lifecycle was last told of its Node (`lifecycle_wake`), by NodeClaim."""
+        self._initialized: set[str] = set()
+        """NodeClaims seen Initialized."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
         self._notices: set[tuple[str, str]] = set()
@@ -153,6 +169,8 @@ class Controller:
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
             self._nominated.pop(event.name, None)
+            self._told.pop(event.name, None)
+            self._initialized.discard(event.name)
         elif event.kind == "NodeClaim":
             await self._nodeclaim(NodeClaim.parse(event.object))
         elif event.kind == "Node" and event.type is EventType.DELETED:
@@ -191,6 +209,10 @@ class Controller:
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
         self._track_nominations(claim)
+        if claim.is_true(NodeClaimConditionType.INITIALIZED) and claim.name not in self._initialized:
+            self._initialized.add(claim.name)
+            if claim.name in self._told:  # what it was told is now only news if the Node goes
+                self._told[claim.name] = self._told[claim.name][:2]
         provider_id = claim.status.provider_id
         if provider_id and provider_id not in self._claims_by_provider_id:
             self._claims_by_provider_id[provider_id] = claim.name
@@ -223,8 +245,9 @@ class Controller:
             resources=sorted(node.status.allocatable),
         )
         # One signal per change its lifecycle waits on; heartbeats and our own labels and taints wake nothing.
-        if self._told.get(claim) != event:
-            self._told[claim] = event
+        wake = lifecycle_wake(event, claim in self._initialized)
+        if self._told.get(claim) != wake:
+            self._told[claim] = wake
             await self._signal(nodeclaim_id(claim), "node_event", event)
 
     async def _interrupt(self, claim: str, notice: Interruption) -> None:

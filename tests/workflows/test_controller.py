@@ -276,19 +276,28 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
         [
             (False, [unregistered, not_ready, "startup"], "2"),  # a heartbeat: nothing to tell
             (False, [not_ready, "startup"], "2"),  # registration took our own taint off: nothing to tell
-            (True, [not_ready, "startup"], "2"),  # Ready
+            (True, [not_ready, "startup"], "2"),  # Ready, but kube-scheduler cannot bind yet: nothing to tell
             (True, ["startup"], "3"),  # Kubernetes' not-ready taint gone
             (True, [], "4"),  # the startup taint gone
         ],
         start=3,
     ):
         await controller.handle(_watched("Node", _node(ready, taints, heartbeat), version))
+    # Once the NodeClaim is Initialized, only the Node's deletion is news.
+    initialized = [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    await controller.handle(
+        _watched("NodeClaim", {**claim, "status": {**claim["status"], "conditions": initialized}}, 8)
+    )
+    await controller.handle(_watched("Node", _node(False, [not_ready], "5"), 9))
+    deleted = _node(False, [not_ready], "5")
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    await controller.handle(_watched("Node", deleted, 10))
 
-    told = [(name, event.ready, event.taints) for _, name, event in client.sent]
+    told = [(name, event.ready, event.taints, event.deleting) for _, name, event in client.sent]
     assert told == [
-        ("node_event", False, [not_ready, "startup"]),
-        ("node_event", True, [not_ready, "startup"]),
-        ("node_event", True, ["startup"]),
-        ("node_event", True, []),
+        ("node_event", False, [not_ready, "startup"], False),
+        ("node_event", True, ["startup"], False),
+        ("node_event", True, [], False),
+        ("node_event", False, [not_ready], True),
     ]
     assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}

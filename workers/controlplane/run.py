@@ -43,6 +43,12 @@ SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/16"
 REPOSITORY = Path(__file__).resolve().parents[2]
 DEFAULT_CRDS = REPOSITORY / "deploy" / "crds"
 _TOKEN_ALPHABET = string.ascii_lowercase + string.digits
+NODE_LEASE_SECONDS = 120
+"""The Leases kwok keeps for its Nodes, renewed every quarter of it as a kubelet renews its own (a kubelet's
+are 40 s: a third of the renewals lets thousands of simulated nodes share two cores with everything else)."""
+NODE_MONITOR_GRACE_SECONDS = 150
+"""How long kube-controller-manager waits for a Node's Lease renewal before it marks the Node Unknown (50 s
+by default, for 40 s Leases)."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -373,7 +379,11 @@ def _launch(
             "--use-service-account-credentials",
             "--cluster-signing-cert-file", str(pki.ca_cert),
             "--cluster-signing-key-file", str(pki.ca_key),
-            "--controllers", "*,bootstrapsigner,tokencleaner,-nodeipam,-cloud-node-lifecycle,-service,-route",
+            # Without the TTL controller, which re-annotates every Node as the cluster grows past 100, 500, 1,000
+            # nodes for kubelets' Secret caches (kwok's nodes have none).
+            "--controllers",
+            "*,bootstrapsigner,tokencleaner,-nodeipam,-cloud-node-lifecycle,-service,-route,-ttl",
+            "--node-monitor-grace-period", f"{NODE_MONITOR_GRACE_SECONDS}s",
             "--leader-elect=false",
             "--secure-port", "0",
             "--kube-api-qps", "200",
@@ -403,6 +413,9 @@ def _launch(
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}",
             "--server-address", f"127.0.0.1:{kwok_port}",
+            # Without Leases, its Nodes' only heartbeat is the status it writes every 10 to 20 minutes, and
+            # kube-controller-manager marks each Unknown after the grace period (and kwok Ready again).
+            "--node-lease-duration-seconds", str(NODE_LEASE_SECONDS),
             "-c", str(_kwok_stages(binaries, directory)),
         ],
     )  # fmt: skip
