@@ -121,42 +121,43 @@ def _key(pod: Pod) -> str:
 
 async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
     """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone."""
-    claim = await cluster.get_nodeclaim(update.name)
-    if claim is None:
+
+    def change(claim: NodeClaim) -> None:
+        status = claim.status
+        now = datetime.now(UTC)
+        previous = status.condition(update.type)
+        changed = previous is None or previous.status != update.status
+        condition = StatusCondition(
+            type=update.type,
+            status=update.status,
+            reason=update.reason or update.type,
+            message=update.message,
+            last_transition_time=now if changed or previous is None else previous.last_transition_time,
+        )
+        status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
+        ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
+        if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
+            status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
+                StatusCondition(
+                    type="Ready",
+                    status="True" if ready else "Unknown",
+                    reason="Ready" if ready else "NotReady",
+                    last_transition_time=now,
+                )
+            ]
+        if update.provider_id is not None:
+            status.provider_id = update.provider_id
+        if update.node_name is not None:
+            status.node_name = update.node_name
+        if update.capacity is not None:
+            status.capacity = dict(update.capacity)
+        if update.allocatable is not None:
+            status.allocatable = dict(update.allocatable)
+        if update.image_id is not None:
+            status.image_id = update.image_id
+
+    if await cluster.change_nodeclaim_status(update.name, change) is None:
         return False
-    status = claim.status
-    now = datetime.now(UTC)
-    previous = status.condition(update.type)
-    changed = previous is None or previous.status != update.status
-    condition = StatusCondition(
-        type=update.type,
-        status=update.status,
-        reason=update.reason or update.type,
-        message=update.message,
-        last_transition_time=now if changed or previous is None else previous.last_transition_time,
-    )
-    status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
-    ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
-    if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
-        status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
-            StatusCondition(
-                type="Ready",
-                status="True" if ready else "Unknown",
-                reason="Ready" if ready else "NotReady",
-                last_transition_time=now,
-            )
-        ]
-    if update.provider_id is not None:
-        status.provider_id = update.provider_id
-    if update.node_name is not None:
-        status.node_name = update.node_name
-    if update.capacity is not None:
-        status.capacity = dict(update.capacity)
-    if update.allocatable is not None:
-        status.allocatable = dict(update.allocatable)
-    if update.image_id is not None:
-        status.image_id = update.image_id
-    await cluster.update_nodeclaim_status(claim)
     if update.labels:
         await cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
     if update.event_reason:

@@ -34,6 +34,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,6 +80,8 @@ DEFAULT_QPS = 200.0
 DEFAULT_BURST = 300
 """client-go's defaults (5 and 10) are far too low for a controller that drains and patches nodes in bulk."""
 DEFAULT_THREADS = 32
+REMEMBERED_OBJECTS = 4096
+"""Nodes and NodeClaims this client last read or wrote, kept as the first guess of a read-modify-write."""
 USER_AGENT = "nodewright"
 """The client's User-Agent; each process adds its part (`nodewright/worker`)."""
 DEFAULT_WATCH_TIMEOUT_SECONDS = 240
@@ -653,6 +656,7 @@ class KubernetesCluster:
         self._page_size = page_size
         self._conflict_retries = conflict_retries
         self._reconnect_max_wait = reconnect_max_wait
+        self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._dynamic_client: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
         self._listers: dict[str, Callable[..., Any]] = {
@@ -718,6 +722,19 @@ class KubernetesCluster:
         except NotFoundError:
             return None
         return result
+
+    def _remember(self, kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """Keep the latest version of a Node or NodeClaim seen, so that the next change to it can start from it
+        instead of a GET (its preconditions catch a version that is no longer the latest)."""
+        key = (kind, raw["metadata"]["name"])
+        self._remembered[key] = raw
+        self._remembered.move_to_end(key)
+        if len(self._remembered) > REMEMBERED_OBJECTS:
+            self._remembered.popitem(last=False)
+        return raw
+
+    def _recall(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self._remembered.pop((kind, name), None)
 
     async def _delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         with contextlib.suppress(NotFoundError):
@@ -789,7 +806,7 @@ class KubernetesCluster:
 
     async def get_node(self, name: str) -> Node | None:
         raw = await self._get(self._core.read_node, name)
-        return None if raw is None else Node.model_validate(raw)
+        return None if raw is None else Node.model_validate(self._remember(NODE.kind, raw))
 
     async def find_node_by_provider_id(self, provider_id: str) -> Node | None:
         # Nodes support no field selector on spec.providerID. Most clouds name the Node after the instance
@@ -807,7 +824,7 @@ class KubernetesCluster:
 
     async def get_nodeclaim(self, name: str) -> NodeClaim | None:
         raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
-        return None if raw is None else NodeClaim.parse(raw)
+        return None if raw is None else NodeClaim.parse(self._remember(NODECLAIM.kind, raw))
 
     async def list_pods_on_node(self, node_name: str) -> builtins.list[Pod]:
         items = await self._list(POD, field_selector=f"spec.nodeName={node_name}")
@@ -847,7 +864,7 @@ class KubernetesCluster:
         for _ in range(self._conflict_retries):
             try:
                 created = await self._call(self._custom.create_cluster_custom_object, *NODECLAIM.custom, body)
-                return NodeClaim.parse(created)
+                return NodeClaim.parse(self._remember(NODECLAIM.kind, created))
             except ConflictError as error:
                 if error.code != "AlreadyExists":
                     raise
@@ -855,6 +872,38 @@ class KubernetesCluster:
             if existing is not None:
                 return existing
         raise ConflictError(f"NodeClaim {nodeclaim.name} kept appearing and disappearing")
+
+    async def change_nodeclaim_status(
+        self, name: str, change: Callable[[NodeClaim], None]
+    ) -> NodeClaim | None:
+        """Read-modify-write of the status: `change` edits a NodeClaim's status in place; the result replaces
+        the status with the resourceVersion as a precondition, and on a conflict `change` is made again on the
+        latest version. The first try starts from the version this client saw last, if any. None when the
+        NodeClaim is gone."""
+        raw = self._recall(NODECLAIM.kind, name)
+        for _ in range(self._conflict_retries):
+            if raw is None:
+                raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
+                if raw is None:
+                    return None
+            claim = NodeClaim.parse(raw)
+            change(claim)
+            try:
+                replaced = await self._call(
+                    self._custom.replace_cluster_custom_object_status,
+                    *NODECLAIM.custom,
+                    name,
+                    _manifest(claim),
+                )
+            except NotFoundError:
+                return None
+            except ConflictError as error:
+                if error.code != "Conflict":
+                    raise
+                raw = None
+                continue
+            return NodeClaim.parse(self._remember(NODECLAIM.kind, replaced))
+        raise ConflictError(f"NodeClaim {name} kept changing; gave up after {self._conflict_retries} tries")
 
     async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
         """Replace the status through the status subresource (spec and metadata in the body are ignored), with
@@ -891,26 +940,36 @@ class KubernetesCluster:
         patch: Callable[[dict[str, Any]], Any],
         change: Callable[[dict[str, Any]], dict[str, Any]],
         what: str,
+        kind: str,
+        name: str,
     ) -> dict[str, Any] | None:
         """`change` makes a merge patch (empty: nothing to do) from the latest version; it is sent as a JSON
         patch whose preconditions are the fields it changes as they were read (`field_patch`), and made again
-        when one of them changed meanwhile. None when the object is gone."""
+        when one of them changed meanwhile. The first try starts from the version this client saw last, if
+        any; when that needs no change, the latest is read to make sure. None when the object is gone."""
+        recalled = self._recall(kind, name)
         for attempt in range(self._conflict_retries):
             try:
-                current: dict[str, Any] = await self._call(read)
+                current: dict[str, Any] = recalled if recalled is not None else await self._call(read)
                 body = change(current)
+                if not body and recalled is not None:
+                    recalled = None
+                    continue
                 if not body:
-                    return current
+                    return self._remember(kind, current)
                 result: dict[str, Any] = await self._call(
                     patch, field_patch(current, body), _content_type=JSON_PATCH
                 )
-                return result
+                return self._remember(kind, result)
             except NotFoundError:
                 return None
             except (ConflictError, InvalidError) as error:
                 # A failed precondition: 409 for resourceVersion, 422 for a JSON patch test.
                 if not _precondition_failed(error):
                     raise
+            if recalled is not None:  # only what this client remembered was out of date
+                recalled = None
+                continue
             await asyncio.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
         raise ConflictError(f"{what} kept changing; gave up after {self._conflict_retries} tries")
 
@@ -940,6 +999,8 @@ class KubernetesCluster:
             functools.partial(self._custom.patch_cluster_custom_object, *args),
             change,
             f"NodeClaim {name}",
+            NODECLAIM.kind,
+            name,
         )
         return None if raw is None else NodeClaim.parse(raw)
 
@@ -989,6 +1050,8 @@ class KubernetesCluster:
             functools.partial(self._core.patch_node, name),
             change,
             f"Node {name}",
+            NODE.kind,
+            name,
         )
         return None if raw is None else Node.model_validate(raw)
 

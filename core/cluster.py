@@ -6,7 +6,7 @@ models of `core.api`. Deleting an object with finalizers marks it for deletion, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -56,6 +56,13 @@ class ClusterAPI(Protocol):
 
     async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
         """Replace the status (conditions, providerID, nodeName, capacity, allocatable)."""
+        ...
+
+    async def change_nodeclaim_status(
+        self, name: str, change: Callable[[NodeClaim], None]
+    ) -> NodeClaim | None:
+        """Edit the status with `change` (made again on the latest version after a conflict); None when the
+        NodeClaim is gone."""
         ...
 
     async def patch_nodeclaim_metadata(

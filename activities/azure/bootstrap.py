@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from activities.recent import READS_KEPT_SECONDS, Recent
 from core.api.meta import Taint
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
@@ -107,14 +108,17 @@ def token_from(secret: Mapping[str, str], where: str) -> str:
 class ClusterBootstrap:
     """The provider's `Bootstrap`: the script for a launch, with the token read from the cluster's Secret."""
 
-    def __init__(self, cluster: ClusterAPI, secret: str, api_server: str) -> None:
-        self._cluster = cluster
+    def __init__(
+        self, cluster: ClusterAPI, secret: str, api_server: str, keep_seconds: float = READS_KEPT_SECONDS
+    ) -> None:
         self._namespace, self._name = parse_secret_reference(secret)
         self._api_server = api_server
+        # Read once every `keep_seconds` for all launches: a rotated token is used that much later at most.
+        self._secret = Recent(lambda key: cluster.get_secret(*key), keep_seconds)
 
     async def __call__(self, request: BootstrapRequest) -> str:
         where = f"{self._namespace}/{self._name}"
-        secret = await self._cluster.get_secret(self._namespace, self._name)
+        secret = await self._secret((self._namespace, self._name))
         if secret is None:
             # Retryable: the launch succeeds once the Secret exists again.
             raise TransientError(f"the bootstrap token Secret {where} does not exist", code="SecretNotFound")

@@ -6,6 +6,7 @@ status that the AKS provider's image controller keeps (`status.images`, `status.
 
 from __future__ import annotations
 
+from activities.recent import READS_KEPT_SECONDS, Recent
 from core.api.aksnodeclass import AKSNodeClass
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
@@ -18,16 +19,18 @@ NODECLASS_KIND = "AKSNodeClass"
 class ClusterNodeClasses:
     """The provider's `NodeClassLookup` over a ClusterAPI."""
 
-    def __init__(self, cluster: ClusterAPI) -> None:
-        self._cluster = cluster
+    def __init__(self, cluster: ClusterAPI, keep_seconds: float = READS_KEPT_SECONDS) -> None:
+        self._nodepool = Recent(cluster.get_nodepool, keep_seconds)
+        self._nodeclass = Recent(cluster.get_nodeclass, keep_seconds)
 
     async def __call__(self, request: LaunchRequest) -> AKSNodeClass | None:
         """The launch's AKSNodeClass; None for a launch of no NodePool in the cluster (it gets the defaults).
 
         A reference to another kind is an `InvalidError`; a missing AKSNodeClass a `TransientError` (the
-        launch succeeds once it exists, as Karpenter waits for a NodeClass).
+        launch succeeds once it exists, as Karpenter waits for a NodeClass). Both are read once every
+        `keep_seconds` for all launches (`Recent`).
         """
-        nodepool = await self._cluster.get_nodepool(request.nodepool)
+        nodepool = await self._nodepool(request.nodepool)
         if nodepool is None:
             return None
         reference = nodepool.spec.template.spec.node_class_ref
@@ -37,7 +40,7 @@ class ClusterNodeClasses:
                 f"{reference.kind}, not a {NODECLASS_GROUP}/{NODECLASS_KIND}",
                 code="InvalidNodeClassRef",
             )
-        nodeclass = await self._cluster.get_nodeclass(reference.name)
+        nodeclass = await self._nodeclass(reference.name)
         if nodeclass is None:
             raise TransientError(
                 f"AKSNodeClass {reference.name} (of NodePool {request.nodepool}) not found",

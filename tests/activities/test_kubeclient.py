@@ -579,6 +579,48 @@ async def test_the_status_goes_through_the_status_subresource(cluster: Kubernete
         await cluster.delete_nodeclaim(name)
 
 
+async def test_a_status_change_starts_from_the_version_it_wrote_and_is_made_again_on_a_newer_one(
+    cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("claim")
+    await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(name)))
+    read = cluster._custom.get_cluster_custom_object
+    reads: list[Any] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return read(*args, **kwargs)
+
+    def condition(kind: str) -> Callable[[NodeClaim], None]:
+        def change(claim: NodeClaim) -> None:
+            now = datetime.now(UTC)
+            claim.status.conditions = [c for c in claim.status.conditions if c.type != kind] + [
+                StatusCondition(type=kind, status=ConditionStatus.TRUE, reason=kind, last_transition_time=now)
+            ]
+
+        return change
+
+    monkeypatch.setattr(cluster._custom, "get_cluster_custom_object", counted)
+    try:
+        # What it created is where its first change starts: no GET.
+        launched = await cluster.change_nodeclaim_status(name, condition("Launched"))
+        assert launched is not None and launched.is_true(NodeClaimConditionType.LAUNCHED)
+        assert reads == []
+
+        # Another writer adds a condition: the next change meets a conflict, reads, and keeps both.
+        other = NodeClaim.parse(read(*NODECLAIM.custom, name))
+        condition("Drifted")(other)
+        await cluster.update_nodeclaim_status(other)
+        reads.clear()
+        registered = await cluster.change_nodeclaim_status(name, condition("Registered"))
+        assert registered is not None and len(reads) == 1
+        assert {c.type for c in registered.status.conditions} >= {"Launched", "Drifted", "Registered"}
+        assert await cluster.change_nodeclaim_status(unique("absent"), condition("Launched")) is None
+    finally:
+        monkeypatch.undo()
+        await cluster.delete_nodeclaim(name)
+
+
 async def test_concurrent_node_patches_all_land(cluster: KubernetesCluster) -> None:
     name = unique("node")
     await cluster.apply([kwok_node(name)])
@@ -957,9 +999,10 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
         assert patched.metadata.labels["a"] == "b" and patched.metadata.finalizers == ["x.io/first", "x.io/f"]
         assert labels.UNREGISTERED_TAINT not in [t.key for t in patched.spec.taints]
 
-        # Another writer's taint lands between our read and our write: ours is made again on top of it.
+        # Another writer's taint lands after our write: the version this client remembers (what it wrote) is out
+        # of date, so ours fails its test and is made again on top of theirs.
         theirs = {"key": "example.com/theirs", "effect": "NoSchedule"}
-        between.append(lambda: cluster._core.patch_node(name, {"spec": {"taints": [theirs]}}))
+        cluster._core.patch_node(name, {"spec": {"taints": [theirs]}})
         ours = Taint(key="example.com/ours", effect=TaintEffect.NO_SCHEDULE)
         patched = await cluster.patch_node(name, add_taints=[ours])
         assert patched is not None and len(writes) == 4  # theirs, ours failing its test, ours again
@@ -967,6 +1010,11 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
             "example.com/theirs",
             "example.com/ours",
         ]
+        # Nobody wrote after us: the next patch starts from what we wrote, without a GET.
+        between.append(lambda: pytest.fail("read the Node although it remembered the version it wrote"))
+        await cluster.patch_node(name, labels={"c": "d"})
+        assert len(writes) == 5
+        between.clear()
         await cluster.patch_node(name, remove_finalizers=["x.io/first", "x.io/f"])
     finally:
         monkeypatch.undo()

@@ -93,7 +93,7 @@ def test_the_script_carries_what_the_kubelet_needs_and_the_simulated_kubelet_rea
 
 async def test_the_bootstrap_reads_the_token_from_the_secret_at_every_launch() -> None:
     cluster = FakeCluster({SECRET: {"token-id": TOKEN_ID, "token-secret": TOKEN_SECRET}})
-    bootstrap = ClusterBootstrap(cluster, "/".join(SECRET), "api")  # type: ignore[arg-type]
+    bootstrap = ClusterBootstrap(cluster, "/".join(SECRET), "api", keep_seconds=0)  # type: ignore[arg-type]
     assert f"TLS_BOOTSTRAP_TOKEN={TOKEN_ID}.{TOKEN_SECRET}" in await bootstrap(request())
 
     cluster.secrets[SECRET] = {"token-id": TOKEN_ID, "token-secret": "fedcba9876543210"}
