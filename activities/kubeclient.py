@@ -802,7 +802,10 @@ class KubernetesCluster:
     async def snapshot(self) -> Manifests:
         """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
         lists = await asyncio.gather(*(self._list(resource) for resource in SNAPSHOT_KINDS))
-        return parse_manifests([item for items in lists for item in items], "cluster")
+        # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait.
+        return await asyncio.to_thread(
+            parse_manifests, [item for items in lists for item in items], "cluster"
+        )
 
     async def get_node(self, name: str) -> Node | None:
         raw = await self._get(self._core.read_node, name)

@@ -203,8 +203,12 @@ class PlanningActivities:
         unavailable = {
             (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
         }
-        snapshot = build_snapshot(
-            manifests, self._provider(frozenset(unavailable)), reschedule_deleting=True, now=now
+        snapshot = await asyncio.to_thread(
+            build_snapshot,
+            manifests,
+            self._provider(frozenset(unavailable)),
+            reschedule_deleting=True,
+            now=now,
         )
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
         results = await asyncio.to_thread(self._solve, snapshot) if snapshot.pending else SchedulingResults()
@@ -237,14 +241,25 @@ class PlanningActivities:
             nodeclaim.metadata.labels[PLAN_LABEL] = key
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))
-        # NodeClaims first (capacity the next plan counts on), then the pods' nominations, then lifecycles:
-        # each stage concurrently, so a thousand NodeClaims exist within a second or two.
-        await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _, _ in decisions])
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created
-        for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):
+
+        async def create_and_start(
+            nodeclaim: NodeClaim, claim: NewNodeClaim, lifecycle: LifecycleInput
+        ) -> None:
+            # Its NodeClaim exists (capacity the next plan counts on) before its lifecycle starts; each launch
+            # starts as soon as its own NodeClaim is there, not after the whole batch's.
+            await self.cluster.create_nodeclaim(nodeclaim)
             if nodeclaim.name not in before:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
                 self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, claim.nodepool, relaxed)
+            await self.start_lifecycle(lifecycle)
+
+        await concurrently(
+            [
+                create_and_start(nodeclaim, claim, lifecycle)
+                for (nodeclaim, lifecycle, _), claim in zip(decisions, launched, strict=True)
+            ]
+        )
         await concurrently(
             [
                 self.cluster.record_event(
@@ -254,7 +269,6 @@ class PlanningActivities:
                 for pod in pods
             ]
         )
-        await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle, _ in decisions])
         summaries = [
             NodeClaimSummary(
                 name=lifecycle.nodeclaim.name,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -122,6 +122,8 @@ class Controller:
         """Nodes seen before any NodeClaim showed their providerID (a few, briefly), by providerID."""
         self._told: dict[str, tuple[object, ...]] = {}
         """What each NodeClaim's lifecycle was last told of its Node (`lifecycle_wake`), by NodeClaim."""
+        self._signalled: dict[str, datetime] = {}
+        """When each provisionable pod was last sent to the provisioner."""
         self._initialized: set[str] = set()
         """NodeClaims seen Initialized."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
@@ -191,6 +193,7 @@ class Controller:
         else:
             self.provisionable.discard(key)
             self._unsent.discard(key)
+            self._signalled.pop(key, None)
 
     def _track_nominations(self, claim: NodeClaim) -> None:
         pods = nominated_pods(claim)
@@ -200,12 +203,18 @@ class Controller:
             self._nominated.pop(claim.name, None)
 
     def requeued(self, now: datetime | None = None) -> list[str]:
-        """The pods the requeue signals again: provisionable, and not waiting for an in-flight NodeClaim."""
+        """The pods the requeue signals again: provisionable, not waiting for an in-flight NodeClaim, and not
+        signalled within the requeue period (a plan for them may still be creating their NodeClaims)."""
         now = now or datetime.now(UTC)
         waiting = {
             pod for pods, until in self._nominated.values() if until is None or now < until for pod in pods
         }
-        return sorted(self.provisionable - waiting)
+        recent = now - timedelta(seconds=self.requeue_seconds)
+        return sorted(
+            pod
+            for pod in self.provisionable - waiting
+            if (signalled := self._signalled.get(pod)) is None or signalled <= recent
+        )
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
         self._track_nominations(claim)
@@ -308,6 +317,8 @@ class Controller:
                     self.provisioner.batch_idle_seconds, self.provisioner.batch_max_seconds
                 ),
             )
+            now = datetime.now(UTC)
+            self._signalled.update((pod, now) for pod in pods)
         except RPCError as error:
             # Temporal is unreachable for now: the pods stay provisionable and the requeue loop tries again.
             logger.warning("could not signal the provisioner about %d pod(s): %s", len(pods), error)

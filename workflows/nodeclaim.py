@@ -57,6 +57,10 @@ BEGIN_TERMINATION = "begin-termination"
 before it tainted the Node only)."""
 CLUSTER_PROVISIONER = "cluster-provisioner"
 """Patch: a lifecycle started without a provisioner (a disruption's replacement) tells the cluster's."""
+WAKE_FROM_STEP = "wake-from-step"
+"""Patch: a wait after registration's or initialization's step ends on a signal that arrived during the step
+(the Node's change it waits for can land while the step reads the Node); histories from before it waited for
+the next one."""
 SPOT_INTERRUPTION = "SpotInterruption"
 """Why an interrupted offering is unavailable, in the provisioner's cache."""
 
@@ -232,6 +236,7 @@ class NodeClaimWorkflow:
         provider_id = self._status.provider_id or ""
         local = workflow.patched(LOCAL_STEPS)
         while self._deletion is None:
+            seen = self._events_seen()
             registered = await self._activity(
                 ActivityName.REGISTER_NODECLAIM,
                 RegisterInput(
@@ -248,7 +253,7 @@ class NodeClaimWorkflow:
                 break
             vm = summaries.vm_name(provider_id)
             await self._wait(
-                min(self._poll(), deadline - workflow.now()), f"for the Node of VM {vm} to register"
+                min(self._poll(), deadline - workflow.now()), f"for the Node of VM {vm} to register", seen
             )
         if self._deletion is not None:
             return False
@@ -282,6 +287,7 @@ class NodeClaimWorkflow:
         )
         local = workflow.patched(LOCAL_STEPS)
         while self._deletion is None:
+            seen = self._events_seen()
             state = await self._activity(
                 ActivityName.INITIALIZE_NODECLAIM,
                 request,
@@ -299,7 +305,7 @@ class NodeClaimWorkflow:
             taints = state.startup_taints_remaining + state.ephemeral_taints_remaining
             waiting = "Ready" if not state.ready else f"taints {taints}"
             workflow.set_current_details(f"waiting for node {self._node}: {waiting}")
-            await self._wait(self._poll(), f"for Node {self._node}: {waiting}")
+            await self._wait(self._poll(), f"for Node {self._node}: {waiting}", seen)
         return False
 
     async def _run(self) -> None:
@@ -448,9 +454,14 @@ class NodeClaimWorkflow:
     def _poll(self) -> timedelta:
         return timedelta(seconds=self._settings.poll_seconds)
 
-    async def _wait(self, timeout: timedelta, what: str) -> bool:
-        """Wait for a signal (True) or the timeout (False); `what` the wait is for, as its timer's summary."""
-        seen = self._events
+    def _events_seen(self) -> int | None:
+        """The signals counted before a step, for the wait after it (None in histories from before the patch)."""
+        return self._events if workflow.patched(WAKE_FROM_STEP) else None
+
+    async def _wait(self, timeout: timedelta, what: str, since: int | None = None) -> bool:
+        """Wait for a signal (True) or the timeout (False); `what` the wait is for, as its timer's summary. A
+        signal counts from `since` (the count before the step that preceded the wait), else from now."""
+        seen = self._events if since is None else since
         timeout = max(timeout, timedelta(seconds=1))
         try:
             await workflow.wait_condition(

@@ -5,7 +5,7 @@ workflow, a deleted NodeClaim into a request to terminate) and decides nothing i
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -216,6 +216,39 @@ async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nomin
     await controller.handle(_watched("NodeClaim", claim, 4))
     assert controller.requeued(initialized) == ["default/web-1"]
     assert controller.requeued(initialized + NOMINATION_WINDOW) == ["default/web-0", "default/web-1"]
+
+
+class Starts:
+    """A Temporal client that only records the workflow starts (with their start signal) asked for."""
+
+    def __init__(self) -> None:
+        self.pods: list[list[str]] = []
+
+    async def start_workflow(self, *args: Any, start_signal_args: list[Any], **kwargs: Any) -> None:
+        self.pods.append(list(start_signal_args[0].pods))
+
+
+async def test_the_requeue_leaves_pods_signalled_within_its_period_to_the_plan_making_their_nodeclaims() -> (
+    None
+):
+    client = Starts()
+    controller = Controller(
+        client=cast(Client, client),
+        cluster=cast(ClusterAPI, None),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+        requeue_seconds=10,
+    )
+    web = [builders.pod(f"web-{index}", cpu="1") for index in range(2)]
+    await controller.handle(_watched("Pod", web[0].model_dump(mode="json", by_alias=True), 1))
+    await controller._signal_provisioner(["default/web-0"])
+    await controller.handle(_watched("Pod", web[1].model_dump(mode="json", by_alias=True), 2))
+    now = datetime.now(UTC)
+    assert client.pods == [["default/web-0"]]
+    assert controller.requeued(now) == ["default/web-1"], (
+        "web-0 was just sent: its NodeClaims may be on the way"
+    )
+    assert controller.requeued(now + timedelta(seconds=10)) == ["default/web-0", "default/web-1"]
 
 
 class Signals:
