@@ -142,7 +142,11 @@ def lifecycle_nodeclaim(
     return nodeclaim
 
 
-async def concurrently(calls: Sequence[Awaitable[object]], limit: int = 32) -> None:
+CONCURRENT_CALLS = 32
+"""Calls a plan keeps in flight at once (creations, events, lifecycle starts)."""
+
+
+async def concurrently(calls: Sequence[Awaitable[object]], limit: int = CONCURRENT_CALLS) -> None:
     """Await the calls with at most `limit` in flight."""
     semaphore = asyncio.Semaphore(limit)
 
@@ -243,22 +247,26 @@ class PlanningActivities:
             decisions.append((nodeclaim, lifecycle, claim.pods))
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created
 
+        creating, starting = asyncio.Semaphore(CONCURRENT_CALLS), asyncio.Semaphore(CONCURRENT_CALLS)
+
         async def create_and_start(
             nodeclaim: NodeClaim, claim: NewNodeClaim, lifecycle: LifecycleInput
         ) -> None:
             # Its NodeClaim exists (capacity the next plan counts on) before its lifecycle starts; each launch
-            # starts as soon as its own NodeClaim is there, not after the whole batch's.
-            await self.cluster.create_nodeclaim(nodeclaim)
+            # starts as soon as its own NodeClaim is there, and the creations do not wait for the starts.
+            async with creating:
+                await self.cluster.create_nodeclaim(nodeclaim)
             if nodeclaim.name not in before:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
                 self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, claim.nodepool, relaxed)
-            await self.start_lifecycle(lifecycle)
+            async with starting:
+                await self.start_lifecycle(lifecycle)
 
-        await concurrently(
-            [
+        await asyncio.gather(
+            *(
                 create_and_start(nodeclaim, claim, lifecycle)
                 for (nodeclaim, lifecycle, _), claim in zip(decisions, launched, strict=True)
-            ]
+            )
         )
         await concurrently(
             [

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -101,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from workers.azure import emulator_environment
     from workers.controlplane.run import ControlPlane, start_control_plane
     from workers.temporal_server import DevServer, free_port
-    from workers.worker import connect
+    from workers.worker import STICKY_SECONDS, connect
     from workflows.disruption import disruption_id
     from workflows.provisioner import provisioner_id
 
@@ -154,7 +154,7 @@ async def trivial_rate(client: Client, count: int) -> float:
         task_queue=TRIVIAL_QUEUE,
         workflows=[TrivialWorkflow],
         activities=[noop],
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=timedelta(seconds=5),
         max_concurrent_activities=64,
     )
@@ -649,6 +649,12 @@ async def history_profile(client: Client, workflow_type: str) -> dict[str, float
                 if marker.marker_name == "core_local_activity":
                     local = json.loads(marker.details["data"].payloads[0].data)["activity_type"]
                     counts["local activity " + local] += 1
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                # StartToClose: the worker took too long; ScheduleToStart: a sticky task waited too long.
+                timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+                counts[
+                    "workflow_task_timed_out " + TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_")
+                ] += 1
     return (
         {kind: round(count / len(histories), 1) for kind, count in sorted(counts.items())}
         if histories

@@ -42,6 +42,10 @@ logger = logging.getLogger("nodewright.worker")
 
 MAX_CACHED_WORKFLOWS = 5000
 """Workflows a worker keeps in memory between their tasks (the SDK's default is 1,000)."""
+STICKY_SECONDS = timedelta(seconds=10)
+"""How long a cached workflow's next task waits for this worker before any worker may take it (and replay its
+whole history): the SDK's 10 s. At 2 s, a worker busy with a thousand launches let a third of its workflow
+tasks time out to the shared queue, and replayed them."""
 
 WORKFLOWS: Sequence[type] = (
     ProvisionerWorkflow,
@@ -142,7 +146,7 @@ def build_worker(
     prices: PriceSettings | None = None,
     shutdown_grace: timedelta = timedelta(seconds=5),
 ) -> Worker:
-    """A worker for our workflows and activities; a dead worker's sticky tasks move on after 2 s, not 10.
+    """A worker for our workflows and activities.
 
     `shutdown_grace` applies when `shutdown()` is called: polling stops at once, running activities get that
     long to finish, then they are cancelled and Temporal retries them elsewhere."""
@@ -152,7 +156,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices),
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=shutdown_grace,
         max_concurrent_activities=64,
         # Every node's lifecycle stays open while the node lives, plus the provisioner: with the SDK's 1,000
