@@ -247,27 +247,14 @@ class PlanningActivities:
             decisions.append((nodeclaim, lifecycle, claim.pods))
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created
 
-        creating, starting = asyncio.Semaphore(CONCURRENT_CALLS), asyncio.Semaphore(CONCURRENT_CALLS)
-
-        async def create_and_start(
-            nodeclaim: NodeClaim, claim: NewNodeClaim, lifecycle: LifecycleInput
-        ) -> None:
-            # Its NodeClaim exists (capacity the next plan counts on) before its lifecycle starts; each launch
-            # starts as soon as its own NodeClaim is there, and the creations do not wait for the starts.
-            async with creating:
-                await self.cluster.create_nodeclaim(nodeclaim)
+        # NodeClaims first (capacity the next plan counts on; created while no launch competes for the API
+        # server), then the lifecycles, then the pods' Nominated events: each stage concurrently.
+        await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _, _ in decisions])
+        for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):
             if nodeclaim.name not in before:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
                 self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, claim.nodepool, relaxed)
-            async with starting:
-                await self.start_lifecycle(lifecycle)
-
-        await asyncio.gather(
-            *(
-                create_and_start(nodeclaim, claim, lifecycle)
-                for (nodeclaim, lifecycle, _), claim in zip(decisions, launched, strict=True)
-            )
-        )
+        await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle, _ in decisions])
         await concurrently(
             [
                 self.cluster.record_event(
