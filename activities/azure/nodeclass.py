@@ -20,8 +20,8 @@ class ClusterNodeClasses:
     """The provider's `NodeClassLookup` over a ClusterAPI."""
 
     def __init__(self, cluster: ClusterAPI, keep_seconds: float = READS_KEPT_SECONDS) -> None:
-        self._nodepool = Recent(cluster.get_nodepool, keep_seconds)
-        self._nodeclass = Recent(cluster.get_nodeclass, keep_seconds)
+        self._nodepool = Recent(lambda name: cluster.get_nodepool(name), keep_seconds)
+        self._nodeclass = Recent(lambda name: cluster.get_nodeclass(name), keep_seconds)
 
     async def __call__(self, request: LaunchRequest) -> AKSNodeClass | None:
         """The launch's AKSNodeClass; None for a launch of no NodePool in the cluster (it gets the defaults).
