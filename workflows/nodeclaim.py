@@ -16,9 +16,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.conventions import RETRY, log
-from workflows.provisioner import provisioner_id
-
+# Passed through, as everything the lifecycle imports but itself: the sandbox runs only this module afresh for
+# every NodeClaim it starts or replays.
 with workflow.unsafe.imports_passed_through():
     from core import summaries
     from core.errors import OFFERING_ERROR_KINDS
@@ -47,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
         UnavailableOffering,
     )
     from workflows import search_attributes as attributes
+    from workflows.conventions import RETRY, log
+    from workflows.ids import provisioner_id
 
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 LOCAL_STEPS = "register-initialize-local"

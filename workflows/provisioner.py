@@ -27,14 +27,8 @@ with workflow.unsafe.imports_passed_through():
         ProvisionerInput,
         UnavailableOffering,
     )
-
-
-def provisioner_id(cluster: str) -> str:
-    return f"provisioner/{cluster}"
-
-
-def nodeclaim_id(name: str) -> str:
-    return f"nodeclaim/{name}"
+    from workflows.ids import nodeclaim_id as nodeclaim_id
+    from workflows.ids import provisioner_id as provisioner_id
 
 
 @workflow.defn(name="Provisioner")
