@@ -57,7 +57,7 @@ from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import DEFAULT_NAMESPACE, Event, Node, Pod
-from core.api.manifests import ManifestError, Manifests, load_yaml, parse_manifests
+from core.api.manifests import ManifestError, Manifests, ParseCache, load_yaml, parse_manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -657,6 +657,9 @@ class KubernetesCluster:
         self._conflict_retries = conflict_retries
         self._reconnect_max_wait = reconnect_max_wait
         self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._parsed: ParseCache = {}
+        """The last snapshot's objects as parsed: the next shares those unchanged since (read them only)."""
+        self._parse_lock = threading.Lock()
         self._dynamic_client: DynamicClient | None = None
         self._dynamic_lock = threading.Lock()
         self._listers: dict[str, Callable[..., Any]] = {
@@ -802,10 +805,13 @@ class KubernetesCluster:
     async def snapshot(self) -> Manifests:
         """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
         lists = await asyncio.gather(*(self._list(resource) for resource in SNAPSHOT_KINDS))
-        # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait.
-        return await asyncio.to_thread(
-            parse_manifests, [item for items in lists for item in items], "cluster"
-        )
+        # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
+        # unchanged since the last snapshot are not parsed again.
+        return await asyncio.to_thread(self._parse_snapshot, [item for items in lists for item in items])
+
+    def _parse_snapshot(self, items: builtins.list[dict[str, Any]]) -> Manifests:
+        with self._parse_lock:
+            return parse_manifests(items, "cluster", self._parsed)
 
     async def get_node(self, name: str) -> Node | None:
         raw = await self._get(self._core.read_node, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import string
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from temporalio import activity
 
 from activities.catalog_source import CatalogSource
 from activities.kube import nodeclaim_object, pod_event
+from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
 from core.api.nodeclaim import NodeClaim
@@ -46,6 +48,8 @@ _ALPHABET = string.ascii_lowercase + string.digits
 
 LifecycleStarter = Callable[[LifecycleInput], Awaitable[None]]
 """Starts (or finds, when it already runs) the lifecycle workflow of a NodeClaim; wired by the worker."""
+
+logger = logging.getLogger(__name__)
 
 
 PLAN_LABEL = "nodewright.io/plan"
@@ -249,7 +253,44 @@ class PlanningActivities:
 
         # NodeClaims first (capacity the next plan counts on; created while no launch competes for the API
         # server), then the lifecycles, then the pods' Nominated events: each stage concurrently.
-        await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _, _ in decisions])
+        summaries = [
+            NodeClaimSummary(
+                name=lifecycle.nodeclaim.name,
+                nodepool=lifecycle.nodeclaim.nodepool,
+                requests=lifecycle.nodeclaim.requests,
+                instance_types=lifecycle.nodeclaim.instance_types,
+                pod_count=lifecycle.nodeclaim.pod_count,
+            )
+            for _, lifecycle, _ in decisions
+        ]
+
+        if summaries:
+            karpenter_log(
+                logger,
+                "computed new nodeclaim(s) to fit pod(s)",
+                nodeclaims=len(summaries),
+                pods=sum(summary.pod_count for summary in summaries),
+            )
+
+        async def create(nodeclaim: NodeClaim, summary: NodeClaimSummary) -> None:
+            await self.cluster.create_nodeclaim(nodeclaim)
+            # Logged here, not by the provisioner: thousands of lines in one workflow task outlast the SDK's
+            # 2 s deadlock detection on a busy worker, and the task then fails and is retried forever.
+            karpenter_log(
+                logger,
+                "created nodeclaim",
+                NodePool=summary.nodepool,
+                NodeClaim=summary.name,
+                requests=summary.requests,
+                **{"instance-types": summary.instance_types},
+            )
+
+        await concurrently(
+            [
+                create(nodeclaim, summary)
+                for (nodeclaim, _, _), summary in zip(decisions, summaries, strict=True)
+            ]
+        )
         for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):
             if nodeclaim.name not in before:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
@@ -264,16 +305,6 @@ class PlanningActivities:
                 for pod in pods
             ]
         )
-        summaries = [
-            NodeClaimSummary(
-                name=lifecycle.nodeclaim.name,
-                nodepool=lifecycle.nodeclaim.nodepool,
-                requests=lifecycle.nodeclaim.requests,
-                instance_types=lifecycle.nodeclaim.instance_types,
-                pod_count=lifecycle.nodeclaim.pod_count,
-            )
-            for _, lifecycle, _ in decisions
-        ]
         return PlanResult(
             pods=len(snapshot.pending),
             nominated=len(snapshot.nominated),

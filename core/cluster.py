@@ -39,7 +39,8 @@ class WatchEvent(BaseModel):
 
 class ClusterAPI(Protocol):
     async def snapshot(self) -> Manifests:
-        """Every object the scheduler reads, at one resource version."""
+        """Every object the scheduler reads, at one resource version. Its objects may be shared with the next
+        snapshot's (those that did not change): read them, do not change them."""
         ...
 
     async def get_node(self, name: str) -> Node | None: ...

@@ -30,10 +30,11 @@ from core import summaries
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
-from core.messages import LifecycleInput
+from core.messages import LifecycleInput, Phase
 from workers.metrics import MeteredCloudProvider
 from workers.schedules import maintenance_activities, maintenance_workflows
 from workers.settings import TemporalConnection
+from workflows import search_attributes as attributes
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
@@ -69,6 +70,9 @@ def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
             # The planning activity runs on a worker of this queue: the start's answer carries the first
             # workflow task to it, one trip through the server's matching fewer per lifecycle.
             request_eager_start=True,
+            search_attributes=attributes.lifecycle_start(
+                request.nodeclaim.name, request.nodeclaim.nodepool, Phase.LAUNCHING.value
+            ),
             static_summary=summaries.lifecycle_summary(request.nodeclaim),
             static_details=summaries.lifecycle_details(request.nodeclaim),
         )

@@ -589,4 +589,9 @@ class NodeClaimWorkflow:
             updates.append(attributes.ZONE.value_set(status.zone))
         if status.capacity_type:
             updates.append(attributes.CAPACITY_TYPE.value_set(status.capacity_type))
-        workflow.upsert_search_attributes(updates)
+        # Only what changes: a lifecycle started with its first values (`lifecycle_start`) upserts nothing at
+        # start (histories started without them upsert them, as they did).
+        held = workflow.info().typed_search_attributes
+        updates = [update for update in updates if held.get(update.key) != update.value]
+        if updates:
+            workflow.upsert_search_attributes(updates)

@@ -139,21 +139,8 @@ class ProvisionerWorkflow:
             )
         for pod, reasons in plan.unschedulable.items():
             log("could not schedule pod", Pod=pod, error="; ".join(reasons))
-        if not plan.nodeclaims:
-            return
-        log(
-            "computed new nodeclaim(s) to fit pod(s)",
-            nodeclaims=len(plan.nodeclaims),
-            pods=sum(claim.pod_count for claim in plan.nodeclaims),
-        )
-        for claim in plan.nodeclaims:
-            log(
-                "created nodeclaim",
-                NodePool=claim.nodepool,
-                NodeClaim=claim.name,
-                requests=claim.requests,
-                **{"instance-types": claim.instance_types},
-            )
+        # The plan itself logged "computed new nodeclaim(s) to fit pod(s)" and "created nodeclaim" for each:
+        # thousands of lines in this workflow task would outlast the SDK's deadlock detection on a busy worker.
 
     def _live_unavailable(self) -> list[UnavailableOffering]:
         now = workflow.now()

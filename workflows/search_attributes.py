@@ -8,7 +8,7 @@ registers them on any other Temporal (workers/temporal_server.py).
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 NODEPOOL = SearchAttributeKey.for_keyword("NodePool")
 NODECLAIM = SearchAttributeKey.for_keyword("NodeClaim")
@@ -29,3 +29,14 @@ ALL: tuple[SearchAttributeKey[str], ...] = (
     DISRUPTION_REASON,
     DECISION,
 )
+
+
+def lifecycle_start(nodeclaim: str, nodepool: str, phase: str) -> TypedSearchAttributes:
+    """What a NodeClaim's lifecycle is started with, so that its first workflow task has nothing to upsert."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(NODECLAIM, nodeclaim),
+            SearchAttributePair(NODEPOOL, nodepool),
+            SearchAttributePair(PHASE, phase),
+        ]
+    )

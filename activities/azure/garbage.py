@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from azure.mgmt.network.models import NetworkInterface
 from temporalio import activity
@@ -32,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 from activities.azure.names import NodeNames, vm_name_from_provider_id
 from activities.azure.provider import AzureCloudProvider
 from activities.azure.vm import CLUSTER_TAG, NODEPOOL_TAG
+from activities.logs import karpenter_log
 from activities.planning import concurrently
 from core.api.kube import Node, is_node_ready
 from core.api.nodeclaim import NodeClaim
@@ -50,11 +50,6 @@ logger = logging.getLogger(__name__)
 
 PARALLEL_DELETIONS = 100
 """Deletions in flight at once, as the provider's collectors run them."""
-
-
-def _log(message: str, **fields: Any) -> None:
-    """A Karpenter-style line: the message the provider or core logs, with its fields."""
-    logger.info(message, extra={"karpenter": fields})
 
 
 def _karpenter_owned(tags: dict[str, str] | None, cluster: str) -> bool:
@@ -140,7 +135,7 @@ class GarbageCollectionActivities:
                 result.failures.append(f"deleting the VM of {instance.provider_id}: {error}")
                 return
             result.instances.append(instance.name)
-            _log("garbage collected cloudprovider instance", providerID=instance.provider_id)
+            karpenter_log(logger, "garbage collected cloudprovider instance", providerID=instance.provider_id)
             for node in nodes:
                 if node.spec.provider_id.lower() == instance.provider_id.lower():
                     await self._delete_node(node, instance.provider_id, result)
@@ -154,7 +149,7 @@ class GarbageCollectionActivities:
             result.failures.append(f"deleting Node {node.metadata.name}: {error}")
             return
         result.nodes.append(node.metadata.name)
-        _log("garbage collected node", providerID=provider_id, Node=node.metadata.name)
+        karpenter_log(logger, "garbage collected node", providerID=provider_id, Node=node.metadata.name)
 
     async def _collect_nics(
         self,
@@ -184,7 +179,7 @@ class GarbageCollectionActivities:
                 result.failures.append(f"deleting NIC {name}: {error}")
                 return
             result.nics.append(name)
-            _log("garbage collected NIC", nicName=name)
+            karpenter_log(logger, "garbage collected NIC", nicName=name)
 
         await concurrently([collect(name) for name in orphans], PARALLEL_DELETIONS)
 
@@ -216,7 +211,8 @@ class GarbageCollectionActivities:
                 result.failures.append(f"deleting NodeClaim {claim.name}: {error}")
                 return
             result.nodeclaims.append(claim.name)
-            _log(
+            karpenter_log(
+                logger,
                 "garbage collecting nodeclaim with no cloudprovider representation",
                 NodeClaim=claim.name,
                 **{"provider-id": claim.provider_id, "nodepool": claim.nodepool_name or ""},

@@ -137,17 +137,31 @@ _CRDS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]]
 """Karpenter's kinds, by API group: the versions nodewright reads and the parser that checks every rule."""
 
 
-def parse_manifests(documents: Iterable[Any], source: str) -> Manifests:
+ParseCache = dict[tuple[str, str], tuple[str, list[tuple[str, str, Any]]]]
+"""What `parse_manifests` made of objects read from a cluster, by kind and uid, with their resourceVersion."""
+
+
+def parse_manifests(documents: Iterable[Any], source: str, cache: ParseCache | None = None) -> Manifests:
     """Read parsed documents (from `load_yaml` or JSON) into typed objects, expanding workloads into pods.
 
     Never raises on bad input: every rejected object adds a line to `problems` of the form
     `<source>: <Kind> <namespace/name>: <field path>: <rule>`, and the other objects are still read.
+
+    With a `cache` (kept by the caller from one call to the next), an object with the uid and resourceVersion
+    of one read last time is not parsed again: the same typed object is returned, so the objects of such
+    snapshots are for reading only. The cache then holds this call's objects only.
     """
     manifests = Manifests()
     seen: set[tuple[str, str]] = set()
+    kept: set[tuple[str, str]] = set()
     for number, document in enumerate(_flatten(documents), start=1):
         try:
-            for kind, name, obj in _read(document, number, manifests):
+            read = (
+                _read(document, number, manifests)
+                if cache is None
+                else _recall(document, number, manifests, cache, kept)
+            )
+            for kind, name, obj in read:
                 if (kind, name) in seen:
                     raise InvalidObjectError(
                         kind, name, ["metadata.name: repeats an earlier object; kept the first"]
@@ -156,7 +170,31 @@ def parse_manifests(documents: Iterable[Any], source: str) -> Manifests:
                 getattr(manifests, _LISTS[kind]).append(obj)
         except InvalidObjectError as error:
             manifests.problems.extend(f"{source}: {line}" for line in str(error).split("\n"))
+    if cache is not None:
+        for gone in cache.keys() - kept:
+            del cache[gone]
     return manifests
+
+
+def _recall(
+    document: Any, number: int, manifests: Manifests, cache: ParseCache, kept: set[tuple[str, str]]
+) -> list[tuple[str, str, Any]]:
+    """`_read`, through the cache for an object with a uid and a resourceVersion."""
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+        return _read(document, number, manifests)
+    key = (str(document.get("kind")), uid)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == version:
+        kept.add(key)
+        return hit[1]
+    read = _read(document, number, manifests)
+    if read:  # an ignored kind is noted again each time
+        cache[key] = (version, read)
+        kept.add(key)
+    return read
 
 
 def _read(document: Any, number: int, manifests: Manifests) -> list[tuple[str, str, Any]]:

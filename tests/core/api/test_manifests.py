@@ -513,3 +513,31 @@ def test_karpenter_objects_are_dispatched_to_their_models() -> None:
     assert problem.startswith(
         "karpenter.yaml: NodePool broken: spec.template.spec.requirements[0].operator: "
     )
+
+
+def served(name: str, uid: str, version: str, cpu: str = "100m") -> dict[str, Any]:
+    """A Pod as the API server lists it: with a uid and a resourceVersion."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": version},
+        **{key: value for key, value in template(cpu=cpu).items() if key == "spec"},
+    }
+
+
+def test_a_parse_cache_returns_unchanged_objects_as_they_were_read_and_forgets_the_gone() -> None:
+    cache: dict[Any, Any] = {}
+    first = parse_manifests(
+        [served("a", "u-a", "1"), served("b", "u-b", "1"), {"kind": "Pod"}], "cluster", cache
+    )
+    assert len(first.problems) == 1 and len(first.pods) == 2
+    second = parse_manifests(
+        [served("a", "u-a", "1"), served("b", "u-b", "2", cpu="2"), {"kind": "Pod"}], "cluster", cache
+    )
+    a1, b1 = first.pods
+    a2, b2 = second.pods
+    assert a2 is a1, "unchanged: not parsed again"
+    assert b2 is not b1 and pod_requests(b2)["cpu"] == 2000, "a new resourceVersion is parsed"
+    assert len(second.problems) == 1, "a bad object is reported every time"
+    parse_manifests([served("b", "u-b", "2", cpu="2")], "cluster", cache)
+    assert set(cache) == {("Pod", "u-b")}, "what a snapshot no longer holds is forgotten"
