@@ -229,10 +229,14 @@ class PlanningActivities:
         key = plan_key(run, request.batch)
         if attempt > 1:
             # An earlier attempt may have died between creating a NodeClaim and starting its lifecycle.
-            for existing in manifests.nodeclaims:
-                recorded = existing.metadata.annotations.get(LIFECYCLE_ANNOTATION)
-                if existing.labels.get(PLAN_LABEL) == key and recorded:
-                    await self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
+            await concurrently(
+                [
+                    self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
+                    for existing in manifests.nodeclaims
+                    if existing.labels.get(PLAN_LABEL) == key
+                    and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
+                ]
+            )
         decisions: list[tuple[NodeClaim, LifecycleInput, list[str]]] = []
         launched = [c for c in results.nodeclaims if c.launch_candidates]
         for index, claim in enumerate(launched):

@@ -102,7 +102,9 @@ class ProvisionerInput(BaseModel):
     batch_max_seconds: float = 10.0
     unavailable_ttl_seconds: float = 180.0
     batches_before_continue_as_new: int = 200
-    plan_timeout_seconds: float = 120.0
+    plan_timeout_seconds: float = 900.0
+    """How long one plan may take: creating, starting and nominating for thousands of NodeClaims takes minutes on
+    a busy worker (120 s cut a plan of 2,400 short, and its retries too); its heartbeat notices a dead worker."""
     plan_heartbeat_seconds: float = 10.0
     """A plan whose worker died is retried after this long without a heartbeat, not after the whole timeout."""
     lifecycle: LifecycleSettings | None = None
