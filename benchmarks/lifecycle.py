@@ -100,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
     from simulator.arm_tls import CA_FILE_NAME
     from workers.azure import emulator_environment
     from workers.controlplane.run import ControlPlane, start_control_plane
+    from workers.processes import die_with_parent
     from workers.temporal_server import DevServer, free_port
     from workers.worker import STICKY_SECONDS, connect
     from workflows.disruption import disruption_id
@@ -235,6 +236,8 @@ async def child_process(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            # A benchmark stopped by a signal leaves no worker behind to eat the next run's CPU.
+            preexec_fn=die_with_parent,
         )
     try:
         yield process

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
@@ -65,6 +66,10 @@ def is_managed_taint(key: str) -> bool:
     """A taint nodewright itself sets and removes (unregistered, disrupted): no lifecycle waits on it, so its
     coming and going signals nothing."""
     return key in (labels.UNREGISTERED_TAINT, labels.DISRUPTED_TAINT)
+
+
+SIGNALS_IN_FLIGHT = 32
+"""Signals to lifecycles the controller has under way at once."""
 
 
 def lifecycle_wake(event: NodeEvent, initialized: bool) -> tuple[object, ...]:
@@ -122,6 +127,9 @@ class Controller:
         """Nodes seen before any NodeClaim showed their providerID (a few, briefly), by providerID."""
         self._told: dict[str, tuple[object, ...]] = {}
         """What each NodeClaim's lifecycle was last told of its Node (`lifecycle_wake`), by NodeClaim."""
+        self._sending: dict[str, asyncio.Task[None]] = {}
+        """The last signal under way to each workflow (`_in_order`)."""
+        self._signal_slots = asyncio.Semaphore(SIGNALS_IN_FLIGHT)
         self._signalled: dict[str, datetime] = {}
         """When each provisionable pod was last sent to the provisioner."""
         self._initialized: set[str] = set()
@@ -230,7 +238,8 @@ class Controller:
             if node is not None:
                 await self._node(node)
         if claim.metadata.deletion_timestamp is not None:
-            await self._signal(nodeclaim_id(claim.name), "delete", deletion_requested(claim))
+            workflow_id, request = nodeclaim_id(claim.name), deletion_requested(claim)
+            self._in_order(workflow_id, lambda: self._signal(workflow_id, "delete", request))
 
     async def _node(self, node: Node) -> None:
         provider_id = node.spec.provider_id or ""
@@ -245,7 +254,7 @@ class Controller:
             logger.warning("ignoring an unreadable eviction notice: %s", error)
             notice = None
         if notice is not None and (node.metadata.name, notice.event_id) not in self._notices:
-            await self._interrupt(claim, notice)
+            self._in_order(nodeclaim_id(claim), lambda: self._interrupt(claim, notice))
         event = NodeEvent(
             node=node.metadata.name,
             ready=is_node_ready(node),
@@ -257,9 +266,12 @@ class Controller:
         wake = lifecycle_wake(event, claim in self._initialized)
         if self._told.get(claim) != wake:
             self._told[claim] = wake
-            await self._signal(nodeclaim_id(claim), "node_event", event)
+            workflow_id = nodeclaim_id(claim)
+            self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
 
     async def _interrupt(self, claim: str, notice: Interruption) -> None:
+        if (notice.node, notice.event_id) in self._notices:  # handled while this waited its turn
+            return
         metrics = self.metrics
         if metrics is not None:
             metrics.interruption_received.labels(message_type=SPOT_INTERRUPTED).inc()
@@ -278,6 +290,34 @@ class Controller:
             if notice.noticed is not None:
                 waited = (datetime.now(UTC) - notice.noticed).total_seconds()
                 metrics.interruption_queue_duration.observe(max(waited, 0.0))
+
+    def _in_order(self, workflow_id: str, send: Callable[[], Awaitable[object]]) -> None:
+        """`send()` in the background, after what was sent to this workflow before (its signals keep their
+        order), with at most `SIGNALS_IN_FLIGHT` in flight: the watch goes on meanwhile. A thousand Nodes turning
+        Ready at once no longer wait in line behind one another's round trip to Temporal."""
+        previous = self._sending.get(workflow_id)
+
+        async def after() -> None:
+            if previous is not None:
+                await asyncio.wait({previous})
+            async with self._signal_slots:
+                await send()
+
+        task = asyncio.create_task(after())
+        self._sending[workflow_id] = task
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._sending.get(workflow_id) is finished:
+                del self._sending[workflow_id]
+            if not finished.cancelled() and (error := finished.exception()) is not None:
+                logger.warning("could not signal %s: %s", workflow_id, error)
+
+        task.add_done_callback(done)
+
+    async def sent(self) -> None:
+        """Until every signal asked for so far has been sent (or given up)."""
+        while self._sending:
+            await asyncio.wait(set(self._sending.values()))
 
     async def _signal(self, workflow_id: str, signal: str, argument: object) -> bool:
         """Whether the workflow got it (one that has finished has nothing left to learn)."""

@@ -326,6 +326,7 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
     deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
     await controller.handle(_watched("Node", deleted, 10))
 
+    await controller.sent()
     told = [(name, event.ready, event.taints, event.deleting) for _, name, event in client.sent]
     assert told == [
         ("node_event", False, [not_ready, "startup"], False),
