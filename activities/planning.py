@@ -21,6 +21,7 @@ from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
+from core.api.kube import pod_key
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -219,8 +220,17 @@ class PlanningActivities:
             now=now,
         )
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
+        if snapshot.pending:
+            keys = [pod_key(pod) for pod in snapshot.pending]
+            karpenter_log(
+                logger,
+                "found provisionable pod(s)",
+                Pods=", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""),
+                count=len(keys),
+            )
         results = await asyncio.to_thread(self._solve, snapshot) if snapshot.pending else SchedulingResults()
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
+            karpenter_log(logger, "could not schedule pod", Pod=entry.pod, error="; ".join(entry.reasons))
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
         pools = {pool.name: pool for pool in manifests.nodepools}

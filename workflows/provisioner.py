@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 
-from workflows.conventions import RETRY, log
+from workflows.conventions import RETRY
 
 with workflow.unsafe.imports_passed_through():
     from core import summaries
@@ -116,7 +116,7 @@ class ProvisionerWorkflow:
         if leaving:
             what += f" and the pods of {summaries.count(len(leaving), 'leaving node')}"
         workflow.set_current_details(f"planning for {what}")
-        plan = await workflow.execute_activity(
+        await workflow.execute_activity(
             ActivityName.PLAN_PROVISIONING,
             PlanInput(
                 cluster=request.cluster,
@@ -131,16 +131,9 @@ class ProvisionerWorkflow:
             retry_policy=RETRY,
             summary=f"plan NodeClaims for {what}",
         )
-        if plan.pods:
-            log(
-                "found provisionable pod(s)",
-                Pods=", ".join(pods[:5]) + (" ..." if len(pods) > 5 else ""),
-                count=plan.pods,
-            )
-        for pod, reasons in plan.unschedulable.items():
-            log("could not schedule pod", Pod=pod, error="; ".join(reasons))
-        # The plan itself logged "computed new nodeclaim(s) to fit pod(s)" and "created nodeclaim" for each:
-        # thousands of lines in this workflow task would outlast the SDK's deadlock detection on a busy worker.
+        # The plan itself logged Karpenter's lines, in Karpenter's order ("found provisionable pod(s)", "could not
+        # schedule pod", "computed new nodeclaim(s) to fit pod(s)", "created nodeclaim" for each): thousands of
+        # lines in this workflow task would outlast the SDK's deadlock detection on a busy worker.
 
     def _live_unavailable(self) -> list[UnavailableOffering]:
         now = workflow.now()
