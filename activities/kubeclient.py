@@ -914,41 +914,11 @@ class KubernetesCluster:
             return NodeClaim.parse(self._remember(NODECLAIM.kind, replaced))
         raise ConflictError(f"NodeClaim {name} kept changing; gave up after {self._conflict_retries} tries")
 
-    async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
-        """Replace the status through the status subresource (spec and metadata in the body are ignored), with
-        the resourceVersion as a precondition; on a conflict, the status is put on the latest version."""
-        body = _manifest(nodeclaim)
-        status = body.get("status") or {}
-        for _ in range(self._conflict_retries):
-            if not body["metadata"].get("resourceVersion"):
-                current = await self._get(
-                    self._custom.get_cluster_custom_object, *NODECLAIM.custom, nodeclaim.name
-                )
-                if current is None:
-                    raise NotFoundError(f'NodeClaim "{nodeclaim.name}" not found', code="NotFound")
-                body = {**current, "status": status}
-            try:
-                replaced = await self._call(
-                    self._custom.replace_cluster_custom_object_status,
-                    *NODECLAIM.custom,
-                    nodeclaim.name,
-                    body,
-                )
-                return NodeClaim.parse(replaced)
-            except ConflictError as error:
-                if error.code != "Conflict":
-                    raise
-            body["metadata"] = {}
-        raise ConflictError(
-            f"NodeClaim {nodeclaim.name} kept changing; gave up after {self._conflict_retries} tries"
-        )
-
     async def _read_modify_write(
         self,
         read: Callable[[], Any],
         patch: Callable[[dict[str, Any]], Any],
         change: Callable[[dict[str, Any]], dict[str, Any]],
-        what: str,
         kind: str,
         name: str,
     ) -> dict[str, Any] | None:
@@ -980,7 +950,7 @@ class KubernetesCluster:
                 recalled = None
                 continue
             await asyncio.sleep(random.uniform(0, min(1.0, 0.01 * 2**attempt)))
-        raise ConflictError(f"{what} kept changing; gave up after {self._conflict_retries} tries")
+        raise ConflictError(f"{kind} {name} kept changing; gave up after {self._conflict_retries} tries")
 
     async def patch_nodeclaim_metadata(
         self,
@@ -1007,7 +977,6 @@ class KubernetesCluster:
             functools.partial(self._custom.get_cluster_custom_object, *args),
             functools.partial(self._custom.patch_cluster_custom_object, *args),
             change,
-            f"NodeClaim {name}",
             NODECLAIM.kind,
             name,
         )
@@ -1058,7 +1027,6 @@ class KubernetesCluster:
             functools.partial(self._core.read_node, name),
             functools.partial(self._core.patch_node, name),
             change,
-            f"Node {name}",
             NODE.kind,
             name,
         )

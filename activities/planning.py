@@ -220,6 +220,7 @@ class PlanningActivities:
             now=now,
         )
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
+        results = SchedulingResults()
         if snapshot.pending:
             keys = [pod_key(pod) for pod in snapshot.pending]
             karpenter_log(
@@ -228,7 +229,7 @@ class PlanningActivities:
                 Pods=", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""),
                 count=len(keys),
             )
-        results = await asyncio.to_thread(self._solve, snapshot) if snapshot.pending else SchedulingResults()
+            results = await asyncio.to_thread(self._solve, snapshot)
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             karpenter_log(logger, "could not schedule pod", Pod=entry.pod, error="; ".join(entry.reasons))
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)

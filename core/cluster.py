@@ -55,10 +55,6 @@ class ClusterAPI(Protocol):
         """Create it, or return the existing one with the same name."""
         ...
 
-    async def update_nodeclaim_status(self, nodeclaim: NodeClaim) -> NodeClaim:
-        """Replace the status (conditions, providerID, nodeName, capacity, allocatable)."""
-        ...
-
     async def change_nodeclaim_status(
         self, name: str, change: Callable[[NodeClaim], None]
     ) -> NodeClaim | None:

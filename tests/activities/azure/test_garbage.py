@@ -108,8 +108,13 @@ class World:
         )
         created = await self.aks.kube.create_nodeclaim(claim)
         if launched:
-            created.status.provider_id = self.provider_id(name)
-            created = await self.aks.kube.update_nodeclaim_status(created)
+
+            def launch(claim: NodeClaim) -> None:
+                claim.status.provider_id = self.provider_id(name)
+
+            changed = await self.aks.kube.change_nodeclaim_status(name, launch)
+            assert changed is not None
+            created = changed
         return created
 
     async def joined(self, nodeclaim: str) -> Node:
