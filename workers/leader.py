@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, Gauge
 
-from core.errors import CloudError
+from core.errors import CloudError, ConflictError
 from workers.settings import Settings
 
 logger = logging.getLogger("nodewright.leader")
@@ -176,23 +176,26 @@ class LeaderElector:
         if not self.leading or self._lease is None:
             return
         self._lead(False)
-        spec = self._lease.get("spec") or {}
+        config = self.config
         stamp = micro_time(self._wall_clock())
-        released = {
-            **self._lease,
-            "spec": {
-                "holderIdentity": "",
-                "leaseDurationSeconds": 1,
-                "acquireTime": stamp,
-                "renewTime": stamp,
-                "leaseTransitions": spec.get("leaseTransitions") or 0,
-            },
-        }
+
+        def released(lease: dict[str, Any]) -> dict[str, Any]:
+            transitions = (lease.get("spec") or {}).get("leaseTransitions") or 0
+            spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": stamp, "renewTime": stamp}
+            return {**lease, "spec": {**spec, "leaseTransitions": transitions}}
+
         try:
-            async with asyncio.timeout(self.config.renew_deadline.total_seconds()):
-                self._lease = await self.leases.update_lease(released)
+            async with asyncio.timeout(config.renew_deadline.total_seconds()):
+                try:
+                    self._lease = await self.leases.update_lease(released(self._lease))
+                except ConflictError:
+                    # A renewal landed after the copy this replica kept: release the latest, if it is still ours.
+                    latest = await self.leases.get_lease(config.namespace, config.name)
+                    if latest is None or (latest.get("spec") or {}).get("holderIdentity") != config.identity:
+                        return
+                    self._lease = await self.leases.update_lease(released(latest))
         except (CloudError, TimeoutError) as error:
-            logger.warning("could not release lease %s: %s", self.config.lease, error or "timed out")
+            logger.warning("could not release lease %s: %s", config.lease, error or "timed out")
             return
         logger.info("released leader lease %s", self.config.lease)
 

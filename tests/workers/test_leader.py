@@ -183,6 +183,26 @@ async def test_a_released_lease_is_taken_at_the_next_try() -> None:
     assert leases.holder() == "b"
 
 
+async def test_a_release_after_a_renewal_it_did_not_see_releases_the_latest_version() -> None:
+    leases = Leases()
+    leader, standby = elector(leases, "a"), elector(leases, "b")
+    await leader.acquire()
+    # A renewal this replica started lands after the copy it kept (a stop during a renewal).
+    leases.stored["lease"]["metadata"]["resourceVersion"] = "renewed"
+    await leader.release()
+    assert leases.holder() == "" and leases.stored["lease"]["spec"]["leaseDurationSeconds"] == 1
+    assert await attempt(standby)
+
+    # Taken by another meanwhile: a stale release leaves it to its holder.
+    leases = Leases()
+    leader = elector(leases, "a")
+    await leader.acquire()
+    leases.stored["lease"]["spec"]["holderIdentity"] = "c"
+    leases.stored["lease"]["metadata"]["resourceVersion"] = "taken"
+    await leader.release()
+    assert leases.holder() == "c" and not leader.leading
+
+
 async def test_renewals_failing_for_the_deadline_lose_leadership() -> None:
     leases = Leases()
     leader = elector(leases, "a", retry_period=0.02, renew_deadline=0.2, lease_duration=1)
