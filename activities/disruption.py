@@ -35,6 +35,7 @@ from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.budgets import BudgetStatus
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
+from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
 from core.messages import (
@@ -57,6 +58,7 @@ from core.messages import (
     TaintCandidates,
 )
 from core.resources import parse_resources
+from core.scheduling.inputs import SchedulingOptions
 from core.scheduling.instancetypeset import InstanceTypeSet, ResourceAxes
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim, launch_order
@@ -241,6 +243,9 @@ class DisruptionActivities:
             spot_to_spot_consolidation=request.spot_to_spot_consolidation,
             methods=CONSOLIDATION_METHODS if request.mode is DisruptionMode.MANUAL else frozenset(Method),
             nodepools=frozenset(request.nodepools) if request.nodepools else None,
+            scheduling=SchedulingOptions(
+                min_values_best_effort=request.min_values_policy is MinValuesPolicy.BEST_EFFORT
+            ),
             repair=None if repair is None else aks_repair_policies(timedelta(seconds=repair)),
         )
         async with heartbeating():

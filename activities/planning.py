@@ -25,6 +25,7 @@ from core.api.kube import pod_key
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
+from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import dollars
 from core.messages import (
@@ -39,6 +40,7 @@ from core.messages import (
     PlanResult,
 )
 from core.resources import format_resources
+from core.scheduling.inputs import SchedulingOptions
 from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, nominated_pods_value
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
@@ -229,7 +231,7 @@ class PlanningActivities:
                 Pods=", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""),
                 count=len(keys),
             )
-            results = await asyncio.to_thread(self._solve, snapshot)
+            results = await asyncio.to_thread(self._solve, snapshot, request.min_values_policy)
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             karpenter_log(logger, "could not schedule pod", Pod=entry.pod, error="; ".join(entry.reasons))
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
@@ -343,8 +345,9 @@ class PlanningActivities:
         return provider
 
     @staticmethod
-    def _solve(snapshot: SchedulingSnapshot) -> SchedulingResults:
+    def _solve(snapshot: SchedulingSnapshot, policy: MinValuesPolicy) -> SchedulingResults:
+        options = SchedulingOptions(min_values_best_effort=policy is MinValuesPolicy.BEST_EFFORT)
         scheduler = Scheduler(
-            snapshot.nodepools, snapshot.instance_types, snapshot.nodes, snapshot.daemonsets
+            snapshot.nodepools, snapshot.instance_types, snapshot.nodes, snapshot.daemonsets, options
         )
         return scheduler.solve(snapshot.pending)

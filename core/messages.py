@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from core.api.meta import Taint
+from core.features import MinValuesPolicy
 
 
 class OfferingChoice(BaseModel):
@@ -41,6 +42,7 @@ class PlanInput(BaseModel):
     batch: int = 0
     """The provisioner's batch number: with its run, it names the NodeClaims, so a retried plan finds them."""
     lifecycle: LifecycleSettings | None = None
+    min_values_policy: MinValuesPolicy = MinValuesPolicy.STRICT
 
 
 MAX_RECORDED_PODS = 50
@@ -108,6 +110,8 @@ class ProvisionerInput(BaseModel):
     plan_heartbeat_seconds: float = 10.0
     """A plan whose worker died is retried after this long without a heartbeat, not after the whole timeout."""
     lifecycle: LifecycleSettings | None = None
+    min_values_policy: MinValuesPolicy = MinValuesPolicy.STRICT
+    """Karpenter's MIN_VALUES_POLICY for every plan."""
     unavailable: list[UnavailableOffering] = Field(default_factory=list)
     """Carried over continue-as-new."""
     pending: list[str] = Field(default_factory=list)
@@ -387,8 +391,11 @@ class DisruptionSettings(BaseModel):
     max_events_per_pass: int = Field(default=100, ge=2)
     """Kubernetes events one pass sends at most (a Node's and its NodeClaim's count as two); the rest follow."""
     spot_to_spot_consolidation: bool = False
-    node_repair: bool = True
+    """Karpenter's SpotToSpotConsolidation feature gate."""
+    node_repair: bool = False
     """Repair unhealthy nodes each pass, with the AKS provider's policies (Karpenter's `NodeRepair` gate)."""
+    min_values_policy: MinValuesPolicy = MinValuesPolicy.STRICT
+    """Karpenter's MIN_VALUES_POLICY for the simulations that place the candidates' pods."""
     repair_not_ready_seconds: float = 600.0
     """How long a Node may be Ready=False or Ready=Unknown before it is repaired (the AKS provider's 10 min)."""
 
@@ -558,6 +565,7 @@ class DisruptionPlanInput(BaseModel):
     mode: DisruptionMode = DisruptionMode.AUTOMATIC
     nodepools: list[str] = Field(default_factory=list)
     spot_to_spot_consolidation: bool = False
+    min_values_policy: MinValuesPolicy = MinValuesPolicy.STRICT
     repair_not_ready_seconds: float | None = None
     """Plan node repairs too, with a NotReady toleration this long; None: no repairs (validation, manual)."""
     previous_fingerprint: str = ""

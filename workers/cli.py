@@ -23,6 +23,7 @@ from core.api.meta import InvalidObjectError
 from core.disruption.options import DisruptionOptions
 from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
+from core.features import FeatureGates, MinValuesPolicy
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
@@ -67,7 +68,7 @@ def read_manifests(paths: Sequence[str]) -> Manifests:
         except ValueError as error:
             parts.append(Manifests(problems=[str(error)]))
             continue
-        parts.append(parse_manifests(documents, str(path)))
+        parts.append(parse_manifests(documents, str(path), check_unread=True))
     return merge(parts)
 
 
@@ -102,17 +103,34 @@ def instance_type_provider(
 
 
 def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, InstanceTypeProvider]:
-    """The manifests and instance types the arguments name; invalid objects are reported on `err`."""
+    """The manifests and instance types the arguments name; invalid objects, and the kinds and fields read
+    past, are reported on `err`."""
     manifests = read_manifests(args.filename)
     provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
     for problem in manifests.problems:
         print(f"error: {problem}", file=err)
+    for warning in manifests.warnings:
+        print(f"warning: {warning}", file=err)
     return manifests, provider
 
 
+def karpenter_settings() -> tuple[FeatureGates, MinValuesPolicy]:
+    """The feature gates and minValues policy of the environment (`FEATURE_GATES`, `MIN_VALUES_POLICY`, as the
+    controller reads them), which the what-if commands apply unless a flag says otherwise."""
+    from workers.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        raise UsageError(str(error)) from None
+    return settings.gates, settings.min_values_policy
+
+
 def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -> None:
-    """A command's JSON answer, with the invalid objects it left out under `errors`."""
+    """A command's JSON answer, with the invalid objects it left out under `errors` and what it read past
+    under `warnings`."""
     document["errors"] = manifests.problems
+    document["warnings"] = manifests.warnings
     json.dump(document, out, indent=2)
     out.write("\n")
 
@@ -120,9 +138,10 @@ def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -
 def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     manifests, provider = read_inputs(args, err)
     snapshot = build_snapshot(manifests, provider, reschedule_deleting=True)
+    policy = MinValuesPolicy(args.min_values_policy or karpenter_settings()[1])
     options = SchedulingOptions(
         respect_preferences=args.preference_policy == "Respect",
-        min_values_best_effort=args.min_values_policy == "BestEffort",
+        min_values_best_effort=policy is MinValuesPolicy.BEST_EFFORT,
     )
     scheduler = Scheduler(
         snapshot.nodepools, snapshot.instance_types, snapshot.nodes, snapshot.daemonsets, options
@@ -142,12 +161,17 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """What disruption would do now to the cluster in these manifests, and why every other node stays."""
     manifests, provider = read_inputs(args, err)
+    gates, policy = karpenter_settings()
+    spot_to_spot = gates.spot_to_spot_consolidation if args.spot_to_spot is None else args.spot_to_spot
+    repair = gates.node_repair if args.repair is None else args.repair
     options = DisruptionOptions(
-        spot_to_spot_consolidation=args.spot_to_spot,
+        spot_to_spot_consolidation=spot_to_spot,
         nodepools=frozenset(args.nodepool) if args.nodepool else None,
-        repair=None
-        if args.no_repair
-        else aks_repair_policies(timedelta(seconds=args.repair_not_ready_seconds)),
+        scheduling=SchedulingOptions(
+            min_values_best_effort=MinValuesPolicy(args.min_values_policy or policy)
+            is MinValuesPolicy.BEST_EFFORT
+        ),
+        repair=aks_repair_policies(timedelta(seconds=args.repair_not_ready_seconds)) if repair else None,
     )
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
@@ -317,6 +341,15 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
+def add_min_values_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--min-values-policy",
+        choices=[policy.value for policy in MinValuesPolicy],
+        default=None,
+        help="Karpenter's MIN_VALUES_POLICY (default: that variable, else Strict)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nodewright", description="Karpenter for AKS, on durable workflows."
@@ -330,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_snapshot_arguments(plan)
     plan.add_argument("--preference-policy", choices=("Respect", "Ignore"), default="Respect")
-    plan.add_argument("--min-values-policy", choices=("Strict", "BestEffort"), default="Strict")
+    add_min_values_argument(plan)
     plan.set_defaults(handler=schedule)
 
     disrupt = commands.add_parser(
@@ -342,11 +375,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_snapshot_arguments(disrupt)
     disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
-    disrupt.add_argument("--spot-to-spot", action="store_true", help="allow spot-to-spot consolidation")
+    disrupt.add_argument(
+        "--spot-to-spot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES, off)",
+    )
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
     disrupt.add_argument(
-        "--no-repair", action="store_true", help="leave node repair out (Karpenter's NodeRepair gate)"
+        "--repair",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan node repairs (default: the NodeRepair gate of FEATURE_GATES, off as in Karpenter)",
     )
+    add_min_values_argument(disrupt)
     disrupt.add_argument(
         "--repair-not-ready-seconds",
         type=float,

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from core import summaries
 from core.disruption.commands import format_price
+from core.features import MinValuesPolicy
 from core.messages import (
     CommandOutcome,
     DisruptionInput,
@@ -33,11 +34,14 @@ Ask = Callable[[str], str]
 
 
 def disruption_settings(settings: Settings) -> DisruptionSettings:
-    """The disruption workflows' timings from the process settings."""
+    """The disruption workflows' timings, feature gates and minValues policy from the process settings."""
+    gates = settings.gates
     return DisruptionSettings(
         poll_seconds=settings.disruption_poll_seconds,
         validation_seconds=settings.disruption_validation_seconds,
-        node_repair=settings.node_repair,
+        spot_to_spot_consolidation=gates.spot_to_spot_consolidation,
+        node_repair=gates.node_repair,
+        min_values_policy=settings.min_values_policy,
         repair_not_ready_seconds=settings.repair_not_ready_seconds,
     )
 
@@ -49,6 +53,8 @@ def disruption_input(settings: Settings) -> DisruptionInput:
 
 def add_consolidate_parser(commands: Any) -> None:
     """Register `nodewright consolidate` on the CLI's subcommands."""
+    from workers.cli import add_min_values_argument
+
     parser = commands.add_parser(
         "consolidate",
         help="consolidate the cluster now: plan, show, confirm, execute (as a workflow)",
@@ -59,6 +65,13 @@ def add_consolidate_parser(commands: Any) -> None:
     parser.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
     parser.add_argument("--yes", action="store_true", help="execute without asking")
+    parser.add_argument(
+        "--spot-to-spot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES)",
+    )
+    add_min_values_argument(parser)
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.set_defaults(handler=consolidate_command)
 
@@ -70,6 +83,11 @@ def consolidate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
     setup_logging(err)
     settings = load_settings()
+    flags: dict[str, Any] = {}
+    if args.spot_to_spot is not None:
+        flags["spot_to_spot_consolidation"] = args.spot_to_spot
+    if args.min_values_policy is not None:
+        flags["min_values_policy"] = MinValuesPolicy(args.min_values_policy)
 
     async def run() -> int:
         client = await connect_configured(settings.temporal_connection())
@@ -78,7 +96,7 @@ def consolidate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
             mode=DisruptionMode.MANUAL,
             nodepools=list(args.nodepool),
             dry_run=args.dry_run,
-            settings=disruption_settings(settings),
+            settings=disruption_settings(settings).model_copy(update=flags),
         )
         return await consolidate(client, settings.task_queue, request, args.yes, args.output, out, input)
 

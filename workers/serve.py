@@ -30,6 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
 from core.errors import CloudError
+from core.messages import ProvisionerInput
 from workers.health import Check, Readiness, serve_probes
 from workers.settings import Settings, TemporalConnection
 from workers.worker import TemporalUnreachableError, connect_configured
@@ -172,11 +173,15 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
 
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
-    from core.messages import ProvisionerInput
     from workers.consolidate import disruption_input
     from workers.controller import Controller
     from workers.leader import LeaderElectionConfig, LeaderElector
 
+    for gate in settings.gates.unsupported():
+        logger.warning(
+            "feature gate %s is on (FEATURE_GATES) but nodewright does not implement it yet; its objects are not read",
+            gate,
+        )
     cluster = connect_cluster(settings, "controller")
     await cluster.check_connection()
     connections = Connections(cluster, connection)
@@ -194,11 +199,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
         controller = Controller(
             client,
             cluster,
-            ProvisionerInput(
-                cluster=settings.cluster_name,
-                batch_idle_seconds=settings.batch_idle_seconds,
-                batch_max_seconds=settings.batch_max_seconds,
-            ),
+            provisioner_input(settings),
             settings.task_queue,
             disruption=disruption_input(settings),
             metrics=default_metrics(),
@@ -207,6 +208,16 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
             await controller.run()
         else:
             await elector.run(controller.run)
+
+
+def provisioner_input(settings: Settings) -> ProvisionerInput:
+    """The provisioner the controller starts, with the batching window and minValues policy of the settings."""
+    return ProvisionerInput(
+        cluster=settings.cluster_name,
+        batch_idle_seconds=settings.batch_idle_seconds,
+        batch_max_seconds=settings.batch_max_seconds,
+        min_values_policy=settings.min_values_policy,
+    )
 
 
 async def _standing(elector: LeaderElector | None) -> str | None:

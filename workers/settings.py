@@ -14,8 +14,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.features import FeatureGates, MinValuesPolicy, parse_feature_gates
 
 ENV_PREFIX = "NODEWRIGHT_"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -99,7 +101,7 @@ class Settings(BaseSettings):
     """Where Temporal and the Kubernetes API server are, and the provisioner's timings; see README for each
     variable."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, populate_by_name=True)
 
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = Field(default="default", min_length=1)
@@ -122,8 +124,16 @@ class Settings(BaseSettings):
     """Between passes of the disruption loop (Karpenter polls every 10 s)."""
     disruption_validation_seconds: float = Field(default=15.0, ge=0)
     """How long a consolidation decision must hold before it executes (Karpenter's 15 s)."""
-    node_repair: bool = True
-    """Repair unhealthy nodes with the AKS provider's policies (Karpenter's `NodeRepair` feature gate)."""
+    feature_gates: str = Field(
+        default="", validation_alias=AliasChoices("NODEWRIGHT_FEATURE_GATES", "FEATURE_GATES")
+    )
+    """Karpenter's feature gates, e.g. `SpotToSpotConsolidation=true,NodeRepair=true` (`FEATURE_GATES`, as
+    Karpenter reads it, or `NODEWRIGHT_FEATURE_GATES`); unnamed gates keep Karpenter v1.14's defaults."""
+    min_values_policy: MinValuesPolicy = Field(
+        default=MinValuesPolicy.STRICT,
+        validation_alias=AliasChoices("NODEWRIGHT_MIN_VALUES_POLICY", "MIN_VALUES_POLICY"),
+    )
+    """Karpenter's MIN_VALUES_POLICY: Strict, or BestEffort to relax minValues rather than not launch."""
     repair_not_ready_seconds: float = Field(default=600.0, ge=0)
     """How long a Node may be Ready=False or Unknown before node repair replaces it (the AKS provider's 10 min)."""
     catalog_refresh_seconds: float = Field(default=12 * 3600.0, gt=0)
@@ -165,6 +175,17 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
     """How long a stopping worker lets its running activities finish before it cancels them (Temporal then
     retries them on another worker)."""
+
+    @field_validator("feature_gates")
+    @classmethod
+    def _known_gates(cls, value: str) -> str:
+        parse_feature_gates(value)
+        return value
+
+    @property
+    def gates(self) -> FeatureGates:
+        """The feature gates in force: Karpenter v1.14's defaults with `feature_gates` applied."""
+        return parse_feature_gates(self.feature_gates)
 
     @field_validator("temporal_address")
     @classmethod
@@ -279,7 +300,8 @@ def load_settings(**overrides: Any) -> Settings:
             if detail["loc"]:
                 name = str(detail["loc"][0])
                 value = "(hidden)" if name in SECRET_FIELDS else repr(detail["input"])
-                problems.append(f"{env_var(name)}={value}: {message}")
+                variable = name if name.isupper() else env_var(name)  # an alias names its variable itself
+                problems.append(f"{variable}={value}: {message}")
             else:
                 problems.append(message)
         raise SettingsError("invalid settings:\n  " + "\n  ".join(problems)) from None

@@ -431,6 +431,7 @@ class DisruptionWorkflow:
                 mode=request.mode,
                 nodepools=request.nodepools,
                 spot_to_spot_consolidation=settings.spot_to_spot_consolidation,
+                min_values_policy=settings.min_values_policy,
                 repair_not_ready_seconds=settings.repair_not_ready_seconds
                 if repair and settings.node_repair
                 else None,

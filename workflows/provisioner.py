@@ -124,6 +124,7 @@ class ProvisionerWorkflow:
                 provisioner_workflow_id=workflow.info().workflow_id,
                 batch=self._batches,
                 lifecycle=request.lifecycle,
+                min_values_policy=request.min_values_policy,
             ),
             result_type=PlanResult,
             start_to_close_timeout=timedelta(seconds=request.plan_timeout_seconds),

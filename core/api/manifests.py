@@ -35,6 +35,7 @@ from core.api.kube import (
 from core.api.meta import InvalidObjectError, KubeModel, ObjectMeta, OwnerReference, problems_of
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
+from core.api.unread import unread_fields
 
 MAX_REPLICAS = 100_000
 """The most pods one workload expands into: a typo like `replicas: 10000000` must not exhaust memory."""
@@ -66,6 +67,8 @@ class Manifests:
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     """Objects of kinds nodewright does not read, as `Kind/name`."""
+    warnings: list[str] = field(default_factory=list)
+    """With `check_unread`: each kind and field that was read past, naming the source, the object and the field."""
 
 
 def load_yaml(text: str, source: str) -> list[Any]:
@@ -141,7 +144,9 @@ ParseCache = dict[tuple[str, str], tuple[str, list[tuple[str, str, Any]]]]
 """What `parse_manifests` made of objects read from a cluster, by kind and uid, with their resourceVersion."""
 
 
-def parse_manifests(documents: Iterable[Any], source: str, cache: ParseCache | None = None) -> Manifests:
+def parse_manifests(
+    documents: Iterable[Any], source: str, cache: ParseCache | None = None, check_unread: bool = False
+) -> Manifests:
     """Read parsed documents (from `load_yaml` or JSON) into typed objects, expanding workloads into pods.
 
     Never raises on bad input: every rejected object adds a line to `problems` of the form
@@ -150,6 +155,9 @@ def parse_manifests(documents: Iterable[Any], source: str, cache: ParseCache | N
     With a `cache` (kept by the caller from one call to the next), an object with the uid and resourceVersion
     of one read last time is not parsed again: the same typed object is returned, so the objects of such
     snapshots are for reading only. The cache then holds this call's objects only.
+
+    With `check_unread` (what-if commands), `warnings` names every object of a kind nodewright does not read
+    and every field of a Kubernetes object that it neither reads nor knows to be irrelevant (`core.api.unread`).
     """
     manifests = Manifests()
     seen: set[tuple[str, str]] = set()
@@ -161,6 +169,8 @@ def parse_manifests(documents: Iterable[Any], source: str, cache: ParseCache | N
                 if cache is None
                 else _recall(document, number, manifests, cache, kept)
             )
+            if check_unread:
+                manifests.warnings.extend(f"{source}: {line}" for line in _unread(document))
             for kind, name, obj in read:
                 if (kind, name) in seen:
                     raise InvalidObjectError(
@@ -223,6 +233,23 @@ def _read(document: Any, number: int, manifests: Manifests) -> list[tuple[str, s
         return [(kind, _key(obj.metadata), obj)]
     manifests.ignored.append(f"{kind}/{_name(document, namespaced=False) or '?'}")
     return []
+
+
+def _unread(document: dict[str, Any]) -> list[str]:
+    """Warnings for a document that was read: the fields read past, or its whole kind."""
+    kind, api_version = document["kind"], document["apiVersion"]
+    group = api_version.rpartition("/")[0]
+    name = _name(document, kind in _NAMESPACED) or "?"
+    if (group, kind) in _CRDS:
+        return []  # Karpenter's kinds are parsed strictly: an unknown field is a problem, not a warning
+    if (group, kind) not in _KUBE_KINDS:
+        metadata = document.get("metadata")
+        named = _name(document, isinstance(metadata, dict) and bool(metadata.get("namespace"))) or "?"
+        return [f"{kind} {named}: {api_version} {kind} is not a kind nodewright reads; ignored"]
+    model = _KUBE_KINDS[group, kind][1]
+    return [
+        f"{kind} {name}: {path}: not read by nodewright; ignored" for path in unread_fields(model, document)
+    ]
 
 
 def _check_version(kind: str, document: dict[str, Any], api_version: str, supported: tuple[str, ...]) -> None:

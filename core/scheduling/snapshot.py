@@ -97,6 +97,7 @@ def merge(parts: Sequence[Manifests]) -> Manifests:
             "pdbs",
             "problems",
             "ignored",
+            "warnings",
         ):
             getattr(merged, name).extend(getattr(part, name))
     return merged

@@ -7,6 +7,7 @@ uninstalled."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from core.features import MinValuesPolicy
 from tests.deploy.helm import (
     CHART,
     FULL_VALUES,
@@ -26,7 +28,10 @@ from tests.deploy.helm import (
     documents,
     environment,
 )
+from workers.consolidate import disruption_input
 from workers.controlplane.run import ControlPlane
+from workers.serve import provisioner_input
+from workers.settings import load_settings
 
 SERVICEMONITOR_CRD = HERE / "servicemonitor-crd.yaml"
 REQUIRED = (
@@ -191,6 +196,54 @@ def test_two_controllers_share_a_lease_and_the_workers_have_none(helm: Helm) -> 
         assert env["NODEWRIGHT_AZURE_RESOURCE_GROUP"] == "MC_prod_prod-eastus_eastus"
         assert "NODEWRIGHT_TEMPORAL_TLS" not in env and "NODEWRIGHT_TEMPORAL_API_KEY" not in env
         assert "NODEWRIGHT_KUBELET_IDENTITY_ID" not in env
+
+
+@pytest.mark.parametrize(
+    ("assignments", "spot_to_spot", "repair", "policy"),
+    [
+        ((), False, False, MinValuesPolicy.STRICT),
+        (
+            (
+                "settings.featureGates.spotToSpotConsolidation=true",
+                "settings.featureGates.nodeRepair=true",
+                "settings.minValuesPolicy=BestEffort",
+            ),
+            True,
+            True,
+            MinValuesPolicy.BEST_EFFORT,
+        ),
+    ],
+)
+def test_karpenters_feature_gates_and_min_values_policy_reach_the_controllers_loops(
+    helm: Helm,
+    monkeypatch: pytest.MonkeyPatch,
+    assignments: tuple[str, ...],
+    spot_to_spot: bool,
+    repair: bool,
+    policy: MinValuesPolicy,
+) -> None:
+    env = environment(deployments(helm.render([REQUIRED_VALUES], *assignments))["controller"])
+    for name in list(os.environ):
+        if name.startswith("NODEWRIGHT_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        if isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    settings = load_settings()
+    loop = disruption_input(settings).settings
+    assert (loop.spot_to_spot_consolidation, loop.node_repair, loop.min_values_policy) == (
+        spot_to_spot,
+        repair,
+        policy,
+    )
+    assert provisioner_input(settings).min_values_policy is policy
+    assert settings.gates.reserved_capacity
+
+
+def test_a_gate_karpenter_does_not_have_fails_lint(helm: Helm) -> None:
+    done = helm.template([REQUIRED_VALUES], "settings.featureGates.drift=true", check=False)
+    assert done.returncode != 0
+    assert "drift" in done.stderr
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))

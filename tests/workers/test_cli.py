@@ -211,7 +211,9 @@ def test_plan_disruption_in_a_table_reads_like_karpenter_logs() -> None:
     assert "disrupting via consolidation replace" in out
 
 
-def test_plan_disruption_shows_node_repairs(tmp_path: Path) -> None:
+def test_plan_disruption_shows_node_repairs_when_the_node_repair_gate_is_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = (ROOT / "deploy" / "snapshots" / "cluster.yaml").read_text()
     unknown = '[{type: Ready, status: "Unknown", lastTransitionTime: "2026-11-22T09:45:00Z"}]'
     # general-bbbbb's Node has not reported for 15 minutes (tolerated 10).
@@ -227,7 +229,12 @@ def test_plan_disruption_shows_node_repairs(tmp_path: Path) -> None:
         + tail,
     )
     now = ("--now", "2026-11-22T10:00:00Z")
+    monkeypatch.delenv("FEATURE_GATES", raising=False)
+    code, out, err = run("plan-disruption", "-f", snapshot, *now, "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["repairs"] == []  # NodeRepair is off by default, as in Karpenter
 
+    monkeypatch.setenv("FEATURE_GATES", "NodeRepair=true")
     code, out, err = run("plan-disruption", "-f", snapshot, *now, "-o", "json")
     assert code == 0, err
     [repair] = json.loads(out)["repairs"]
@@ -241,3 +248,77 @@ def test_plan_disruption_shows_node_repairs(tmp_path: Path) -> None:
     assert json.loads(out)["repairs"] == []
     code, out, _ = run("plan-disruption", "-f", snapshot, *now, "--no-repair", "-o", "json")
     assert json.loads(out)["repairs"] == []
+
+
+def test_spot_to_spot_follows_its_feature_gate_and_the_flag_overrides_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sample cluster with every node spot: only spot-to-spot consolidation can replace two of them with one.
+    spot = (ROOT / "deploy" / "snapshots" / "cluster.yaml").read_text().replace("on-demand", "spot")
+    snapshot = write(tmp_path, "spot.yaml", spot)
+    now = ("--now", "2026-11-22T10:00:00Z")
+
+    def plan(*flags: str) -> dict[str, Any]:
+        code, out, err = run("plan-disruption", "-f", snapshot, *now, *flags, "-o", "json")
+        assert code == 0, err
+        document: dict[str, Any] = json.loads(out)
+        return document
+
+    monkeypatch.setenv("FEATURE_GATES", "SpotToSpotConsolidation=true")
+    gated, flagged = plan(), plan("--no-spot-to-spot")
+    monkeypatch.delenv("FEATURE_GATES")
+    default = plan()
+    assert flagged == default
+    assert [c["decision"] for c in default["commands"]] == ["delete", "delete"]
+    assert [c["decision"] for c in gated["commands"]] == ["delete", "replace"]
+    assert plan("--spot-to-spot") == gated
+
+
+def test_a_bad_feature_gate_stops_a_what_if_command_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEATURE_GATES", "Consolidation=true")
+    code, _, err = run("plan-disruption", "-f", str(ROOT / "deploy" / "snapshots" / "cluster.yaml"))
+    assert code == 2
+    assert "FEATURE_GATES='Consolidation=true'" in err
+
+
+def test_schedule_warns_about_every_field_and_kind_it_reads_past(tmp_path: Path) -> None:
+    manifests = write(
+        tmp_path,
+        "in.yaml",
+        NODEPOOL
+        + pod("gated", "1", "1Gi", "  schedulingGates: [{name: example.com/wait}]")
+        + """
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec: {ports: [{port: 80}]}
+""",
+    )
+    code, out, err = run("schedule", "-f", manifests, "-o", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["warnings"] == [
+        f"{manifests}: Pod default/gated: spec.schedulingGates: not read by nodewright; ignored",
+        f"{manifests}: Service default/web: v1 Service is not a kind nodewright reads; ignored",
+    ]
+    assert err.splitlines()[:2] == [f"warning: {line}" for line in document["warnings"]]
+    code, out, err = run("schedule", "-f", str(EXAMPLES))
+    assert "warning:" not in err, err
+
+
+def test_schedule_follows_min_values_policy_and_the_flag_overrides_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = NODEPOOL + (
+        "        - {key: node.kubernetes.io/instance-type, operator: In, "
+        "values: [Standard_D4s_v5, Standard_D8s_v5], minValues: 2}\n"
+    )
+    # Six CPUs fit only the D8: the two values minValues asks for cannot both be offered.
+    manifests = write(tmp_path, "in.yaml", pool + pod("big", "6", "1Gi"))
+    monkeypatch.delenv("MIN_VALUES_POLICY", raising=False)
+    assert [u["pod"] for u in schedule_json("-f", manifests)["unschedulable"]] == ["default/big"]
+    monkeypatch.setenv("MIN_VALUES_POLICY", "BestEffort")
+    [claim] = schedule_json("-f", manifests)["nodeclaims"]
+    assert claim["instance_type_options"] == ["Standard_D8s_v5"]
+    assert schedule_json("-f", manifests, "--min-values-policy", "Strict")["nodeclaims"] == []

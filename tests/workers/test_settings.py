@@ -12,8 +12,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
+from core.features import FeatureGates, MinValuesPolicy
 from workers import worker
 from workers.cli import main
+from workers.consolidate import disruption_input
+from workers.serve import provisioner_input
 from workers.settings import (
     LogFormat,
     LogLevel,
@@ -30,6 +33,8 @@ from workers.settings import (
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for field in Settings.model_fields:
         monkeypatch.delenv(f"NODEWRIGHT_{field.upper()}", raising=False)
+    for variable in ("FEATURE_GATES", "MIN_VALUES_POLICY"):
+        monkeypatch.delenv(variable, raising=False)
 
 
 def test_defaults() -> None:
@@ -316,3 +321,53 @@ async def test_connect_hands_the_tls_material_and_api_key_to_the_client(
     )
     assert api_key[1]["tls"] == TLSConfig() and api_key[1]["api_key"] == "k"
     assert all(options["data_converter"] is pydantic_data_converter for _, options in calls)
+
+
+def test_karpenters_feature_gates_and_min_values_policy_default_as_in_its_v1_14() -> None:
+    settings = load_settings()
+    assert settings.gates == FeatureGates()
+    assert settings.gates.render() == (
+        "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,"
+        "StaticCapacity=false,CapacityBuffer=false"
+    )
+    assert settings.min_values_policy is MinValuesPolicy.STRICT
+    loop = disruption_input(settings).settings
+    assert (loop.spot_to_spot_consolidation, loop.node_repair) == (False, False)
+
+
+@pytest.mark.parametrize("prefix", ["", "NODEWRIGHT_"])
+def test_karpenters_variables_reach_the_provisioner_and_the_disruption_loop(
+    monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    monkeypatch.setenv(f"{prefix}FEATURE_GATES", "SpotToSpotConsolidation=true, NodeRepair=true")
+    monkeypatch.setenv(f"{prefix}MIN_VALUES_POLICY", "BestEffort")
+    settings = load_settings()
+    assert settings.gates == FeatureGates(spot_to_spot_consolidation=True, node_repair=True)
+    loop = disruption_input(settings).settings
+    assert (loop.spot_to_spot_consolidation, loop.node_repair) == (True, True)
+    assert loop.min_values_policy is MinValuesPolicy.BEST_EFFORT
+    assert provisioner_input(settings).min_values_policy is MinValuesPolicy.BEST_EFFORT
+
+
+def test_nodewrights_own_variable_wins_over_karpenters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEATURE_GATES", "SpotToSpotConsolidation=true")
+    monkeypatch.setenv("NODEWRIGHT_FEATURE_GATES", "SpotToSpotConsolidation=false")
+    assert not load_settings().gates.spot_to_spot_consolidation
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "rule"),
+    [
+        ("FEATURE_GATES", "SpotToSpot=true", "'SpotToSpot' is not one of Karpenter's feature gates"),
+        ("FEATURE_GATES", "NodeRepair=yes", "expected NodeRepair=true or NodeRepair=false"),
+        ("MIN_VALUES_POLICY", "Lenient", "'Strict' or 'BestEffort'"),
+    ],
+)
+def test_a_bad_gate_or_policy_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, rule: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert f"{variable}={value!r}: " in str(raised.value)
+    assert rule in str(raised.value)

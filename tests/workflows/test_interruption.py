@@ -172,7 +172,9 @@ async def test_node_repair_replaces_a_node_not_ready_past_its_toleration(system:
     system.start_controller()
     node, claim, _ = await spot_pods(system, 1)
     lifecycle = await system.nodeclaim_workflow(claim)
-    settings = DisruptionSettings(poll_seconds=1, validation_seconds=30, repair_not_ready_seconds=2)
+    settings = DisruptionSettings(
+        poll_seconds=1, validation_seconds=30, node_repair=True, repair_not_ready_seconds=2
+    )
     loop = await system.client.start_workflow(
         DisruptionWorkflow.run,
         DisruptionInput(cluster=system.cluster, settings=settings, lifecycle=FAST),

@@ -90,8 +90,11 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.disruptionPollSeconds | quote }}
 - name: NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS
   value: {{ $settings.disruptionValidationSeconds | quote }}
-- name: NODEWRIGHT_NODE_REPAIR
-  value: {{ $settings.nodeRepair | quote }}
+{{- $gates := $settings.featureGates }}
+- name: FEATURE_GATES
+  value: "NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},NodeOverlay={{ $gates.nodeOverlay }},StaticCapacity={{ $gates.staticCapacity }},CapacityBuffer={{ $gates.capacityBuffer }}"
+- name: MIN_VALUES_POLICY
+  value: {{ $settings.minValuesPolicy | quote }}
 - name: NODEWRIGHT_REPAIR_NOT_READY_SECONDS
   value: {{ $settings.repairNotReadySeconds | quote }}
 - name: NODEWRIGHT_CATALOG_REFRESH_SECONDS
