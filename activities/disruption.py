@@ -18,12 +18,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.catalog_source import CatalogSource
+from activities.heartbeat import heartbeating
 from activities.kube import DISRUPTED, kube_event
 from activities.metrics import Metrics, default_metrics
 from activities.planning import (
     LifecycleStarter,
     concurrently,
-    heartbeating,
     lifecycle_nodeclaim,
     nodeclaim_suffix,
     planned,

@@ -11,6 +11,7 @@ from temporalio import activity
 
 from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
+from activities.heartbeat import heartbeating
 from activities.kube import apply_condition, node_state, register_node
 from activities.metrics import Metrics, default_metrics
 from core import labels
@@ -90,7 +91,8 @@ class LifecycleActivities:
             tags={"karpenter.sh_nodepool": request.nodepool, "karpenter.sh_nodeclaim": request.nodeclaim},
         )
         try:
-            instance = await self.cloud.create(launch)
+            async with heartbeating():  # a worker that dies mid-launch is noticed in a heartbeat timeout
+                instance = await self.cloud.create(launch)
         except CloudError as error:
             raise launch_failure(error, offering) from error
         result = LaunchResult(

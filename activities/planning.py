@@ -7,16 +7,16 @@ launch candidates, and a count of what could not be placed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import string
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from temporalio import activity
 
 from activities.catalog_source import CatalogSource
+from activities.heartbeat import heartbeating
 from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
@@ -162,27 +162,6 @@ async def concurrently(calls: Sequence[Awaitable[object]], limit: int = CONCURRE
             await call
 
     await asyncio.gather(*(one(call) for call in calls))
-
-
-@contextlib.asynccontextmanager
-async def heartbeating(interval: float = 1.0) -> AsyncIterator[None]:
-    """Heartbeat while the block runs (the scheduler runs in a thread, so the event loop stays free)."""
-    if not activity.in_activity():
-        yield
-        return
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(interval)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 class PlanningActivities:

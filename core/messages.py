@@ -143,6 +143,9 @@ class LifecycleSettings(BaseModel):
     every change of the Node the lifecycle waits on (each look is a workflow task and a call to the API server)."""
     drain_retry_seconds: float = 1.0
     launch_timeout_seconds: float = 300.0
+    launch_heartbeat_seconds: float = 15.0
+    """A launch that has not heartbeated for this long (it beats every second) is retried: its worker died, or lost
+    it, and a retry finds the VM an earlier attempt created by its name."""
     activity_timeout_seconds: float = 30.0
     """Start-to-close timeout of every other lifecycle activity (a dead worker's activity is retried after it)."""
 

@@ -9,8 +9,8 @@ node:
    the versions;
 2. TLS bootstrap: makes an EC P-256 key and posts a `certificates.k8s.io/v1` CertificateSigningRequest for
    `CN=system:node:<node>, O=system:nodes` (signer `kubernetes.io/kube-apiserver-client-kubelet`) as the
-   bootstrap token; kube-controller-manager approves and signs it; the agent waits (bounded) for the
-   certificate. A token the API server refuses (wrong, expired) gets 401: one warning names the VM (never the
+   bootstrap token; kube-controller-manager approves and signs it; the agent waits for the certificate (a new
+   CSR after `certificate_timeout`). A token the API server refuses (wrong, expired) gets 401: one warning names the VM (never the
    token) and the node never joins;
 3. with that certificate, as `system:node:<node>`, creates its Node: the labels of `--node-labels` plus the
    hostname and node image version, the taints of `--register-with-taints`, the AKS provider ID, the VM size's
@@ -44,9 +44,12 @@ is gone: the agent, still as the node, removes the kwok annotation and sets its 
 (`NodeStatusUnknown`). The NodeClaim lifecycle deletes the Node object itself. A VM registers at most once;
 `never_register` makes a VM's node never join.
 
-API calls are retried a bounded number of times on transient errors; an agent's failure is logged and ends that
-agent only (a condition it could not write is logged and tried again at the next poll). Deallocation is not
-emulated.
+As a kubelet does, an agent keeps trying for as long as its VM exists: an API call is retried a few times on a
+transient error (no answer, 429, 5xx), and a step that still fails (the TLS bootstrap, the registration, the
+wait for Ready, the startup taints; a CSR not signed in time) is started again after a backoff that doubles up
+to `rejoin_max_backoff`, resuming where the agent got to (a node that registered does not bootstrap again). Only
+a refusal ends its joining for good (the token or the Node refused, a CSR denied), and an error that is not
+transient ends that agent only, logged. Deallocation is not emulated.
 """
 
 from __future__ import annotations
@@ -140,14 +143,16 @@ class NodeAgentSettings(BaseModel):
     startup_taint_delay: timedelta = timedelta(seconds=1)
     """From the Node being Ready to its startup taints being removed (the add-ons starting)."""
     certificate_timeout: timedelta = timedelta(seconds=60)
-    """How long the agent waits for its CSR to be approved and signed."""
+    """How long the agent waits for its CSR to be approved and signed before it sends a new one."""
     ready_timeout: timedelta = timedelta(seconds=120)
-    """How long the agent waits for its Node to be Ready before it gives up removing startup taints."""
+    """How long the agent waits for its Node to be Ready before it logs so and starts waiting again."""
     poll_interval: timedelta = timedelta(seconds=0.5)
     """The longest wait between two reads of the CSR or the Node (the first reads come sooner)."""
     api_attempts: int = Field(default=6, ge=1)
     """Tries of one API call that keeps failing transiently (no answer, 429, 5xx)."""
     api_max_backoff: timedelta = timedelta(seconds=2)
+    rejoin_max_backoff: timedelta = Field(default=timedelta(seconds=7), gt=timedelta(0))
+    """The longest wait before a failed step of joining is tried again (the kubelet's node-status backoff, 7 s)."""
     scheduled_events_interval: timedelta = Field(default=timedelta(seconds=5), gt=timedelta(0))
     """How often a registered node reads its VM's Scheduled Events (node-problem-detector's poll)."""
 
@@ -182,6 +187,15 @@ class Phase(StrEnum):
 
 class _Refused(Exception):
     """The node cannot join; the message says why, naming the VM and never a credential."""
+
+
+class _TryAgain(Exception):
+    """A step of joining did not finish in its time (a CSR not signed, a Node not Ready): start it again, as a
+    restarted kubelet would."""
+
+
+def _worth_retrying(error: BaseException) -> bool:
+    return isinstance(error, _TryAgain) or (isinstance(error, KubeApiError) and error.transient)
 
 
 def _now() -> str:
@@ -222,8 +236,11 @@ class NodeAgent:
         self.registered = False
         self.credential: KubeCredential | None = None
         """The node's own (its client certificate), once TLS bootstrap gave it one."""
+        self.retries = 0
+        """How many times a step of joining was started again after it failed."""
         self._stop = asyncio.Event()
         self._node_api: KubeApi | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def settings(self) -> NodeAgentSettings:
@@ -268,28 +285,51 @@ class NodeAgent:
             self.phase = Phase.NEVER_REGISTERS
             logger.info("VM %s boots but its node never registers", self.vm_name)
             return
+        backoff = settings.poll_interval.total_seconds()
         try:
-            boot = self._bootstrap()
-            self.phase = Phase.BOOTSTRAPPING
-            self.credential = await self._tls_bootstrap(boot)
-            self._node_api = KubeApi(self.credential)
-            await self._register(boot)
+            while True:
+                try:
+                    await self._join_step()
+                    return
+                except Exception as error:
+                    if not _worth_retrying(error):
+                        raise
+                    self.retries += 1
+                    logger.warning(
+                        "VM %s: its node agent tries again in %.1f s (%s): %s",
+                        self.vm_name,
+                        backoff,
+                        self.phase.value,
+                        error,
+                    )
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, settings.rejoin_max_backoff.total_seconds())
         except _Refused as refused:
             self.phase = Phase.REFUSED
             logger.warning("%s", refused)
-            return
-        self.registered = True
-        self.phase = Phase.REGISTERED
-        logger.info("VM %s registered node %s", self.vm_name, self.node_name)
-        watch = asyncio.create_task(
-            self._watch_scheduled_events(), name=f"node-problem-detector/{self.vm_name}"
-        )
-        try:
-            await self._initialize()
-            await watch
         finally:
-            watch.cancel()
-            await asyncio.wait({watch})
+            if self._watch is not None:
+                self._watch.cancel()
+                await asyncio.wait({self._watch})
+
+    async def _join_step(self) -> None:
+        """Bootstrap, register and initialize, from wherever an earlier try stopped."""
+        if self.credential is None:
+            self.phase = Phase.BOOTSTRAPPING
+            self.credential = await self._tls_bootstrap(self._bootstrap())
+            self._node_api = KubeApi(self.credential)
+        if not self.registered:
+            await self._register(self._bootstrap())
+            self.registered = True
+            self.phase = Phase.REGISTERED
+            logger.info("VM %s registered node %s", self.vm_name, self.node_name)
+            self._watch = asyncio.create_task(
+                self._watch_scheduled_events(), name=f"node-problem-detector/{self.vm_name}"
+            )
+        if self.phase is not Phase.INITIALIZED:
+            await self._initialize()
+        assert self._watch is not None
+        await self._watch
 
     async def _initialize(self) -> None:
         """Once Ready, and after the startup-taint delay, the startup taints go."""
@@ -412,9 +452,9 @@ class NodeAgent:
                     )
             if status.get("certificate"):
                 return base64.b64decode(status["certificate"])
-        raise _Refused(
-            f"VM {self.vm_name}: its certificate signing request {self.csr_name} was not signed within "
-            f"{self.settings.certificate_timeout.total_seconds():g} s; the node does not join"
+        raise _TryAgain(
+            f"its certificate signing request {self.csr_name} was not signed within "
+            f"{self.settings.certificate_timeout.total_seconds():g} s"
         )
 
     async def _states(
@@ -480,13 +520,9 @@ class NodeAgent:
                 return False
             if _is_ready(node):
                 return True
-        logger.warning(
-            "node %s of VM %s was not Ready within %g s; its startup taints stay",
-            self.node_name,
-            self.vm_name,
-            self.settings.ready_timeout.total_seconds(),
+        raise _TryAgain(
+            f"node {self.node_name} was not Ready within {self.settings.ready_timeout.total_seconds():g} s"
         )
-        return False
 
     async def _stop_node(self) -> None:
         """As the node: leave kwok, then report the kubelet gone (what the node lifecycle controller would

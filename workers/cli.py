@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from workers.settings import Settings, TemporalConnection
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+DEV_SERVER_DB = "dev-server/temporal.db"
+"""Where `nodewright dev-server` keeps Temporal's state by default, under the cache directory."""
+DEV_SERVER_DB_HELP = f"~/.cache/nodewright/{DEV_SERVER_DB}; delete it to start fresh"
 
 
 class UsageError(Exception):
@@ -201,10 +204,20 @@ def explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from workers.controlplane.build import cache_root
     from workers.settings import load_settings
     from workers.temporal_server import run_dev_server
 
-    asyncio.run(run_dev_server(load_settings(), ui_port=args.ui_port, db_filename=args.db_filename))
+    database = (
+        None
+        if args.in_memory
+        else Path(args.db_filename)
+        if args.db_filename
+        else cache_root() / DEV_SERVER_DB
+    )
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+    asyncio.run(run_dev_server(load_settings(), ui_port=args.ui_port, db_filename=database))
     return 0
 
 
@@ -430,8 +443,16 @@ def build_parser() -> argparse.ArgumentParser:
         "dev-server", help="run a Temporal dev server with the UI and our search attributes"
     )
     server.add_argument("--ui-port", type=int, default=None)
-    server.add_argument(
-        "--db-filename", default=None, help="keep data in this SQLite file (default: in memory)"
+    persistence = server.add_mutually_exclusive_group()
+    persistence.add_argument(
+        "--db-filename",
+        default=None,
+        help=f"keep Temporal's state in this SQLite file (default: {DEV_SERVER_DB_HELP})",
+    )
+    persistence.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="keep Temporal's state in memory (lost when the server stops)",
     )
     server.set_defaults(handler=dev_server)
 

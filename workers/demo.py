@@ -103,8 +103,10 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
     directory = options.directory or cache_root() / "demo"
     print(f"Starting a Kubernetes control plane in {directory}", file=out, flush=True)
     async with (
-        DevServer(ui=True) as temporal,
         local_aks(directory, options.cluster, options.region, options.seed) as aks,
+        # Temporal's state on disk beside the control plane's (both fresh each run): a dev server that stops
+        # and starts again within the run finds every workflow where it was.
+        DevServer(ui=True, db_filename=directory / "temporal.db") as temporal,
     ):
         azure = aks.azure
         async with cloud_provider(aks.kube, azure, catalogs) as cloud:

@@ -169,6 +169,7 @@ class NodeClaimWorkflow:
                     ),
                     result_type=LaunchResult,
                     start_to_close_timeout=timedelta(seconds=self._settings.launch_timeout_seconds),
+                    heartbeat_timeout=timedelta(seconds=self._settings.launch_heartbeat_seconds),
                     retry_policy=RETRY,
                     summary=summaries.launch_summary(offering),
                 )

@@ -55,8 +55,8 @@ STEP_TIMEOUT = 45.0
 """Seconds a step may take when nothing was interrupted (each needs one or two; the first also waits for the
 worker process to start, which on 2 busy cores can take ten)."""
 RECOVERY_TIMEOUT = 60.0
-"""Seconds for every NodeClaim to be Initialized after the interruption. Usually about 12; an activity that
-died with the worker is retried after its start-to-close timeout (5 s here, an input of the lifecycle)."""
+"""Seconds for every NodeClaim to be Initialized after the interruption: a launch that died with the worker is
+retried after its heartbeat timeout (15 s, the default), far within its start-to-close timeout (300 s)."""
 
 OUTAGE_SECONDS = 2.0
 
@@ -75,8 +75,9 @@ def aks_settings() -> AksSettings:
 
 
 def provisioner_input(cluster: str) -> ProvisionerInput:
-    """Short batches and polls; a launch activity lost with its worker is retried after 5 s, not 5 min, and a
-    plan after 3 s without a heartbeat."""
+    """Short batches and polls; a launch keeps the production timeouts (5 minutes to finish, retried 15 s after
+    its last heartbeat), so a launch lost with its worker is retried by its heartbeat timeout; a plan after 3 s
+    without a heartbeat."""
     return ProvisionerInput(
         cluster=cluster,
         batch_idle_seconds=1,
@@ -86,7 +87,6 @@ def provisioner_input(cluster: str) -> ProvisionerInput:
             registration_ttl_seconds=120,
             poll_seconds=1,
             drain_retry_seconds=1,
-            launch_timeout_seconds=5,
             activity_timeout_seconds=5,
         ),
     )

@@ -200,3 +200,32 @@ async def test_run_dev_server_serves_grpc_and_the_ui_until_stopped() -> None:
     assert text.endswith("Stopping the Temporal dev server.\n")
     with pytest.raises(RuntimeError):
         await Client.connect(f"127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], "dev-server/temporal.db"),
+        (["--db-filename", "elsewhere/state.db"], "elsewhere/state.db"),
+        (["--in-memory"], None),
+    ],
+)
+def test_nodewright_dev_server_keeps_its_state_on_disk_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], expected: str | None
+) -> None:
+    from workers import cli, temporal_server
+
+    monkeypatch.setenv("NODEWRIGHT_CACHE_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    given: list[object] = []
+
+    async def serve(settings: Settings, **options: object) -> None:
+        given.append(options["db_filename"])
+
+    monkeypatch.setattr(temporal_server, "run_dev_server", serve)
+    assert cli.main(["dev-server", *flags], io.StringIO(), io.StringIO()) == 0
+    assert [None if path is None else Path(str(path)).resolve() for path in given] == [
+        None if expected is None else tmp_path / expected
+    ]
+    if expected is not None:
+        assert (tmp_path / expected).parent.is_dir()
