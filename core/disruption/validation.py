@@ -4,8 +4,9 @@ Karpenter re-checks emptiness and consolidation commands after `commandValidatio
 candidates that are still empty and still allowed, consolidation needs the same candidates, the same decision and
 a replacement no dearer. Here the re-check compares the command with a fresh plan. When the command is abandoned,
 the reason is the one that applies to it: a fresh command that takes the node, a reason the same method gives
-for keeping it or one that keeps it from every method (do-not-disrupt, a PDB, a nomination), or, for emptiness, that the node is no longer empty. A reason another method
-gave (single-node consolidation's "SpotToSpotConsolidation is disabled" for a node emptiness chose) is not one.
+for keeping it or one that keeps it from every method (do-not-disrupt, a PDB, a nomination), or, for emptiness,
+that the node is no longer empty. A reason only another method gave (single-node consolidation's
+"SpotToSpotConsolidation is disabled" for a node emptiness chose) is not one.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ HOOK = "helm.sh/hook"
 
 def readme_values() -> str:
     """The README's `my-values.yaml` block (in "Install on AKS"), as a user would copy it."""
-    blocks = re.findall(r"```yaml\n(# my-values\.yaml\n.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    blocks = re.findall(
+        r"```yaml\n(# my-values\.yaml\n.*?)```", README.read_text(encoding="utf-8"), re.DOTALL
+    )
     assert len(blocks) == 1, "the README has one my-values.yaml sample"
     return str(blocks[0])
 
@@ -53,7 +55,9 @@ def test_helm_test_asks_the_ready_controllers_for_readyz(helm: Helm) -> None:
     }
     selector = service["spec"]["selector"].items()
     assert selector <= pod_labels["controller"].items() and not selector <= pod_labels["worker"].items()
-    assert service["spec"]["ports"] == [{"name": "http", "port": 9091, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 9091, "targetPort": "http", "protocol": "TCP"}
+    ]
     # The pod runs the chart's image, locked down as the Deployments' pods, and retries for the value's time.
     (test,) = pod["spec"]["containers"]
     controller = container(deployments(objects)["controller"])
@@ -75,7 +79,7 @@ class _Readyz(http.server.BaseHTTPRequestHandler):
     status = 200
     body = "ok"
 
-    def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+    def do_GET(self) -> None:
         data = self.body.encode()
         self.send_response(self.status if self.path == "/readyz" else 404)
         self.send_header("Content-Length", str(len(data)))
