@@ -97,6 +97,12 @@ async def walk_through(self: Walkthrough) -> None:
     await spot_eviction_step(self, 7)
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
 
+    self.say("9. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    await self.kubectl("get", "nodepools")
+    remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
+    if remaining:
+        await self.kubectl("describe", "nodeclaim", remaining[0])
+
 
 @contextlib.asynccontextmanager
 async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatedAks]]:
