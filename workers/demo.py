@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shlex
 import sys
+import sysconfig
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -37,7 +39,7 @@ from core.messages import (
 )
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
-from workers.controlplane.build import cache_root
+from workers.controlplane.build import cache_root, ensure_binaries
 from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
 from workers.demo_interruption import spot_eviction_step
 from workers.logs import setup_logging
@@ -95,6 +97,12 @@ async def walk_through(self: Walkthrough) -> None:
     await spot_eviction_step(self, 7)
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
 
+    self.say("9. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    await self.kubectl("get", "nodepools")
+    remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
+    if remaining:
+        await self.kubectl("describe", "nodeclaim", remaining[0])
+
 
 @contextlib.asynccontextmanager
 async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevServer, SimulatedAks]]:
@@ -149,6 +157,18 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                         await task
 
 
+def explore_exports(kubeconfig: Path, kubectl_dir: Path, temporal: str, options: DemoOptions) -> list[str]:
+    """The `export` lines that let another shell run the built `kubectl` and this installation's `nodewright`
+    against the demo (the directory that holds `nodewright` is the Python environment's scripts directory)."""
+    scripts = sysconfig.get_path("scripts")
+    return [
+        f"export KUBECONFIG={shlex.quote(str(kubeconfig))} "
+        f"PATH={shlex.quote(str(kubectl_dir))}:{shlex.quote(scripts)}:$PATH",
+        f"export NODEWRIGHT_TEMPORAL_ADDRESS={temporal} NODEWRIGHT_TASK_QUEUE={TASK_QUEUE} "
+        f"NODEWRIGHT_CLUSTER_NAME={options.cluster}",
+    ]
+
+
 async def record_histories(client: Client, directory: Path) -> list[Path]:
     """Every workflow's history as `<workflow type>-<id>.json`, as the replay tests read them."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -166,11 +186,10 @@ async def record_histories(client: Client, directory: Path) -> list[Path]:
 
 async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     setup_logging(out, karpenter_only=True)
-    started = time.monotonic()
     metrics_server = serve_metrics(0, addr="127.0.0.1")
     set_build_info(default_metrics())
     try:
-        result = await until_signalled(_walk_through(options, out, started, metrics_server.server_port))
+        result = await until_signalled(_walk_through(options, out, metrics_server.server_port))
         if result is None:
             print("Stopped: every process the demo started has ended.", file=out, flush=True)
             return 0 if options.keep_running else 130
@@ -180,7 +199,10 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
         metrics_server.server_close()
 
 
-async def _walk_through(options: DemoOptions, out: TextIO, started: float, metrics_port: int) -> int:
+async def _walk_through(options: DemoOptions, out: TextIO, metrics_port: int) -> int:
+    # Building the binaries, or waiting for another process's build, is not part of the walkthrough's time.
+    await asyncio.to_thread(ensure_binaries, None, lambda line: print(line, file=out, flush=True))
+    started = time.monotonic()
     async with system(options, out) as (temporal, aks):
         print(f"Temporal UI: {temporal.ui_url}", file=out, flush=True)
         print(f"Metrics: http://127.0.0.1:{metrics_port}/metrics", file=out, flush=True)
@@ -205,12 +227,13 @@ async def _walk_through(options: DemoOptions, out: TextIO, started: float, metri
             written = await record_histories(await connect(temporal.target), options.record_histories)
             print(f"Recorded {len(written)} workflow histories in {options.record_histories}", file=out)
         if options.keep_running:
+            exports = explore_exports(
+                aks.plane.kubeconfig, aks.plane.binaries.directory, temporal.target, options
+            )
             print(
                 "Everything keeps running (--keep-running); in another shell, try:\n"
-                f"  export KUBECONFIG={aks.plane.kubeconfig} PATH={aks.plane.binaries.directory}:$PATH\n"
-                f"  export NODEWRIGHT_TEMPORAL_ADDRESS={temporal.target} NODEWRIGHT_TASK_QUEUE={TASK_QUEUE} "
-                f"NODEWRIGHT_CLUSTER_NAME={options.cluster}\n"
-                "  kubectl get nodeclaims -o wide; kubectl describe nodeclaim; kubectl get events\n"
+                + "".join(f"  {line}\n" for line in exports)
+                + "  kubectl get nodeclaims -o wide; kubectl describe nodeclaim; kubectl get events\n"
                 f"  nodewright explain nodeclaim {walkthrough.victim}\n"
                 "  nodewright consolidate --dry-run\n"
                 "Press Ctrl-C to stop.",

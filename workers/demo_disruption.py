@@ -19,9 +19,7 @@ import json
 import re
 from typing import Any
 
-from core import labels
-from core.api.kube import Node
-from core.api.nodeclaim import NodeClaim
+from core.api.aksnodeclass import AKSNodeClass
 from core.messages import DisruptionInput, DisruptionMode, DisruptionSettings
 from workers.consolidate import consolidate
 from workers.walkthrough import Walkthrough
@@ -41,20 +39,13 @@ def newer_image(image_id: str) -> str:
     return image_id[: match.start("version")] + ".".join(parts)
 
 
-def status_images(claims: list[NodeClaim], nodes: list[Node]) -> list[dict[str, Any]]:
-    """AKSNodeClass `status.images`: a newer version of every image the nodes run, for the architecture of the
-    nodes that run it."""
-    arch = {node.metadata.name: node.metadata.labels.get(labels.ARCH, "amd64") for node in nodes}
-    images: dict[str, str] = {}
-    for claim in claims:
-        if claim.status.image_id and claim.status.node_name in arch:
-            images.setdefault(claim.status.image_id, arch[claim.status.node_name])
+def status_images(nodeclass: AKSNodeClass) -> list[dict[str, Any]]:
+    """AKSNodeClass `status.images` after a node image release: every image the status lists (each architecture
+    and Hyper-V generation), one version later, with its requirements and in its order, as the AKS image
+    controller rewrites them."""
     return [
-        {
-            "id": newer_image(image),
-            "requirements": [{"key": labels.ARCH, "operator": "In", "values": [architecture]}],
-        }
-        for image, architecture in sorted(images.items())
+        {"id": newer_image(image.id), **image.model_dump(by_alias=True, exclude={"id"}, exclude_none=True)}
+        for image in nodeclass.status.images
     ]
 
 
@@ -101,7 +92,10 @@ async def drift_step(walk: Walkthrough) -> None:
     await _patch(walk, "nodepool", {"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}})
     await walk.kubectl("scale", "deployment", "storefront", f"--replicas={WEB_REPLICAS}")
     await walk.until("storefront running", lambda: walk.running("storefront", WEB_REPLICAS))
-    images = status_images(await sim.list_nodeclaims(), await sim.list_nodes())
+    nodeclass = await sim.get_nodeclass("default")
+    if nodeclass is None:
+        raise RuntimeError("AKSNodeClass default not found: the examples were not applied")
+    images = status_images(nodeclass)
     wanted = {image["id"] for image in images}
     await _patch(walk, "aksnodeclass", {"status": {"images": images}}, "--subresource", "status")
     fewest_available = WEB_REPLICAS

@@ -27,7 +27,8 @@ from workflows.conventions import RETRY, log
 
 with workflow.unsafe.imports_passed_through():
     from core import summaries
-    from core.disruption.commands import EXPIRED, BlockReason, Decision, Method
+    from core.disruption.commands import EXPIRED, BlockReason, Method
+    from core.disruption.validation import validate
     from core.messages import (
         ActivityName,
         CommandOutcome,
@@ -119,44 +120,6 @@ def node_events(
         )
         for kind, name in targets
     ]
-
-
-def validate(command: DisruptionCommand, fresh: DisruptionPassRecord) -> tuple[DisruptionCommand | None, str]:
-    """The command as it may still execute after the validation wait, or None and why not.
-
-    Emptiness keeps the candidates a fresh plan still finds empty; consolidation needs the same candidates
-    chosen by the same method with the same decision, and a replacement no dearer than planned."""
-    nodes = {candidate.node for candidate in command.candidates}
-    if command.method == Method.EMPTINESS:
-        still = {
-            candidate.node
-            for planned in fresh.commands
-            if planned.method == Method.EMPTINESS
-            for candidate in planned.candidates
-        }
-        kept = [candidate for candidate in command.candidates if candidate.node in still]
-        if kept:
-            return command.model_copy(update={"candidates": kept}), ""
-        return None, _why_kept(nodes, fresh) or "the candidates are no longer empty"
-    for planned in fresh.commands:
-        if {c.node for c in planned.candidates} != nodes:
-            continue
-        if (planned.method, planned.decision) != (command.method, command.decision):
-            return None, f"a fresh plan would now {planned.decision} them by {planned.method}"
-        if command.decision == Decision.REPLACE:
-            before = command.replacements[0].price_micros if command.replacements else None
-            after = planned.replacements[0].price_micros if planned.replacements else None
-            if before is not None and after is not None and after > before:
-                return None, "the replacement would now cost more than planned"
-        return command, ""
-    return None, _why_kept(nodes, fresh) or "a fresh plan no longer chooses these candidates together"
-
-
-def _why_kept(nodes: set[str], fresh: DisruptionPassRecord) -> str:
-    for kept in fresh.kept:
-        if kept.node in nodes and kept.reasons:
-            return f"{kept.node}: {kept.reasons[0].message}"
-    return ""
 
 
 @workflow.defn(name="Disruption")

@@ -77,10 +77,12 @@ class Helm:
         return self.run(*args, check=check)
 
     def render(
-        self, values: Sequence[Path], *sets: str, namespace: str = "nodewright"
+        self, values: Sequence[Path], *sets: str, namespace: str = "nodewright", tests: bool = False
     ) -> list[dict[str, Any]]:
-        """The objects `helm template` renders."""
-        return documents(self.template(values, *sets, namespace=namespace).stdout)
+        """The objects `helm template` renders: what `helm install` creates, and with `tests` the `helm test`
+        hooks too."""
+        flags = [] if tests else ["--skip-tests"]
+        return documents(self.template(values, *sets, namespace=namespace, flags=flags).stdout)
 
     def lint(
         self, values: Sequence[Path], *sets: str, check: bool = True

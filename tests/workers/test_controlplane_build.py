@@ -3,13 +3,15 @@ sentence saying what to install, not a traceback."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import threading
 from pathlib import Path
 
 import pytest
 
 from workers.cli import main
-from workers.controlplane.build import BINARIES, BuildError, binaries_dir, ensure_binaries
+from workers.controlplane.build import BINARIES, Binaries, BuildError, binaries_dir, ensure_binaries
 
 
 def test_without_go_the_build_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,11 +31,43 @@ def test_the_cli_reports_a_missing_go_in_one_line(tmp_path: Path, monkeypatch: p
     assert line.startswith("error: Go is not installed")
 
 
-def test_a_complete_cache_is_used_without_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    binaries = binaries_dir(tmp_path)
+def _fill(binaries: Binaries) -> None:
     for path in [*(binaries.path(name) for name in BINARIES), *binaries.stages]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
+
+
+def test_waiting_for_another_build_says_so_and_uses_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the build lock: the wait is announced, and once that build is complete it is used
+    (without Go, so nothing was built here)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    binaries = binaries_dir(tmp_path)
+    binaries.directory.mkdir(parents=True)
+    lines: list[str] = []
+    waiting = threading.Event()
+    result: list[Binaries] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        waiting.set()
+
+    with (binaries.directory.parent / f"{binaries.directory.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: result.append(ensure_binaries(tmp_path, progress=progress)))
+        waiter.start()
+        assert waiting.wait(timeout=60), "ensure_binaries never said it was waiting"
+        _fill(binaries)
+    waiter.join(timeout=60)
+    assert result == [binaries]
+    assert lines[0].startswith("waiting for another process's build of the control plane binaries")
+    assert lines[1].startswith("the other process's build finished")
+
+
+def test_a_complete_cache_is_used_without_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binaries = binaries_dir(tmp_path)
+    _fill(binaries)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     lines: list[str] = []
     assert ensure_binaries(tmp_path, progress=lines.append) == binaries

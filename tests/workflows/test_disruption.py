@@ -415,7 +415,9 @@ def test_validation_needs_the_same_consolidation_no_dearer() -> None:
     assert dearer == (None, "the replacement would now cost more than planned")
     other = validate(command, _record(_command("single-node-consolidation", "delete", ["a"])))
     assert other == (None, "a fresh plan would now delete them by single-node-consolidation")
-    gone = validate(command, _record(_command("multi-node-consolidation", "replace", ["a", "b"], 90)))
+    joined = validate(command, _record(_command("multi-node-consolidation", "replace", ["a", "b"], 90)))
+    assert joined == (None, "a fresh plan would now replace a by multi-node-consolidation")
+    gone = validate(command, _record())
     assert gone == (None, "a fresh plan no longer chooses these candidates together")
 
 

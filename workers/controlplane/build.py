@@ -171,14 +171,22 @@ def ensure_binaries(
     binaries = binaries_dir(root)
     if binaries.complete():
         return binaries
-    go = _go()
     directory = binaries.directory
     directory.mkdir(parents=True, exist_ok=True)
     # Two processes (test workers, a demo beside a test run) must not build into one directory at once.
     with (directory.parent / f"{directory.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(
+                f"waiting for another process's build of the control plane binaries into {directory} "
+                "(it holds the build lock; up to about 10 minutes)"
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if binaries.complete():
+                progress(f"the other process's build finished: control plane binaries ready in {directory}")
         if not binaries.complete():
-            _build_all(go, binaries, progress)
+            _build_all(_go(), binaries, progress)
     return binaries
 
 
