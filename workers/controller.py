@@ -11,6 +11,8 @@
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
+- It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
+  ValidationSucceeded and NodeClassReady conditions, from what it watches.
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -44,6 +46,7 @@ from core.messages import (
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.metrics import WatchedClusterState, keep_cluster_state
+from workers.nodepool_status import NodePoolStatusWriter
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
@@ -107,6 +110,7 @@ class Controller:
         disruption: DisruptionInput | None = None,
         metrics: Metrics | None = None,
         metrics_seconds: float = 5.0,
+        status_seconds: float = 1.0,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -119,6 +123,8 @@ class Controller:
         """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
         self.metrics_seconds = metrics_seconds
         self.state = WatchedClusterState() if metrics is not None else None
+        self.statuses = NodePoolStatusWriter(cluster, status_seconds)
+        """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
@@ -147,6 +153,7 @@ class Controller:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
+            group.create_task(self.statuses.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
@@ -175,6 +182,7 @@ class Controller:
     async def handle(self, event: WatchEvent) -> None:
         if self.state is not None:
             self.state.observe(event)
+        self.statuses.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
