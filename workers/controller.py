@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,7 @@ from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
 from workflows.disruption import DisruptionWorkflow, disruption_id
+from workflows.maintenance import nodeclass_status_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
 logger = logging.getLogger("nodewright.controller")
@@ -144,6 +146,8 @@ class Controller:
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
         self._notices: set[tuple[str, str]] = set()
         """(Node, Scheduled Event id) already handled."""
+        self._nodeclass_generations: dict[str, object] = {}
+        """The generation of each AKSNodeClass its status schedule was last triggered for."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -197,6 +201,8 @@ class Controller:
             }
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
+        elif event.kind == "AKSNodeClass":
+            self._nodeclass(event)
 
     def _pod(self, event: WatchEvent) -> None:
         pod = Pod.model_validate(event.object)
@@ -210,6 +216,23 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
             self._signalled.pop(key, None)
+
+    def _nodeclass(self, event: WatchEvent) -> None:
+        """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at
+        the schedule's next turn (no schedule: nothing happens)."""
+        if event.type is EventType.DELETED:
+            self._nodeclass_generations.pop(event.name, None)
+            return
+        generation = (event.object.get("metadata") or {}).get("generation")
+        if self._nodeclass_generations.get(event.name) == generation:
+            return
+        self._nodeclass_generations[event.name] = generation
+        schedule = nodeclass_status_id(self.provisioner.cluster)
+        self._in_order(schedule, lambda: self._trigger(schedule))
+
+    async def _trigger(self, schedule_id: str) -> None:
+        with contextlib.suppress(RPCError):
+            await self.client.get_schedule_handle(schedule_id).trigger()
 
     def _track_nominations(self, claim: NodeClaim) -> None:
         pods = nominated_pods(claim)
