@@ -111,7 +111,8 @@ async def ensure_schedules(
     garbage_collection: GarbageCollectionInput | None = None,
     nodeclass_status_every: timedelta = NODECLASS_STATUS_EVERY,
 ) -> None:
-    """Create or update the cluster's maintenance schedules (inputs default to the provider's)."""
+    """Create or update the cluster's maintenance schedules (inputs default to the provider's), and run the
+    AKSNodeClass status reconcile once now."""
     refresh_id, collection_id = catalog_refresh_id(cluster), garbage_collection_id(cluster)
     status_id = nodeclass_status_id(cluster)
     await ensure_schedule(
@@ -126,6 +127,8 @@ async def ensure_schedules(
             summaries.nodeclass_status_summary(cluster),
         ),
     )
+    # At a process start the NodeClasses are checked now, rather than at the schedule's next turn.
+    await client.get_schedule_handle(status_id).trigger()
     await ensure_schedule(
         client,
         refresh_id,
