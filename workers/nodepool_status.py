@@ -3,10 +3,11 @@
 
 It reads nothing from the API server. Each watch event updates a compact record of the object (a NodeClaim or
 Node as the few fields the counter reads); a change makes the writer recompute every NodePool's status once the
-watch has been quiet for `debounce_seconds`, and patch the status subresource of those whose status differs, with
-the resourceVersion it saw as precondition. Its first pass waits for the watch's initial listing to settle, so a
-restart never writes a count lower than the truth. A NodePool that fails validation gets ValidationSucceeded
-False; no object, however malformed, stops the writer.
+watch has been quiet for `debounce_seconds` (or after `max_wait_seconds` of constant change), and patch the
+status subresource of those whose status differs, with the resourceVersion it saw as precondition. Its first
+pass waits for the watch's initial listing to go quiet, so a restart does not write a count lower than the
+truth. A NodePool that fails validation gets ValidationSucceeded False; no object, however malformed, stops the
+writer.
 """
 
 from __future__ import annotations
@@ -100,7 +101,13 @@ def _node(raw: Mapping[str, Any]) -> _Node:
 
 def counted_nodes(claims: Iterable[_Claim], nodes: Iterable[_Node]) -> list[CountedNode]:
     """NodeClaims and Nodes paired by providerID, each pair (or lone one) counted once."""
-    by_provider = {node.provider_id: node for node in nodes}
+    by_provider: dict[str, _Node] = {}
+    lone: list[_Node] = []
+    for node in nodes:
+        if node.provider_id:
+            by_provider[node.provider_id] = node
+        else:
+            lone.append(node)
     counted = []
     for claim in claims:
         node = by_provider.pop(claim.provider_id, None) if claim.provider_id else None
@@ -114,7 +121,7 @@ def counted_nodes(claims: Iterable[_Claim], nodes: Iterable[_Node]) -> list[Coun
         )
     counted.extend(
         CountedNode(nodepool=node.nodepool, capacity=dict(node.capacity or {}), deleting=node.deleting)
-        for node in by_provider.values()
+        for node in [*lone, *by_provider.values()]
     )
     return counted
 
@@ -151,9 +158,13 @@ def status_differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> boo
 class NodePoolStatusWriter:
     """Keeps the NodePool status of the cluster the controller watches."""
 
-    def __init__(self, cluster: ClusterAPI, debounce_seconds: float = 1.0) -> None:
+    def __init__(
+        self, cluster: ClusterAPI, debounce_seconds: float = 1.0, max_wait_seconds: float = 10.0
+    ) -> None:
         self.cluster = cluster
         self.debounce_seconds = debounce_seconds
+        self.max_wait_seconds = max_wait_seconds
+        """A watch that is never quiet (a thousand nodes joining) still gets its statuses written this often."""
         self._nodepools: dict[str, dict[str, Any]] = {}
         self._validation: dict[str, tuple[object, str | None]] = {}
         """Per NodePool, its generation (or resourceVersion) and why it failed validation then."""
@@ -191,9 +202,13 @@ class NodePoolStatusWriter:
         """Write statuses after each quiet period that follows a change, until cancelled."""
         while True:
             await self._changed.wait()
-            while self._changed.is_set():  # until the watch has been quiet for a debounce period
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.max_wait_seconds
+            # Until the watch has been quiet for a debounce period, or for at most `max_wait_seconds`.
+            while self._changed.is_set() and loop.time() < deadline:
                 self._changed.clear()
                 await asyncio.sleep(self.debounce_seconds)
+            self._changed.clear()
             try:
                 await self.write(datetime.now(UTC))
             except Exception:  # the controller goes on whatever happens here; the next change tries again

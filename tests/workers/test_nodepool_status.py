@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from core.cluster import ClusterAPI, EventType, WatchEvent
+from tests.cluster import eventually
 from workers.nodepool_status import NodePoolStatusWriter
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
@@ -133,3 +135,37 @@ def test_a_deleted_nodeclass_and_a_deleted_node_change_the_status() -> None:
     assert status["nodes"] == 0
     nodeclass_ready = next(c for c in status["conditions"] if c["type"] == "NodeClassReady")
     assert (nodeclass_ready["status"], nodeclass_ready["reason"]) == ("False", "NodeClassNotFound")
+
+
+def test_nodes_without_a_provider_id_each_count_once() -> None:
+    lone = [node(f"static-{index}", "default", "") for index in range(2)]
+    statuses, _ = writer(
+        event("AKSNodeClass", NODECLASS),
+        event("NodePool", nodepool("default")),
+        *(event("Node", n) for n in lone),
+    )
+    assert statuses.wanted(NOW)["default"][1]["nodes"] == 2
+
+
+async def test_a_watch_that_never_goes_quiet_still_gets_statuses_written() -> None:
+    statuses, recorder = writer(event("AKSNodeClass", NODECLASS), event("NodePool", nodepool("default")))
+    statuses.debounce_seconds, statuses.max_wait_seconds = 0.01, 0.05
+    task = asyncio.create_task(statuses.run())
+
+    async def churn() -> None:
+        for index in range(10_000):
+            statuses.observe(event("Node", node(f"n-{index}", "other", f"azure:///{index}")))
+            await asyncio.sleep(0.002)
+
+    churning = asyncio.create_task(churn())
+    try:
+        await eventually(lambda: _written(recorder), timeout=10, what="a status written during the churn")
+        assert not churning.done()
+    finally:
+        for running in (task, churning):
+            running.cancel()
+        await asyncio.gather(task, churning, return_exceptions=True)
+
+
+async def _written(recorder: Recorder) -> bool:
+    return bool(recorder.patches)
