@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
+from activities.azure.nodeclass_status import NodeClassStatusActivities
+from activities.azure.provider import AzureCloudProvider
 from tests.workflows.conftest import System, deployment, eventually
 from workers.controlplane.run import ControlPlane
 
@@ -68,3 +71,42 @@ async def test_kubectl_get_nodepools_shows_the_nodes_and_readiness_the_controlle
     assert "reserved-ish" in validation["message"]
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "UnhealthyDependents")
     assert (await get(control_plane, "nodepools", "invalid")).splitlines()[1].split()[2:4] == ["0", "False"]
+
+
+async def test_a_nodeclass_whose_subnet_is_unusable_makes_it_and_its_nodepool_not_ready(
+    system: System, control_plane: ControlPlane
+) -> None:
+    system.start_controller()
+    provider = cast(AzureCloudProvider, system.cloud)
+    settings = provider.settings
+    elsewhere = (
+        f"/subscriptions/{settings.subscription_id}/resourceGroups/other-rg/providers/Microsoft.Network"
+        "/virtualNetworks/other-vnet/subnets/nodes"
+    )
+    nodeclass = {
+        "apiVersion": "karpenter.azure.com/v1beta1",
+        "kind": "AKSNodeClass",
+        "metadata": {"name": "broken"},
+        "spec": {"vnetSubnetID": elsewhere},
+    }
+    pool = json.loads(json.dumps(INVALID_POOL))
+    pool["metadata"]["name"] = "broken"
+    pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "broken"
+    pool["spec"]["template"]["spec"]["requirements"][0]["values"] = ["spot"]
+    await system.kube.apply([nodeclass, pool])
+
+    await NodeClassStatusActivities(system.kube, provider).reconcile(datetime.now(UTC))
+
+    assert (await get(control_plane, "aksnodeclasses", "broken")).splitlines()[1].split()[1] == "False"
+
+    async def pool_conditions() -> dict[str, dict[str, Any]] | None:
+        raw = json.loads(await get(control_plane, "nodepool", "broken", "-o", "json"))
+        found = {c["type"]: c for c in raw.get("status", {}).get("conditions", [])}
+        ready = found.get("NodeClassReady", {})
+        return found if ready.get("reason") == "UnhealthyDependents" else None
+
+    conditions = await eventually(pool_conditions, timeout=30, what="NodeClassReady following the NodeClass")
+    assert conditions["NodeClassReady"]["status"] == "False"
+    assert conditions["NodeClassReady"]["message"] == "SubnetsReady=False"
+    assert conditions["ValidationSucceeded"]["status"] == "True"
+    assert (await get(control_plane, "nodepools", "broken")).splitlines()[1].split()[3] == "False"
