@@ -50,6 +50,7 @@ class SubnetID:
     subnet: str
 
     def same_vnet(self, other: SubnetID) -> bool:
+        """Whether both are in one virtual network (subscription, resource group and name, as written)."""
         return (self.subscription, self.resource_group, self.vnet) == (
             other.subscription,
             other.resource_group,
@@ -108,10 +109,12 @@ def subnet_id_problem(
 
 
 def subnet_not_found(subnet_id: str) -> tuple[str, str]:
+    """SubnetsReady's reason and message for a subnet Azure does not have."""
     return SUBNET_NOT_FOUND, f"resource not found: {subnet_id}"
 
 
 def subnet_unknown_error(error: str) -> tuple[str, str]:
+    """SubnetsReady's reason and message when reading the subnet failed otherwise."""
     return SUBNET_UNKNOWN_ERROR, f"unknown error getting subnet: {error}"
 
 

@@ -53,9 +53,11 @@ class ConditionSet:
         return self.set(condition_type, ConditionStatus.TRUE, reason or condition_type, message)
 
     def set_false(self, condition_type: str, reason: str, message: str) -> bool:
+        """Set it False with why; the root turns False too."""
         return self.set(condition_type, ConditionStatus.FALSE, reason, message)
 
     def set_unknown(self, condition_type: str, reason: str, message: str) -> bool:
+        """Set it Unknown (not yet known); the root turns Unknown unless a dependent is False."""
         return self.set(condition_type, ConditionStatus.UNKNOWN, reason, message)
 
     def set(self, condition_type: str, status: ConditionStatus, reason: str, message: str) -> bool:
