@@ -865,6 +865,27 @@ class KubernetesCluster:
 
     # --- ClusterAPI: writes ------------------------------------------------------------------------------
 
+    async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
+        """A merge patch of the status subresource of a NodePool or AKSNodeClass, with the resourceVersion as
+        its precondition."""
+        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS}[kind]
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            await self._call(
+                self._custom.patch_cluster_custom_object_status,
+                *resource.custom,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        except NotFoundError:
+            return False
+        except ConflictError as error:
+            if error.code != "Conflict":
+                raise
+            return False
+        return True
+
     async def create_nodeclaim(self, nodeclaim: NodeClaim) -> NodeClaim:
         """Create it, or return the existing one with the same name."""
         body = _manifest(nodeclaim)

@@ -111,3 +111,9 @@ class ClusterAPI(Protocol):
     async def get_nodeclass(self, name: str) -> AKSNodeClass | None:
         """The AKSNodeClass with its status (the images and Kubernetes version its controller resolved)."""
         ...
+
+    async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
+        """Merge `status` into the status of the NodePool or AKSNodeClass `name`, if it is still at
+        `resource_version`; False when it changed meanwhile or is gone (whoever wrote it recomputes from the
+        newer version)."""
+        ...

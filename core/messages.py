@@ -637,6 +637,7 @@ class MaintenanceActivity(StrEnum):
 
     REFRESH_CATALOG = "refresh_catalog"
     COLLECT_GARBAGE = "collect_garbage"
+    RECONCILE_NODECLASS_STATUS = "reconcile_nodeclass_status"
 
 
 class CatalogOrigin(StrEnum):
@@ -677,6 +678,22 @@ class GarbageCollectionInput(BaseModel):
     """A VM with no NodeClaim is left alone this long after its creation (the provider's 5 minutes): its
     NodeClaim may not have its providerID yet."""
     timeout_seconds: float = 300.0
+
+
+class NodeClassStatusInput(BaseModel):
+    cluster: str
+    timeout_seconds: float = 120.0
+
+
+class NodeClassStatusResult(BaseModel):
+    """Per AKSNodeClass, whether it is Ready, and which statuses were written."""
+
+    ready: list[str] = Field(default_factory=list)
+    not_ready: dict[str, str] = Field(default_factory=dict)
+    """AKSNodeClass to the reason and message of its Ready=False."""
+    written: list[str] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+    """One line per AKSNodeClass whose status could not be computed or written; the next run tries again."""
 
 
 class GarbageCollectionResult(BaseModel):

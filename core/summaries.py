@@ -187,6 +187,14 @@ def garbage_collection_summary(cluster: str) -> str:
     return f"garbage collection for cluster {cluster}"
 
 
+def nodeclass_status_summary(cluster: str) -> str:
+    return f"AKSNodeClass status for cluster {cluster}"
+
+
+def reconcile_nodeclass_status_summary() -> str:
+    return "check every AKSNodeClass's subnet and write its Ready, SubnetsReady and other conditions"
+
+
 def refresh_catalog_summary() -> str:
     return "refresh VM sizes and prices from the Resource SKUs and Retail Prices APIs"
 

@@ -11,6 +11,8 @@
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
+- It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
+  ValidationSucceeded and NodeClassReady conditions, from what it watches.
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -18,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -44,7 +47,9 @@ from core.messages import (
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.metrics import WatchedClusterState, keep_cluster_state
+from workers.nodepool_status import NodePoolStatusWriter
 from workflows.disruption import DisruptionWorkflow, disruption_id
+from workflows.maintenance import nodeclass_status_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
 logger = logging.getLogger("nodewright.controller")
@@ -107,6 +112,7 @@ class Controller:
         disruption: DisruptionInput | None = None,
         metrics: Metrics | None = None,
         metrics_seconds: float = 5.0,
+        status_seconds: float = 1.0,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -119,6 +125,8 @@ class Controller:
         """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
         self.metrics_seconds = metrics_seconds
         self.state = WatchedClusterState() if metrics is not None else None
+        self.statuses = NodePoolStatusWriter(cluster, status_seconds)
+        """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
         self._unsent: set[str] = set()
         self._wake = asyncio.Event()
@@ -138,6 +146,8 @@ class Controller:
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
         self._notices: set[tuple[str, str]] = set()
         """(Node, Scheduled Event id) already handled."""
+        self._nodeclass_generations: dict[str, object] = {}
+        """The generation of each AKSNodeClass its status schedule was last triggered for."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -147,6 +157,7 @@ class Controller:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
+            group.create_task(self.statuses.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
@@ -175,6 +186,7 @@ class Controller:
     async def handle(self, event: WatchEvent) -> None:
         if self.state is not None:
             self.state.observe(event)
+        self.statuses.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
@@ -189,6 +201,8 @@ class Controller:
             }
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
+        elif event.kind == "AKSNodeClass":
+            self._nodeclass(event)
 
     def _pod(self, event: WatchEvent) -> None:
         pod = Pod.model_validate(event.object)
@@ -202,6 +216,23 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
             self._signalled.pop(key, None)
+
+    def _nodeclass(self, event: WatchEvent) -> None:
+        """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at
+        the schedule's next turn (no schedule: nothing happens)."""
+        if event.type is EventType.DELETED:
+            self._nodeclass_generations.pop(event.name, None)
+            return
+        generation = (event.object.get("metadata") or {}).get("generation")
+        if self._nodeclass_generations.get(event.name) == generation:
+            return
+        self._nodeclass_generations[event.name] = generation
+        schedule = nodeclass_status_id(self.provisioner.cluster)
+        self._in_order(schedule, lambda: self._trigger(schedule))
+
+    async def _trigger(self, schedule_id: str) -> None:
+        with contextlib.suppress(RPCError):
+            await self.client.get_schedule_handle(schedule_id).trigger()
 
     def _track_nominations(self, claim: NodeClaim) -> None:
         pods = nominated_pods(claim)

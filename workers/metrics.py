@@ -155,13 +155,9 @@ def update_cluster_state(metrics: Metrics, manifests: Manifests) -> None:
                 gauge.labels(**node_labels, resource_type=resource_type(resource)).set(
                     resource_value(resource, amount)
                 )
-    usage: dict[str, Resources] = {}
-    for claim in manifests.nodeclaims:
-        owner = claim.labels.get(labels.NODEPOOL)
-        if owner is not None:
-            usage[owner] = merge(usage.get(owner, {}), parse_resources(claim.status.capacity), {"nodes": 1})
     for pool in manifests.nodepools:
-        for resource, amount in usage.get(pool.name, {}).items():
+        # As Karpenter's: what the NodePool's status says it has provisioned (`workers.nodepool_status`).
+        for resource, amount in parse_resources(pool.status.resources).items():
             metrics.nodepools_usage.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
                 resource_value(resource, amount)
             )

@@ -1,8 +1,9 @@
 """The cluster's maintenance on Temporal Schedules, and what a worker hosts to run it.
 
-Two schedules per cluster, `catalog-refresh/<cluster>` and `garbage-collection/<cluster>`, start the
-maintenance workflows (workflows/maintenance.py) at fixed intervals: the provider refreshes instance types
-and prices every 12 hours and collects garbage every 2 minutes. A run still going when the next is due makes
+Three schedules per cluster, `catalog-refresh/<cluster>`, `garbage-collection/<cluster>` and
+`nodeclass-status/<cluster>`, start the maintenance workflows (workflows/maintenance.py) at fixed intervals: the
+provider refreshes instance types and prices every 12 hours, collects garbage every 2 minutes and checks its
+AKSNodeClasses (their subnets) every minute. A run still going when the next is due makes
 that one skip. `ensure_schedules` creates them, or brings existing ones up to date, so every process start
 may call it.
 
@@ -31,25 +32,30 @@ from temporalio.client import (
 
 from activities.azure.catalog_refresh import CatalogRefreshActivities
 from activities.azure.garbage import GarbageCollectionActivities
+from activities.azure.nodeclass_status import NodeClassStatusActivities
 from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
 from core import summaries
 from core.cluster import ClusterAPI
-from core.messages import CatalogRefreshInput, GarbageCollectionInput
+from core.messages import CatalogRefreshInput, GarbageCollectionInput, NodeClassStatusInput
 from workflows.maintenance import (
     CatalogRefreshWorkflow,
     GarbageCollectionWorkflow,
+    NodeClassStatusWorkflow,
     catalog_refresh_id,
     garbage_collection_id,
+    nodeclass_status_id,
 )
 
 CATALOG_REFRESH_EVERY = timedelta(hours=12)
 GARBAGE_COLLECTION_EVERY = timedelta(minutes=2)
+NODECLASS_STATUS_EVERY = timedelta(minutes=1)
+"""The AKS provider re-reads a subnet every minute while it is missing (3 when it is there)."""
 
 
 def maintenance_workflows() -> list[type]:
-    return [CatalogRefreshWorkflow, GarbageCollectionWorkflow]
+    return [CatalogRefreshWorkflow, GarbageCollectionWorkflow, NodeClassStatusWorkflow]
 
 
 def maintenance_activities(
@@ -63,7 +69,8 @@ def maintenance_activities(
     provider.catalogs = catalogs
     refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
     garbage = GarbageCollectionActivities(cluster, provider)
-    return [refresh.refresh_catalog, garbage.collect_garbage]
+    statuses = NodeClassStatusActivities(cluster, provider)  # type: ignore[arg-type]
+    return [refresh.refresh_catalog, garbage.collect_garbage, statuses.reconcile_nodeclass_status]
 
 
 def _schedule(
@@ -102,9 +109,26 @@ async def ensure_schedules(
     *,
     catalog_refresh: CatalogRefreshInput | None = None,
     garbage_collection: GarbageCollectionInput | None = None,
+    nodeclass_status_every: timedelta = NODECLASS_STATUS_EVERY,
 ) -> None:
-    """Create or update the cluster's two maintenance schedules (inputs default to the provider's)."""
+    """Create or update the cluster's maintenance schedules (inputs default to the provider's), and run the
+    AKSNodeClass status reconcile once now."""
     refresh_id, collection_id = catalog_refresh_id(cluster), garbage_collection_id(cluster)
+    status_id = nodeclass_status_id(cluster)
+    await ensure_schedule(
+        client,
+        status_id,
+        _schedule(
+            NodeClassStatusWorkflow.run,
+            NodeClassStatusInput(cluster=cluster),
+            status_id,
+            task_queue,
+            nodeclass_status_every,
+            summaries.nodeclass_status_summary(cluster),
+        ),
+    )
+    # At a process start the NodeClasses are checked now, rather than at the schedule's next turn.
+    await client.get_schedule_handle(status_id).trigger()
     await ensure_schedule(
         client,
         refresh_id,

@@ -2,6 +2,7 @@
 
 `CatalogRefreshWorkflow` refreshes the VM sizes and prices of the worker that runs its activity;
 `GarbageCollectionWorkflow` removes the cluster's leaked VMs and NICs and the NodeClaims whose VM is gone.
+`NodeClassStatusWorkflow` writes the AKSNodeClasses' conditions (their subnets checked in Azure).
 Each returns what its activity did, so a schedule's recent runs say what was refreshed or collected. The
 activity is retried (a failed listing, say) until the input's timeout; then the run fails and the schedule's
 next run tries again.
@@ -23,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
         GarbageCollectionInput,
         GarbageCollectionResult,
         MaintenanceActivity,
+        NodeClassStatusInput,
+        NodeClassStatusResult,
     )
 
 
@@ -32,6 +35,10 @@ def catalog_refresh_id(cluster: str) -> str:
 
 def garbage_collection_id(cluster: str) -> str:
     return f"garbage-collection/{cluster}"
+
+
+def nodeclass_status_id(cluster: str) -> str:
+    return f"nodeclass-status/{cluster}"
 
 
 @workflow.defn(name="CatalogRefresh")
@@ -60,5 +67,20 @@ class GarbageCollectionWorkflow:
             schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
             retry_policy=RETRY,
             summary=summaries.collect_garbage_summary(request.grace_seconds),
+        )
+        return result
+
+
+@workflow.defn(name="NodeClassStatus")
+class NodeClassStatusWorkflow:
+    @workflow.run
+    async def run(self, request: NodeClassStatusInput) -> NodeClassStatusResult:
+        result: NodeClassStatusResult = await workflow.execute_activity(
+            MaintenanceActivity.RECONCILE_NODECLASS_STATUS,
+            request,
+            result_type=NodeClassStatusResult,
+            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
+            retry_policy=RETRY,
+            summary=summaries.reconcile_nodeclass_status_summary(),
         )
         return result

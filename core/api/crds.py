@@ -741,7 +741,7 @@ RESOURCES = (
         versions=("v1",),
         columns=(
             Column("NodeClass", ".spec.template.spec.nodeClassRef.name"),
-            Column("Nodes", ".status.resources.nodes"),
+            Column("Nodes", ".status.nodes"),
             _READY,
             _AGE,
             Column("Weight", ".spec.weight", "integer", priority=1),

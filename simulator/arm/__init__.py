@@ -14,6 +14,8 @@ names are case-insensitive):
 - `resourceGroups/{rg}/providers/Microsoft.Network/networkInterfaces/{nic}`: PUT (201/200 with
   `Azure-AsyncOperation`), GET, PATCH (tags), DELETE (202 with `Location`, which answers 202 until done, then 204).
 - `resourceGroups/{rg}/providers/Microsoft.Compute/disks/{disk}`: GET, DELETE (the managed OS disks VMs make).
+- `resourceGroups/{rg}/providers/Microsoft.Network/virtualNetworks/{vnet}/subnets/{subnet}`: GET of the cluster's
+  subnet and those in `ArmSettings.subnets`; 404 for any other (`simulator.arm.subnets`).
 - `[resourceGroups/{rg}/]providers/{namespace}/{type}`: GET lists, paged with `nextLink` (`$skiptoken`).
 - `providers/Microsoft.Compute/skus`: the Resource SKUs of the region (`$filter=location eq '<region>'`).
 - `providers/{namespace}/locations/{region}/operations/{id}`: LRO status `{"name", "status", "startTime",

@@ -35,6 +35,7 @@ from simulator.arm.resources import (
 )
 from simulator.arm.state import ArmState
 from simulator.arm.store import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION, ArmSettings, RequestRecord
+from simulator.arm.subnets import get_subnet
 from simulator.arm_tls import server_tls
 from simulator.retail_prices import add_retail_prices
 
@@ -60,11 +61,15 @@ class _Route:
     """A Location (operation result) URL rather than an Azure-AsyncOperation status URL."""
     action: str | None = None
     """A POST action on the resource (`simulateEviction`)."""
+    vnet: str | None = None
+    """The virtual network of a subnet (`name`)."""
 
     @property
     def resource(self) -> str:
         if self.operation is not None:
             return "operations"
+        if self.vnet is not None:
+            return "subnets"
         if self.skus:
             return "skus"
         return self.resource_type.short if self.resource_type else ""
@@ -96,6 +101,13 @@ def _route(request: web.Request) -> _Route:
         and (rest_lower[1], rest_lower[2]) == ("microsoft.compute", "skus")
     ):
         return _Route(subscription, skus=True, namespace=namespace)
+    if (
+        resource_group is not None
+        and len(rest) == 6
+        and (rest_lower[1], rest_lower[2], rest_lower[4])
+        == ("microsoft.network", "virtualnetworks", "subnets")
+    ):
+        return _Route(subscription, resource_group, name=rest[5], namespace=namespace, vnet=rest[3])
     resource_type = RESOURCE_TYPES.get((rest_lower[1], rest_lower[2]))
     if (
         resource_group is not None
@@ -254,6 +266,9 @@ class _Arm:
         if route.skus:
             _allow(method, "GET")
             return self._skus(request)
+        if route.vnet is not None and route.resource_group is not None and route.name is not None:
+            _allow(method, "GET")
+            return web.json_response(get_subnet(state.settings, route.resource_group, route.vnet, route.name))
         assert route.resource_type is not None
         resource_type = route.resource_type
         if route.name is None:

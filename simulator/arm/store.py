@@ -60,6 +60,9 @@ class ArmSettings(BaseModel):
     eviction_notice: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
     """From a Spot VM's eviction being scheduled (its Preempt Scheduled Event) to the VM being evicted; Azure
     gives at least 30 s (seconds in JSON)."""
+    subnets: list[str] = Field(default_factory=list)
+    """Subnet IDs that exist besides the cluster's own (`aks-vnet-12345678/aks-subnet` in the node resource
+    group, `simulator.arm.subnets`)."""
 
 
 @dataclass(slots=True)

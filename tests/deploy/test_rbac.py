@@ -40,7 +40,7 @@ from workers.controlplane.run import BOOTSTRAP_NAMESPACE, ControlPlane, start_co
 from workers.settings import env_var
 from workers.simulated_aks import SimulatedAks
 from workflows.disruption import disruption_id
-from workflows.maintenance import catalog_refresh_id, garbage_collection_id
+from workflows.maintenance import catalog_refresh_id, garbage_collection_id, nodeclass_status_id
 from workflows.provisioner import nodeclaim_id, provisioner_id
 
 REPOSITORY = Path(__file__).parents[2]
@@ -110,7 +110,9 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "karpenter.sh", "nodepools", "get list watch", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims", "get list watch create patch delete", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims/status", "update", ""),
+        (CLUSTER, "karpenter.sh", "nodepools/status", "patch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch", ""),
+        (CLUSTER, "karpenter.azure.com", "aksnodeclasses/status", "patch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
         (CLUSTER, "", "pods/eviction", "create", ""),
@@ -350,6 +352,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "delete pods -n default",
             "create nodeclaims.karpenter.sh",
             "update nodeclaims.karpenter.sh --subresource=status",
+            "patch nodepools.karpenter.sh --subresource=status",
+            "patch aksnodeclasses.karpenter.azure.com --subresource=status",
             "get aksnodeclasses.karpenter.azure.com",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
@@ -372,8 +376,7 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "update nodes",
             "create nodepools.karpenter.sh",
             "patch nodepools.karpenter.sh",
-            "patch nodepools.karpenter.sh --subresource=status",
-            "patch aksnodeclasses.karpenter.azure.com --subresource=status",
+            "update nodepools.karpenter.sh --subresource=status",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",
@@ -619,7 +622,11 @@ def summary(requests: Iterable[Request]) -> str:
 
 async def forget(client: Client, cluster: str, nodeclaims: Iterable[str]) -> None:
     """Stop what the processes left on the shared dev server: schedules and workflows nobody will serve."""
-    for schedule in (catalog_refresh_id(cluster), garbage_collection_id(cluster)):
+    for schedule in (
+        catalog_refresh_id(cluster),
+        garbage_collection_id(cluster),
+        nodeclass_status_id(cluster),
+    ):
         with contextlib.suppress(Exception):
             await client.get_schedule_handle(schedule).delete()
     for workflow in (

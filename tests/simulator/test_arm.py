@@ -709,3 +709,24 @@ async def test_unknown_subscriptions_and_resource_groups_are_404() -> None:
         with pytest.raises(ResourceNotFoundError) as not_found:
             await azure.compute.virtual_machines.get("mc_RG", "aks-a")
         assert not_found.value.error is not None and not_found.value.error.code == "ResourceNotFound"
+
+
+async def test_the_clusters_subnet_and_the_listed_ones_exist_and_others_are_not_found(azure: Azure) -> None:
+    subnet = await azure.network.subnets.get(azure.rg, "aks-vnet-12345678", "aks-subnet")
+    assert subnet.name == "aks-subnet" and subnet.provisioning_state == "Succeeded"
+    assert subnet.id is not None and subnet.id.endswith(
+        "/virtualNetworks/aks-vnet-12345678/subnets/aks-subnet"
+    )
+    azure.state.settings.subnets = [
+        f"/subscriptions/{azure.state.settings.subscription_id}/resourceGroups/net/providers/Microsoft.Network"
+        "/virtualNetworks/vnet/subnets/nodes"
+    ]
+    assert (
+        await azure.network.subnets.get("NET", "VNET", "nodes")
+    ).name == "nodes"  # names are case-insensitive
+    with pytest.raises(ResourceNotFoundError) as missing:
+        await azure.network.subnets.get("net", "vnet", "pods")
+    assert missing.value.error is not None and missing.value.error.code == "NotFound"
+    with pytest.raises(ResourceNotFoundError) as no_vnet:
+        await azure.network.subnets.get("net", "other", "nodes")
+    assert no_vnet.value.error is not None and no_vnet.value.error.code == "ResourceNotFound"

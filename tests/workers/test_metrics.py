@@ -307,6 +307,13 @@ def test_cluster_state_gauges_match_a_known_cluster(metrics: Metrics) -> None:
     pods = [bound("a", "web-1", cpu="1500m", memory="1Gi"), bound("a", "web-2", cpu="500m")]
     pool = nodepool().model_copy(deep=True)
     pool.spec.limits = {"cpu": "1000", "memory": "4000Gi"}
+    pool.status.resources = {
+        "cpu": "36",
+        "memory": "80Gi",
+        "pods": "0",
+        "ephemeral-storage": "0",
+        "nodes": "2",
+    }
     update_cluster_state(metrics, cluster([pool], pairs, pods))
 
     assert value(metrics, "karpenter_cluster_state_node_count") == 2
@@ -330,6 +337,11 @@ def test_cluster_state_gauges_match_a_known_cluster(metrics: Metrics) -> None:
     assert metrics.registry.get_sample_value(requests, {**node_labels, "resource_type": "pods"}) is None
     assert value(metrics, "karpenter_nodepools_usage", nodepool="default", resource_type="cpu") == 4 + 32
     assert value(metrics, "karpenter_nodepools_usage", nodepool="default", resource_type="nodes") == 2
+    # Every resource the status lists, zeros too, with Karpenter's label spelling.
+    assert (
+        value(metrics, "karpenter_nodepools_usage", nodepool="default", resource_type="ephemeral_storage")
+        == 0
+    )
     assert value(metrics, "karpenter_nodepools_limit", nodepool="default", resource_type="cpu") == 1000
     assert claim.name == "claim-a"
 
@@ -394,6 +406,7 @@ def _event(kind: str, item: Any, type: EventType = EventType.ADDED) -> WatchEven
 async def test_the_controller_keeps_the_gauges_from_what_its_watch_saw(metrics: Metrics) -> None:
     pool = nodepool().model_copy(deep=True)
     pool.spec.limits = {"cpu": "1000"}
+    pool.status.resources = {"nodes": "2"}
     (claim_a, node_a), (claim_b, node_b) = node_pair("a"), node_pair("b")
     state = WatchedClusterState()
     for kind, item in (("NodePool", pool), ("NodeClaim", claim_a), ("Node", node_a), ("NodeClaim", claim_b)):

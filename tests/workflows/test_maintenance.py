@@ -4,10 +4,14 @@ starting their workflow."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest_asyncio
 from azure.mgmt.compute.aio import ComputeManagementClient
@@ -18,23 +22,28 @@ from temporalio.worker import Worker
 
 from activities.azure.bootstrap import ClusterBootstrap
 from activities.azure.nodeclass import ClusterNodeClasses
+from activities.azure.nodeclass_status import NodeClassStatusActivities
 from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
+from activities.kubeclient import KubernetesCluster
 from core.cloudprovider import LaunchRequest
-from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionInput
+from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionInput, NodeClassStatusInput
 from simulator.arm import RunningArm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
 from tests.activities.azure.test_provider import launch
 from tests.cluster import apply_examples
 from tests.workflows.conftest import decode, eventually, step_summaries
+from workers.controlplane.run import ControlPlane
 from workers.schedules import ensure_schedules, maintenance_activities, maintenance_workflows
 from workers.simulated_aks import SimulatedAks
 from workflows.maintenance import (
     CatalogRefreshWorkflow,
     GarbageCollectionWorkflow,
+    NodeClassStatusWorkflow,
     catalog_refresh_id,
     garbage_collection_id,
+    nodeclass_status_id,
 )
 
 
@@ -46,6 +55,7 @@ class Maintenance:
     arm: RunningArm
     provider: AzureCloudProvider
     catalogs: CatalogSource
+    kube: KubernetesCluster
 
 
 def leaked(name: str) -> LaunchRequest:
@@ -78,7 +88,9 @@ async def maintenance(
             workflows=maintenance_workflows(),
             activities=maintenance_activities(aks.kube, provider, catalogs, prices),
         ):
-            yield Maintenance(temporal_env.client, task_queue, settings.cluster_name, arm, provider, catalogs)
+            yield Maintenance(
+                temporal_env.client, task_queue, settings.cluster_name, arm, provider, catalogs, aks.kube
+            )
 
 
 async def test_the_catalog_refresh_workflow_makes_the_live_catalog_current(maintenance: Maintenance) -> None:
@@ -179,5 +191,86 @@ async def test_ensure_schedules_creates_then_updates_and_the_schedules_start_the
             ("collect_garbage", "delete leaked VMs and NICs (older than 0s) and NodeClaims whose VM is gone")
         ]
     finally:
-        for schedule_id in ids:
+        for schedule_id in (*ids, nodeclass_status_id(cluster)):
             await client.get_schedule_handle(schedule_id).delete()
+
+
+def nodeclass(name: str, subnet_id: str) -> dict[str, object]:
+    return {
+        "apiVersion": "karpenter.azure.com/v1beta1",
+        "kind": "AKSNodeClass",
+        "metadata": {"name": name},
+        "spec": {"vnetSubnetID": subnet_id},
+    }
+
+
+def subnet(maintenance: Maintenance, resource_group: str, vnet: str, name: str) -> str:
+    return (
+        f"/subscriptions/{maintenance.provider.settings.subscription_id}/resourceGroups/{resource_group}/providers/Microsoft.Network"
+        f"/virtualNetworks/{vnet}/subnets/{name}"
+    )
+
+
+async def nodeclass_conditions(control_plane: ControlPlane, name: str) -> dict[str, dict[str, Any]]:
+    done = await asyncio.to_thread(control_plane.kubectl, "get", "aksnodeclass", name, "-o", "json")
+    return {c["type"]: c for c in json.loads(done.stdout).get("status", {}).get("conditions", [])}
+
+
+async def ready_column(control_plane: ControlPlane) -> dict[str, str]:
+    done = await asyncio.to_thread(control_plane.kubectl, "get", "aksnodeclasses")
+    return {row.split()[0]: row.split()[1] for row in done.stdout.splitlines()[1:]}
+
+
+async def test_the_nodeclass_status_workflow_marks_a_subnet_outside_the_clusters_vnet(
+    maintenance: Maintenance, control_plane: ControlPlane
+) -> None:
+    elsewhere = subnet(maintenance, "other-rg", "other-vnet", "nodes")
+    await asyncio.to_thread(control_plane.apply, [nodeclass("elsewhere", elsewhere)])
+
+    result = await maintenance.client.execute_workflow(
+        NodeClassStatusWorkflow.run,
+        NodeClassStatusInput(cluster=maintenance.cluster, timeout_seconds=60),
+        id=f"{nodeclass_status_id(maintenance.cluster)}-{uuid.uuid4().hex[:6]}",
+        task_queue=maintenance.task_queue,
+    )
+
+    assert result.ready == ["default"] and result.failures == []
+    assert result.not_ready == {"elsewhere": "UnhealthyDependents: SubnetsReady=False"}
+    assert sorted(result.written) == ["default", "elsewhere"]
+    assert await ready_column(control_plane) == {"default": "True", "elsewhere": "False"}
+    subnets = (await nodeclass_conditions(control_plane, "elsewhere"))["SubnetsReady"]
+    assert (subnets["status"], subnets["reason"]) == ("False", "SubnetIDInvalid")
+    assert subnets["message"] == (
+        f"vnetSubnetID does not match the cluster subscription, resource group, or virtual network: {elsewhere}"
+    )
+
+
+async def test_a_subnet_azure_does_not_have_makes_its_nodeclass_not_ready(
+    maintenance: Maintenance, control_plane: ControlPlane
+) -> None:
+    # A cluster in a virtual network of its own ("bring your own"), where a NodeClass may pick another subnet.
+    nodes, missing = (
+        subnet(maintenance, "net", "vnet", "nodes"),
+        subnet(maintenance, "net", "vnet", "missing"),
+    )
+    maintenance.arm.state.settings.subnets = [nodes]
+    provider = copy.copy(maintenance.provider)
+    provider.settings = provider.settings.model_copy(update={"subnet_id": nodes})
+    await asyncio.to_thread(control_plane.apply, [nodeclass("missing", missing), nodeclass("byo", nodes)])
+
+    result = await NodeClassStatusActivities(maintenance.kube, provider).reconcile(datetime.now(UTC))
+
+    assert sorted(result.ready) == ["byo", "default"]
+    assert list(result.not_ready) == ["missing"]
+    conditions = await nodeclass_conditions(control_plane, "missing")
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "UnhealthyDependents")
+    subnets = conditions["SubnetsReady"]
+    assert (subnets["status"], subnets["reason"], subnets["message"]) == (
+        "False",
+        "SubnetNotFound",
+        f"resource not found: {missing}",
+    )
+    assert (await ready_column(control_plane))["missing"] == "False"
+    # Nothing changed: nothing is written again.
+    again = await NodeClassStatusActivities(maintenance.kube, provider).reconcile(datetime.now(UTC))
+    assert again.written == []

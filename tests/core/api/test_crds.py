@@ -246,7 +246,7 @@ def test_kubectl_get_nodeclaims_shows_karpenters_columns() -> None:
 def test_kubectl_get_nodepools_shows_karpenters_columns() -> None:
     assert columns("NodePool") == [
         ("NodeClass", ".spec.template.spec.nodeClassRef.name", "string", 0),
-        ("Nodes", ".status.resources.nodes", "string", 0),
+        ("Nodes", ".status.nodes", "string", 0),
         READY,
         AGE,
         ("Weight", ".spec.weight", "integer", 1),

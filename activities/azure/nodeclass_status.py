@@ -1,0 +1,130 @@
+"""The AKS provider's `nodeclass.status` reconcile as an activity: every AKSNodeClass gets the conditions
+`core.nodeclass_status` computes, with its node subnet read from Azure, and `localDNSState`.
+
+The status subresource is patched only when it would change, with the resourceVersion read as precondition (a
+NodeClass changed meanwhile is left to the next run). Each subnet is read once per run however many NodeClasses
+use it. One NodeClass that cannot be read or written never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from azure.core.exceptions import AzureError
+from temporalio import activity
+
+from activities.azure.errors import classify
+from activities.azure.provider import AzureCloudProvider
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.condition_set import conditions_json
+from core.api.nodepool import ConditionStatus, StatusCondition
+from core.errors import CloudError, NotFoundError
+from core.messages import MaintenanceActivity, NodeClassStatusInput, NodeClassStatusResult
+from core.nodeclass_status import (
+    local_dns_state,
+    nodeclass_conditions,
+    parse_subnet_id,
+    subnet_id_problem,
+    subnet_not_found,
+    subnet_unknown_error,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class NodeClassStore(Protocol):
+    async def list_objects(self, kind: str) -> list[dict[str, Any]]: ...
+
+    async def patch_status(
+        self, kind: str, name: str, status: dict[str, Any], resource_version: str
+    ) -> bool: ...
+
+
+def _conditions(status: Mapping[str, Any]) -> list[StatusCondition]:
+    found = []
+    for raw in status.get("conditions") or []:
+        try:
+            found.append(StatusCondition.model_validate(raw))
+        except ValueError:
+            continue
+    return found
+
+
+class NodeClassStatusActivities:
+    def __init__(self, cluster: NodeClassStore, provider: AzureCloudProvider) -> None:
+        self.cluster = cluster
+        self.provider = provider
+
+    @activity.defn(name=MaintenanceActivity.RECONCILE_NODECLASS_STATUS)
+    async def reconcile_nodeclass_status(self, request: NodeClassStatusInput) -> NodeClassStatusResult:
+        return await self.reconcile(datetime.now(UTC))
+
+    async def reconcile(self, now: datetime) -> NodeClassStatusResult:
+        """Compute and write the status of every AKSNodeClass."""
+        result = NodeClassStatusResult()
+        subnets: dict[str, tuple[str, str] | None] = {}
+        for raw in await self.cluster.list_objects("AKSNodeClass"):
+            name = str((raw.get("metadata") or {}).get("name") or "")
+            try:
+                await self._reconcile(raw, now, subnets, result)
+            except (CloudError, ValueError) as error:
+                result.failures.append(f"AKSNodeClass {name}: {error}")
+                logger.warning("could not reconcile the status of AKSNodeClass %s: %s", name, error)
+        return result
+
+    async def _reconcile(
+        self,
+        raw: dict[str, Any],
+        now: datetime,
+        subnets: dict[str, tuple[str, str] | None],
+        result: NodeClassStatusResult,
+    ) -> None:
+        nodeclass = AKSNodeClass.parse(raw)
+        metadata = raw.get("metadata") or {}
+        settings = self.provider.settings
+        subnet_id = nodeclass.spec.vnet_subnet_id or settings.subnet_id
+        if subnet_id not in subnets:
+            subnets[subnet_id] = await self._subnet_problem(subnet_id)
+        created = nodeclass.metadata.creation_timestamp
+        current = raw.get("status") or {}
+        conditions = nodeclass_conditions(
+            _conditions(current), metadata.get("generation"), created, subnets[subnet_id], now
+        )
+        mode = nodeclass.spec.local_dns.mode if nodeclass.spec.local_dns else None
+        status: dict[str, Any] = {
+            "conditions": conditions_json(conditions),
+            "localDNSState": local_dns_state(mode).value,
+        }
+        ready = next(c for c in conditions if c.type == "Ready")
+        if ready.status is ConditionStatus.TRUE:
+            result.ready.append(nodeclass.name)
+        else:
+            result.not_ready[nodeclass.name] = f"{ready.reason}: {ready.message}"
+        unchanged = (
+            conditions_json(_conditions(current)) == status["conditions"]
+            and current.get("localDNSState") == status["localDNSState"]
+        )
+        if unchanged:
+            return
+        version = str(metadata.get("resourceVersion") or "")
+        if await self.cluster.patch_status("AKSNodeClass", nodeclass.name, status, version):
+            result.written.append(nodeclass.name)
+
+    async def _subnet_problem(self, subnet_id: str) -> tuple[str, str] | None:
+        """Why the subnet cannot take nodes: its ID, or what Azure answers when it is read."""
+        settings = self.provider.settings
+        problem = subnet_id_problem(subnet_id, settings.subnet_id, settings.resource_group)
+        subnet = parse_subnet_id(subnet_id)
+        if problem is not None or subnet is None:
+            return problem
+        try:
+            await self.provider.network.subnets.get(subnet.resource_group, subnet.vnet, subnet.subnet)
+        except AzureError as error:
+            failure = classify(error)
+            if isinstance(failure, NotFoundError):
+                return subnet_not_found(subnet_id)
+            return subnet_unknown_error(str(failure))
+        return None

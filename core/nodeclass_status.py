@@ -1,0 +1,144 @@
+"""The status conditions the AKS provider's `nodeclass.status` controller writes on an AKSNodeClass.
+
+`Ready` is the root of ImagesReady, KubernetesVersionReady, SubnetsReady, ValidationSucceeded and LocalDNSReady
+(`core.api.condition_set`), so a NodeClass that cannot launch shows `Ready=False` in `kubectl get aksnodeclasses`
+and its NodePools show `NodeClassReady=False` with the same reason and message.
+
+- SubnetsReady checks the node subnet (`vnetSubnetID`, else the cluster's): an ID that does not parse, a custom
+  subnet in the AKS-managed VNet or outside the cluster's VNet is `SubnetIDInvalid`; one Azure does not have is
+  `SubnetNotFound`; another failure reading it is `SubnetUnknownError`. The ID checks are here
+  (`subnet_id_problem`); the read is the caller's.
+- ImagesReady and KubernetesVersionReady are True: nodewright boots the images and version of the status when
+  they are there, and otherwise resolves them from the image family and the cluster's version.
+- ValidationSucceeded is True (nodewright takes no disk encryption set whose access the provider would check).
+- LocalDNSReady is True once `localDNSState` is resolved: Enabled for mode Required, Disabled otherwise (the
+  provider's Preferred threshold is a Kubernetes version no cluster has yet).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from core.api.aksnodeclass import AKSNodeClassConditionType, LocalDNSMode, LocalDNSState
+from core.api.condition_set import ConditionSet
+from core.api.nodepool import StatusCondition
+
+NODECLASS_DEPENDENTS = (
+    AKSNodeClassConditionType.IMAGES_READY,
+    AKSNodeClassConditionType.KUBERNETES_VERSION_READY,
+    AKSNodeClassConditionType.SUBNETS_READY,
+    AKSNodeClassConditionType.VALIDATION_SUCCEEDED,
+    AKSNodeClassConditionType.LOCAL_DNS_READY,
+)
+
+SUBNET_NOT_FOUND = "SubnetNotFound"
+SUBNET_ID_INVALID = "SubnetIDInvalid"
+SUBNET_UNKNOWN_ERROR = "SubnetUnknownError"
+
+_MANAGED_VNET = re.compile(r"(?i)^aks-vnet-\d{8}$")
+_MANAGED_SUBNET = "aks-subnet"
+
+
+@dataclass(frozen=True, slots=True)
+class SubnetID:
+    subscription: str
+    resource_group: str
+    vnet: str
+    subnet: str
+
+    def same_vnet(self, other: SubnetID) -> bool:
+        """Whether both are in one virtual network (subscription, resource group and name, as written)."""
+        return (self.subscription, self.resource_group, self.vnet) == (
+            other.subscription,
+            other.resource_group,
+            other.vnet,
+        )
+
+
+def parse_subnet_id(text: str) -> SubnetID | None:
+    """The parts of `/subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Network/virtualNetworks/<v>
+    /subnets/<n>` (case-insensitive keywords), or None when it is not one."""
+    parts = text.split("/")
+    if len(parts) != 11:
+        return None
+    found = SubnetID(parts[2], parts[4], parts[8], parts[10])
+    mirror = (
+        f"/subscriptions/{found.subscription}/resourceGroups/{found.resource_group}/providers/"
+        f"Microsoft.Network/virtualNetworks/{found.vnet}/subnets/{found.subnet}"
+    )
+    return found if mirror.lower() == text.lower() else None
+
+
+def is_managed_vnet(subnet: SubnetID, node_resource_group: str) -> bool:
+    """Whether the subnet is the one AKS made for the cluster (`aks-vnet-<8 digits>/aks-subnet` in the node
+    resource group)."""
+    return (
+        bool(_MANAGED_VNET.match(subnet.vnet))
+        and subnet.resource_group.lower() == node_resource_group.lower()
+        and subnet.subnet.lower() == _MANAGED_SUBNET
+    )
+
+
+def subnet_id_problem(
+    subnet_id: str, cluster_subnet_id: str, node_resource_group: str
+) -> tuple[str, str] | None:
+    """The SubnetsReady reason and message when the node subnet's ID rules it out before Azure is asked."""
+    subnet = parse_subnet_id(subnet_id)
+    if subnet is None:
+        return SUBNET_ID_INVALID, f"Failed to parse vnetSubnetID {subnet_id}"
+    if subnet_id == cluster_subnet_id:
+        return None
+    cluster = parse_subnet_id(cluster_subnet_id)
+    if cluster is None:
+        return None
+    if is_managed_vnet(cluster, node_resource_group) and cluster.same_vnet(subnet):
+        return (
+            SUBNET_ID_INVALID,
+            f"custom subnet cannot be in the same VNet as cluster managed VNet: {subnet_id}",
+        )
+    if not cluster.same_vnet(subnet):
+        return (
+            SUBNET_ID_INVALID,
+            "vnetSubnetID does not match the cluster subscription, resource group, or virtual network: "
+            f"{subnet_id}",
+        )
+    return None
+
+
+def subnet_not_found(subnet_id: str) -> tuple[str, str]:
+    """SubnetsReady's reason and message for a subnet Azure does not have."""
+    return SUBNET_NOT_FOUND, f"resource not found: {subnet_id}"
+
+
+def subnet_unknown_error(error: str) -> tuple[str, str]:
+    """SubnetsReady's reason and message when reading the subnet failed otherwise."""
+    return SUBNET_UNKNOWN_ERROR, f"unknown error getting subnet: {error}"
+
+
+def local_dns_state(mode: LocalDNSMode | None) -> LocalDNSState:
+    """What LocalDNS resolves to for new nodes of the NodeClass."""
+    return LocalDNSState.ENABLED if mode is LocalDNSMode.REQUIRED else LocalDNSState.DISABLED
+
+
+def nodeclass_conditions(
+    current: Sequence[StatusCondition],
+    generation: int | None,
+    created: datetime | None,
+    subnet_problem: tuple[str, str] | None,
+    now: datetime,
+) -> list[StatusCondition]:
+    """The AKSNodeClass's conditions after a status reconcile; `subnet_problem` is the SubnetsReady reason and
+    message when the subnet is not usable (None: it is)."""
+    conditions = ConditionSet(current, NODECLASS_DEPENDENTS, generation, created, now)
+    conditions.set_true(AKSNodeClassConditionType.KUBERNETES_VERSION_READY)
+    conditions.set_true(AKSNodeClassConditionType.IMAGES_READY)
+    if subnet_problem is None:
+        conditions.set_true(AKSNodeClassConditionType.SUBNETS_READY)
+    else:
+        conditions.set_false(AKSNodeClassConditionType.SUBNETS_READY, *subnet_problem)
+    conditions.set_true(AKSNodeClassConditionType.VALIDATION_SUCCEEDED)
+    conditions.set_true(AKSNodeClassConditionType.LOCAL_DNS_READY)
+    return conditions.conditions
