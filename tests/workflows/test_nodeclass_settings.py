@@ -50,6 +50,10 @@ async def test_a_fips_localdns_nodeclass_launches_a_node_that_shows_its_settings
     # LocalDNS Required: no size under 4 vCPUs.
     assert int(node.metadata.labels[labels.SKU_CPU]) >= 4
     assert node.status.capacity["pods"] == "42" and node.status.allocatable["pods"] == "42"
+    # The NodeClaim says what the node says: its instance type is its AKSNodeClass's.
+    claim = await system.nodeclaim(await system.claim_of(node.metadata.name))
+    assert claim is not None and claim.status.capacity["pods"] == "42"
+    assert claim.status.allocatable["pods"] == "42"
     config = json.loads(node.metadata.annotations[NODE_CONFIG_ANNOTATION])
     assert config["kubelet"]["cpu-manager-policy"] == "static"
     assert config["kubelet"]["kube-reserved"].startswith("cpu=")
