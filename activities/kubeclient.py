@@ -863,6 +863,17 @@ class KubernetesCluster:
         raw = await self._get(self._custom.get_cluster_custom_object, *NODECLASS.custom, name)
         return None if raw is None else AKSNodeClass.parse(raw)
 
+    async def patch_nodeclass_status(self, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the AKSNodeClass's status subresource; a NodeClass that is gone is left alone."""
+        with contextlib.suppress(NotFoundError):
+            await self._call(
+                self._custom.patch_cluster_custom_object_status,
+                *NODECLASS.custom,
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
+            )
+
     # --- ClusterAPI: writes ------------------------------------------------------------------------------
 
     async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.azure.nodeclass import ClusterNodeClasses
 from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
 from activities.heartbeat import heartbeating
@@ -32,6 +33,7 @@ from core.messages import (
     RegisterInput,
 )
 from core.resources import format_resources
+from core.scheduling.snapshot import azure_provider
 
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
@@ -55,17 +57,29 @@ class LifecycleActivities:
                 instance_type.name: instance_type for instance_type in azure_instance_types(catalog)
             }
         )
+        self._providers = self.catalogs.derived(azure_provider)
+        self._nodeclasses = ClusterNodeClasses(cluster)
 
     @property
     def types(self) -> dict[str, InstanceType]:
         """The instance types of the current catalog by name."""
         return self._types()
 
+    async def _nodepool_types(self, nodepool: str) -> dict[str, InstanceType]:
+        """The instance types of the NodePool's AKSNodeClass, as planning built them (its maxPods in the
+        capacity, its FIPS label); the defaults when the AKSNodeClass cannot be read, which the launch then
+        reports."""
+        try:
+            nodeclass = await self._nodeclasses.of_nodepool(nodepool)
+        except CloudError:
+            nodeclass = None
+        return {instance_type.name: instance_type for instance_type in self._providers()(nodeclass)}
+
     @activity.defn(name=ActivityName.LAUNCH_NODECLAIM)
     async def launch_nodeclaim(self, request: LaunchInput) -> LaunchResult:
         """Create the instance for one offering and record it on the NodeClaim (Launched, providerID, capacity)."""
         offering = request.offering
-        instance_type = self.types.get(offering.instance_type)
+        instance_type = (await self._nodepool_types(request.nodepool)).get(offering.instance_type)
         chosen = (
             next(
                 (

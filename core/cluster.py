@@ -108,6 +108,10 @@ class ClusterAPI(Protocol):
 
     async def get_nodepool(self, name: str) -> NodePool | None: ...
 
+    async def patch_nodeclass_status(self, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the AKSNodeClass's status (e.g. `localDNSState`); nothing if it is gone."""
+        ...
+
     async def get_nodeclass(self, name: str) -> AKSNodeClass | None:
         """The AKSNodeClass with its status (the images and Kubernetes version its controller resolved)."""
         ...

@@ -11,8 +11,8 @@ and its NodePools show `NodeClassReady=False` with the same reason and message.
 - ImagesReady and KubernetesVersionReady are True: nodewright boots the images and version of the status when
   they are there, and otherwise resolves them from the image family and the cluster's version.
 - ValidationSucceeded is True (nodewright takes no disk encryption set whose access the provider would check).
-- LocalDNSReady is True once `localDNSState` is resolved: Enabled for mode Required, Disabled otherwise (the
-  provider's Preferred threshold is a Kubernetes version no cluster has yet).
+- LocalDNSReady is True: `localDNSState` is resolved as soon as the controller sees the NodeClass
+  (`AKSNodeClass.resolved_local_dns_state`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.api.aksnodeclass import AKSNodeClassConditionType, LocalDNSMode, LocalDNSState
+from core.api.aksnodeclass import AKSNodeClassConditionType
 from core.api.condition_set import ConditionSet
 from core.api.nodepool import StatusCondition
 
@@ -116,11 +116,6 @@ def subnet_not_found(subnet_id: str) -> tuple[str, str]:
 def subnet_unknown_error(error: str) -> tuple[str, str]:
     """SubnetsReady's reason and message when reading the subnet failed otherwise."""
     return SUBNET_UNKNOWN_ERROR, f"unknown error getting subnet: {error}"
-
-
-def local_dns_state(mode: LocalDNSMode | None) -> LocalDNSState:
-    """What LocalDNS resolves to for new nodes of the NodeClass."""
-    return LocalDNSState.ENABLED if mode is LocalDNSMode.REQUIRED else LocalDNSState.DISABLED
 
 
 def nodeclass_conditions(

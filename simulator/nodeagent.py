@@ -13,9 +13,16 @@ node:
    CSR after `certificate_timeout`). A token the API server refuses (wrong, expired) gets 401: one warning names the VM (never the
    token) and the node never joins;
 3. with that certificate, as `system:node:<node>`, creates its Node: the labels of `--node-labels` plus the
-   hostname and node image version, the taints of `--register-with-taints`, the AKS provider ID, the VM size's
-   capacity and allocatable, nodeInfo, and the annotation `kwok.x-k8s.io/node: fake`, from which kwok keeps the
-   Node Ready (its lease, its conditions) and runs the pods bound to it;
+   hostname and node image version, the taints of `--register-with-taints`, the AKS provider ID, nodeInfo, and
+   the annotation `kwok.x-k8s.io/node: fake`, from which kwok keeps the Node Ready (its lease, its conditions)
+   and runs the pods bound to it. Capacity is the VM size's CPU, memory and GPUs, `--max-pods` pods and the OS
+   disk's size as ephemeral storage; allocatable is capacity less `--kube-reserved`, `--system-reserved` and the
+   `--eviction-hard` thresholds, as a kubelet computes it. What the bootstrap configured that a Node does not
+   show (the kubelet's other flags, the sysctls, transparent huge pages, swap, artifact streaming, the GPU
+   driver, the LocalDNS Corefile) goes in the annotation `nodewright.io/node-config` (JSON: `kubelet`, flags by
+   name without `--`; `sysctls`, by kernel name; `variables`, the other bootstrap variables, decoded). That
+   annotation is the emulator's own, so that tests and users can see what a node was configured with: a real
+   AKS node has none;
 4. once the Node is Ready and after the startup-taint delay, removes the startup taints (the keys of the VM's
    `nodewright_startup-taints` tag and of its NodeClaim's `startupTaints`), as the add-ons that own them would.
    NodeRestriction forbids a node to change its own taints, so this uses the cluster add-on credential.
@@ -60,6 +67,7 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import json
 import logging
 import shutil
 import tempfile
@@ -80,7 +88,7 @@ from core import labels
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
-from core.resources import format_resources
+from core.resources import EPHEMERAL_STORAGE, PODS, Resources, format_resources, subtract
 from simulator.arm import ArmError, ArmState, ProvisioningState, Resource, ResourceType
 from simulator.kubeapi import (
     STRATEGIC_MERGE_PATCH,
@@ -102,6 +110,8 @@ STARTUP_TAINTS_TAG = "nodewright_startup-taints"
 """A VM tag listing startup taint keys (comma-separated), for VMs launched without a NodeClaim; otherwise the
 startup taints are those of the NodeClaim the VM was made for."""
 NODE_IMAGE_VERSION_LABEL = "kubernetes.azure.com/node-image-version"
+NODE_CONFIG_ANNOTATION = "nodewright.io/node-config"
+"""Emulator only: what the node's bootstrap configured (see the module)."""
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
@@ -554,6 +564,41 @@ class NodeAgent:
         logger.info("VM %s is gone: node %s stopped posting its status", self.vm_name, self.node_name)
 
 
+def node_capacity(
+    instance_type: InstanceType | None, boot: NodeBootstrap, vm_properties: Mapping[str, Any]
+) -> Resources:
+    """What the kubelet reports as capacity: the size's CPU, memory and GPUs, `--max-pods`, the OS disk."""
+    if instance_type is None:
+        return {}
+    capacity = dict(instance_type.capacity)
+    if boot.max_pods is not None:
+        capacity[PODS] = boot.max_pods
+    disk = ((vm_properties.get("storageProfile") or {}).get("osDisk") or {}).get("diskSizeGB")
+    if disk:
+        capacity[EPHEMERAL_STORAGE] = int(disk) * 10**9
+    return capacity
+
+
+def node_allocatable(capacity: Resources, boot: NodeBootstrap) -> Resources:
+    """Capacity less kube-reserved, system-reserved and the hard eviction thresholds, never below zero."""
+    held = boot.kube_reserved
+    for more in (boot.system_reserved, boot.eviction_hard):
+        for name, amount in more.items():
+            held[name] = held.get(name, 0) + amount
+    return {name: max(0, amount) for name, amount in subtract(capacity, held).items() if name in capacity}
+
+
+def node_config(boot: NodeBootstrap) -> str:
+    """The `nodewright.io/node-config` annotation (see the module)."""
+    variables = dict(boot.node)
+    sysctls = {}
+    for line in variables.pop("SYSCTL_CONTENT", "").splitlines():
+        name, equals, value = line.partition("=")
+        if equals:
+            sysctls[name.strip()] = value.strip()
+    return json.dumps({"kubelet": boot.kubelet, "sysctls": sysctls, "variables": variables}, sort_keys=True)
+
+
 def _is_ready(node: Mapping[str, Any]) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -673,6 +718,7 @@ class NodeAgents:
         properties = vm.properties
         size = str((properties.get("hardwareProfile") or {}).get("vmSize", ""))
         instance_type = self._types.get(size.lower())
+        capacity = node_capacity(instance_type, boot, properties)
         node_labels = {**boot.labels, labels.HOSTNAME: node_name}
         if boot.node_image_version:
             node_labels[NODE_IMAGE_VERSION_LABEL] = boot.node_image_version
@@ -688,7 +734,10 @@ class NodeAgents:
             "metadata": {
                 "name": node_name,
                 "labels": node_labels,
-                "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+                "annotations": {
+                    KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE,
+                    NODE_CONFIG_ANNOTATION: node_config(boot),
+                },
             },
             "spec": {
                 "providerID": provider_id(settings.subscription_id, vm.resource_group, vm.name),
@@ -697,8 +746,8 @@ class NodeAgents:
                 ],
             },
             "status": {
-                "capacity": format_resources(instance_type.capacity) if instance_type else {},
-                "allocatable": format_resources(instance_type.allocatable()) if instance_type else {},
+                "capacity": format_resources(capacity),
+                "allocatable": format_resources(node_allocatable(capacity, boot)),
                 "addresses": addresses,
                 "conditions": [
                     {

@@ -1,10 +1,12 @@
 """What a VM's custom data tells the node agent that boots on it.
 
 The custom data is the base64 bash script the AKS provider renders (scriptless mode): `export NAME=value`
-lines, among them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels` and
-`--register-with-taints`), `KUBERNETES_VERSION` and `NODE_IMAGE_VERSION`. Whether the token is good is the API
-server's to say (TLS bootstrap, `simulator.nodeagent`). Nothing here logs the token or puts it in an error
-message.
+lines, among them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels`,
+`--register-with-taints`, `--max-pods`, `--kube-reserved`, `--eviction-hard` and the AKSNodeClass's kubelet
+settings), `KUBERNETES_VERSION`, `NODE_IMAGE_VERSION`, and the node settings of `activities.azure.bootstrap`
+(sysctls, transparent huge pages, swap, artifact streaming, GPU driver, LocalDNS). Whether the token is good is
+the API server's to say (TLS bootstrap, `simulator.nodeagent`). Nothing here logs the token or puts it in an
+error message.
 """
 
 from __future__ import annotations
@@ -15,8 +17,24 @@ import shlex
 from dataclasses import dataclass, field
 
 from core.api.meta import Taint, TaintEffect
+from core.resources import MEMORY, Resources, parse_resources
 
 TOKEN_VARIABLE = "TLS_BOOTSTRAP_TOKEN"
+NODE_VARIABLES = (
+    "SYSCTL_CONTENT",
+    "THP_ENABLED",
+    "THP_DEFRAG",
+    "SWAP_FILE_SIZE_MB",
+    "ARTIFACT_STREAMING_ENABLED",
+    "GPU_NODE",
+    "CONFIG_GPU_DRIVER_IF_NEEDED",
+    "GPU_DRIVER_TYPE",
+    "SHOULD_ENABLE_LOCALDNS",
+    "LOCALDNS_GENERATED_COREFILE",
+)
+"""The node settings a bootstrap may carry besides the kubelet's flags (base64 ones decoded when read)."""
+_BASE64_VARIABLES = frozenset({"SYSCTL_CONTENT", "LOCALDNS_GENERATED_COREFILE"})
+_EVICTION_SIGNALS = {"memory.available": MEMORY}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +48,33 @@ class NodeBootstrap:
     node_image_version: str = ""
     api_server: str = ""
     """`API_SERVER_NAME`: the API server's host (and port), reached over HTTPS."""
+    kubelet: dict[str, str] = field(default_factory=dict)
+    """The kubelet's other flags by name without `--` (`max-pods`, `cpu-manager-policy`...)."""
+    node: dict[str, str] = field(default_factory=dict)
+    """The `NODE_VARIABLES` the bootstrap sets, base64 ones decoded."""
+
+    @property
+    def max_pods(self) -> int | None:
+        value = self.kubelet.get("max-pods")
+        return int(value) if value else None
+
+    @property
+    def kube_reserved(self) -> Resources:
+        return _reserved("kube-reserved", self.kubelet.get("kube-reserved", ""))
+
+    @property
+    def system_reserved(self) -> Resources:
+        return _reserved("system-reserved", self.kubelet.get("system-reserved", ""))
+
+    @property
+    def eviction_hard(self) -> Resources:
+        """`--eviction-hard` thresholds given as quantities, as the resources they hold back."""
+        found: dict[str, str] = {}
+        for item in filter(None, self.kubelet.get("eviction-hard", "").split(",")):
+            signal, less, amount = item.partition("<")
+            if signal in _EVICTION_SIGNALS and less and not amount.endswith("%"):
+                found[_EVICTION_SIGNALS[signal]] = amount
+        return _parsed("eviction-hard", found)
 
 
 class BootstrapError(ValueError):
@@ -64,6 +109,39 @@ def _flags(text: str) -> dict[str, str]:
     return flags
 
 
+def _parsed(flag: str, amounts: dict[str, str]) -> Resources:
+    try:
+        return parse_resources(amounts)
+    except ValueError:
+        raise BootstrapError(f"--{flag}: an amount is not a quantity") from None
+
+
+def _reserved(flag: str, text: str) -> Resources:
+    """`cpu=100m,memory=1Gi`, as `--kube-reserved` and `--system-reserved` take them."""
+    amounts: dict[str, str] = {}
+    for item in filter(None, text.split(",")):
+        name, equals, amount = item.partition("=")
+        if not equals or not name:
+            raise BootstrapError(f"--{flag}: {item!r} is not resource=quantity")
+        amounts[name] = amount
+    return _parsed(flag, amounts)
+
+
+def _node_variables(found: dict[str, str]) -> dict[str, str]:
+    node: dict[str, str] = {}
+    for name in NODE_VARIABLES:
+        if name not in found:
+            continue
+        value = found[name]
+        if name in _BASE64_VARIABLES:
+            try:
+                value = base64.b64decode(value, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise BootstrapError(f"{name} is not base64 text") from None
+        node[name] = value
+    return node
+
+
 def _labels(text: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     for item in filter(None, text.split(",")):
@@ -89,6 +167,9 @@ def _taints(text: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+_REGISTRATION_FLAGS = frozenset({"node-labels", "register-with-taints"})
+
+
 def read_custom_data(custom_data: str) -> NodeBootstrap:
     """The kubelet's view of a VM's base64 custom data; `BootstrapError` when it carries no bootstrap."""
     try:
@@ -107,4 +188,6 @@ def read_custom_data(custom_data: str) -> NodeBootstrap:
         kubernetes_version=found.get("KUBERNETES_VERSION", ""),
         node_image_version=found.get("NODE_IMAGE_VERSION", ""),
         api_server=found.get("API_SERVER_NAME", ""),
+        kubelet={name: value for name, value in flags.items() if name not in _REGISTRATION_FLAGS},
+        node=_node_variables(found),
     )

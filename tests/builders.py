@@ -587,3 +587,66 @@ def skew(
 def resources(**quantities: str | int) -> Resources:
     """Quantities as a resource list (`resources(cpu="1.5", memory="1Gi")`)."""
     return parse_resources(quantities)
+
+
+def local_dns_zone(name: str, destination: str, **fields: Any) -> dict[str, Any]:
+    """One LocalDNS zone override (AKS's recommended values unless `fields` say otherwise)."""
+    override = {
+        "zone": name,
+        "queryLogging": "Error",
+        "protocol": "PreferUDP",
+        "forwardDestination": destination,
+        "forwardPolicy": "Sequential",
+        "maxConcurrent": 1000,
+        "cacheDuration": "1h",
+        "serveStaleDuration": "1h",
+        "serveStale": "Verify",
+    }
+    return {**override, **fields}
+
+
+def configured_nodeclass_spec() -> dict[str, Any]:
+    """An AKSNodeClass spec that sets every node setting: kubelet, maxPods, linuxOSConfig, FIPS, LocalDNS
+    Required, artifact streaming and the GPU mode."""
+    return {
+        "imageFamily": "AzureLinux",
+        "fipsMode": "FIPS",
+        "maxPods": 42,
+        "kubelet": {
+            "cpuManagerPolicy": "static",
+            "cpuCFSQuota": False,
+            "cpuCFSQuotaPeriod": "200ms",
+            "imageGCHighThresholdPercent": 70,
+            "imageGCLowThresholdPercent": 60,
+            "topologyManagerPolicy": "single-numa-node",
+            "allowedUnsafeSysctls": ["kernel.msg*", "net.ipv4.route.min_pmtu"],
+            "containerLogMaxSize": "100Mi",
+            "containerLogMaxFiles": 7,
+            "podPidsLimit": 4096,
+            "failSwapOn": False,
+        },
+        "linuxOSConfig": {
+            "swapFileSize": "2Gi",
+            "transparentHugePageEnabled": "madvise",
+            "transparentHugePageDefrag": "defer+madvise",
+            "sysctls": {
+                "netCoreSomaxconn": 16384,
+                "netIPv4IPLocalPortRange": "32000 60000",
+                "netIPv4TCPTwReuse": True,
+                "vmMaxMapCount": 262144,
+            },
+        },
+        "artifactStreaming": {"enabled": True},
+        "gpu": {"mode": "Driver"},
+        "localDNS": {
+            "mode": "Required",
+            "vnetDNSOverrides": [
+                local_dns_zone(".", "VnetDNS"),
+                local_dns_zone("cluster.local", "ClusterCoreDNS"),
+            ],
+            "kubeDNSOverrides": [
+                local_dns_zone(".", "ClusterCoreDNS", queryLogging="Log", forwardPolicy="RoundRobin"),
+                local_dns_zone("cluster.local", "ClusterCoreDNS", serveStale="Disable"),
+            ],
+        },
+    }

@@ -31,10 +31,12 @@ from temporalio.service import RPCError
 
 from activities.metrics import Metrics
 from core import labels, summaries
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
+from core.errors import CloudError
 from core.messages import (
     TERMINATION_REASON_ANNOTATION,
     DeletionRequested,
@@ -203,6 +205,19 @@ class Controller:
             await self._node(Node.model_validate(event.object))
         elif event.kind == "AKSNodeClass":
             self._nodeclass(event)
+            if event.type is not EventType.DELETED:
+                await self._nodeclass_status(AKSNodeClass.parse(event.object))
+
+    async def _nodeclass_status(self, nodeclass: AKSNodeClass) -> None:
+        """`status.localDNSState`, as the AKS provider's status controller resolves `localDNS.mode`, at once (the
+        worker's status reconcile writes the conditions)."""
+        state = nodeclass.resolved_local_dns_state()
+        if nodeclass.status.local_dns_state is state:
+            return
+        try:
+            await self.cluster.patch_nodeclass_status(nodeclass.name, {"localDNSState": state.value})
+        except CloudError as error:
+            logger.warning("AKSNodeClass %s: could not write status.localDNSState: %s", nodeclass.name, error)
 
     def _pod(self, event: WatchEvent) -> None:
         pod = Pod.model_validate(event.object)

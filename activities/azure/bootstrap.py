@@ -1,8 +1,25 @@
 """The node bootstrap (VM custom data), rendered inside the launch from the cluster's bootstrap token Secret.
 
 Like the AKS provider's scriptless mode (research section 3.4), the custom data is a bash script that exports
-the node's bootstrap variables (API server, Kubernetes version, node image, the TLS bootstrap token, the kubelet
-flags with `--node-labels` and `--register-with-taints`) and runs the provisioning script the node image ships.
+the node's bootstrap variables and runs the provisioning script the node image ships. The variables carry the
+API server, Kubernetes version, node image and TLS bootstrap token, and what the AKSNodeClass says about the
+node, under the names AKS's node bootstrapping uses:
+
+- `KUBELET_FLAGS`: the base flags, `--node-labels` (the launch's labels, plus the labels AKS writes from the
+  NodeClass: `kubernetes.azure.com/fips_enabled=true` with FIPS, `kubernetes.azure.com/localdns-state`,
+  `kubernetes.azure.com/artifactstreaming-enabled=true`, `kubernetes.azure.com/accelerator` on GPU sizes),
+  `--max-pods`, `--kube-reserved` (the provider's brackets), `--eviction-hard=memory.available<750Mi`,
+  `--register-with-taints`, and the `kubelet` block as the kubelet's own flags (`--cpu-manager-policy`,
+  `--cpu-cfs-quota`, `--cpu-cfs-quota-period`, `--image-gc-high-threshold`/`--image-gc-low-threshold`
+  (85/80 unless set), `--topology-manager-policy`, `--allowed-unsafe-sysctls`, `--container-log-max-size`,
+  `--container-log-max-files`, `--pod-max-pids`, `--fail-swap-on`);
+- `linuxOSConfig`: `SYSCTL_CONTENT` (base64 of `name=value` lines for the sysctls set), `THP_ENABLED`,
+  `THP_DEFRAG`, `SWAP_FILE_SIZE_MB`;
+- `ARTIFACT_STREAMING_ENABLED`;
+- the GPU: `GPU_NODE`, `CONFIG_GPU_DRIVER_IF_NEEDED` (gpu.mode Driver), `GPU_DRIVER_TYPE`;
+- LocalDNS: `SHOULD_ENABLE_LOCALDNS` and `LOCALDNS_GENERATED_COREFILE` (base64 of the Corefile the node-local
+  DNS proxy runs, from the zone overrides).
+
 The token comes from a kubeadm-style Secret (`kube-system/bootstrap-token-<id>`: `token-id`, `token-secret`)
 read through the ClusterAPI on every launch, so a rotated token is used at once. It exists only in the rendered
 script: errors name the Secret and the key, never a value, and nothing here logs.
@@ -10,29 +27,94 @@ script: errors name the Secret and the key, never a value, and nothing here logs
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from activities.recent import READS_KEPT_SECONDS, Recent
+from core import labels
+from core.api.aksnodeclass import (
+    AKSNodeClass,
+    AKSNodeClassSpec,
+    FIPSMode,
+    GPUMode,
+    KubeletConfiguration,
+    LinuxOSConfiguration,
+    LocalDNS,
+    LocalDNSForwardDestination,
+    LocalDNSProtocol,
+    LocalDNSQueryLogging,
+    LocalDNSServeStale,
+    LocalDNSState,
+    LocalDNSZoneOverride,
+)
 from core.api.meta import Taint
+from core.api.nodepool import duration_timedelta
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import InvalidError, TransientError
+from core.instancetypes.azure import EVICTION_MEMORY_AVAILABLE, kube_reserved, parse_size_name
+from core.instancetypes.catalog import AzureSku
+from core.quantity import format_bytes, parse_quantity
+from core.resources import format_resources
 
 PROVISION_SCRIPT = "/opt/azure/containers/provision.sh"
 NODE_IMAGE_VERSION_LABEL = "kubernetes.azure.com/node-image-version"
+LOCAL_DNS_STATE_LABEL = "kubernetes.azure.com/localdns-state"
+ARTIFACT_STREAMING_LABEL = "kubernetes.azure.com/artifactstreaming-enabled"
+ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
 _TOKEN_ID = re.compile(r"^[a-z0-9]{6}$")
 _TOKEN_SECRET = re.compile(r"^[a-z0-9]{16}$")
 BASE_KUBELET_FLAGS = (
-    "--image-gc-high-threshold=85",
-    "--image-gc-low-threshold=80",
     "--cgroup-driver=systemd",
     "--rotate-certificates=true",
 )
 """Flags every AKS node's kubelet gets, before the node's own."""
+IMAGE_GC_HIGH_THRESHOLD = 85
+IMAGE_GC_LOW_THRESHOLD = 80
+"""AKS's image garbage collection thresholds, unless the AKSNodeClass's kubelet block sets them."""
+LOCAL_DNS_VNET_ADDRESS = "169.254.10.10"
+"""Where the node-local DNS proxy listens for the node's own queries (the vnetDNSOverrides)."""
+LOCAL_DNS_KUBE_ADDRESS = "169.254.10.11"
+"""Where it listens for pods' queries (the kubeDNSOverrides)."""
+AZURE_DNS = "168.63.129.16"
+CLUSTER_DNS = "10.0.0.10"
+"""AKS's default kube-dns service address, where ClusterCoreDNS forwards go."""
+
+SYSCTL_NAMES = {
+    "fs_aio_max_nr": "fs.aio-max-nr",
+    "fs_file_max": "fs.file-max",
+    "fs_inotify_max_user_watches": "fs.inotify.max_user_watches",
+    "fs_nr_open": "fs.nr_open",
+    "kernel_threads_max": "kernel.threads-max",
+    "net_core_netdev_max_backlog": "net.core.netdev_max_backlog",
+    "net_core_optmem_max": "net.core.optmem_max",
+    "net_core_rmem_default": "net.core.rmem_default",
+    "net_core_rmem_max": "net.core.rmem_max",
+    "net_core_somaxconn": "net.core.somaxconn",
+    "net_core_wmem_default": "net.core.wmem_default",
+    "net_core_wmem_max": "net.core.wmem_max",
+    "net_ipv4_ip_local_port_range": "net.ipv4.ip_local_port_range",
+    "net_ipv4_neigh_default_gc_thresh1": "net.ipv4.neigh.default.gc_thresh1",
+    "net_ipv4_neigh_default_gc_thresh2": "net.ipv4.neigh.default.gc_thresh2",
+    "net_ipv4_neigh_default_gc_thresh3": "net.ipv4.neigh.default.gc_thresh3",
+    "net_ipv4_tcp_fin_timeout": "net.ipv4.tcp_fin_timeout",
+    "net_ipv4_tcp_keepalive_probes": "net.ipv4.tcp_keepalive_probes",
+    "net_ipv4_tcp_keepalive_time": "net.ipv4.tcp_keepalive_time",
+    "net_ipv4_tcp_max_syn_backlog": "net.ipv4.tcp_max_syn_backlog",
+    "net_ipv4_tcp_max_tw_buckets": "net.ipv4.tcp_max_tw_buckets",
+    "net_ipv4_tcp_tw_reuse": "net.ipv4.tcp_tw_reuse",
+    "net_ipv4_tcp_keepalive_intvl": "net.ipv4.tcp_keepalive_intvl",
+    "net_netfilter_nf_conntrack_buckets": "net.netfilter.nf_conntrack_buckets",
+    "net_netfilter_nf_conntrack_max": "net.netfilter.nf_conntrack_max",
+    "vm_max_map_count": "vm.max_map_count",
+    "vm_swappiness": "vm.swappiness",
+    "vm_vfs_cache_pressure": "vm.vfs_cache_pressure",
+}
+"""Each `linuxOSConfig.sysctls` field's kernel name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +126,40 @@ class BootstrapRequest:
     node_image_version: str
     """AKS's name of the image, e.g. `AKSUbuntu-2204gen2containerd-202512.18.0`."""
     max_pods: int
+    nodeclass: AKSNodeClassSpec = field(default_factory=AKSNodeClassSpec)
+    """The launch's AKSNodeClass spec (the defaults for a launch without one)."""
+    kube_reserved: Mapping[str, int] = field(default_factory=dict)
+    """The size's kube-reserved CPU (millicores) and memory (bytes), by the provider's brackets."""
+    gpu_manufacturer: str | None = None
+    """`nvidia` or `amd` for a size with registered GPUs."""
+    gpu_name: str | None = None
+    """The accelerator of the size name (`A100`, `A10`...), which picks the driver."""
+    local_dns: bool = False
+    """Whether the AKSNodeClass's LocalDNS resolves to Enabled (`status.localDNSState`)."""
+
+
+def bootstrap_request(
+    launch: LaunchRequest,
+    nodeclass: AKSNodeClass | None,
+    sku: AzureSku,
+    kubernetes_version: str,
+    node_image_version: str,
+    max_pods: int,
+) -> BootstrapRequest:
+    """The bootstrap of a launch of `sku` from `nodeclass` (None: the defaults): its settings, the size's
+    kube-reserved and GPU, and whether LocalDNS resolves to Enabled."""
+    size = parse_size_name(sku.name)
+    return BootstrapRequest(
+        launch=launch,
+        kubernetes_version=kubernetes_version,
+        node_image_version=node_image_version,
+        max_pods=max_pods,
+        nodeclass=nodeclass.spec if nodeclass is not None else AKSNodeClassSpec(),
+        kube_reserved=kube_reserved(sku.vcpus, sku.memory_gib),
+        gpu_manufacturer=sku.gpu_manufacturer if sku.gpu_count > 0 else None,
+        gpu_name=size.accelerator if size is not None else None,
+        local_dns=nodeclass is not None and nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
+    )
 
 
 def parse_secret_reference(value: str) -> tuple[str, str]:
@@ -59,18 +175,157 @@ def _taint(taint: Taint) -> str:
     return f"{key}:{taint.effect.value}"
 
 
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def node_labels(request: BootstrapRequest) -> dict[str, str]:
+    """The kubelet's `--node-labels`: the launch's, and those AKS writes from the NodeClass and the size."""
+    spec = request.nodeclass
+    found = {
+        **request.launch.labels,
+        NODE_IMAGE_VERSION_LABEL: request.node_image_version,
+        LOCAL_DNS_STATE_LABEL: "enabled" if request.local_dns else "disabled",
+    }
+    if spec.fips_mode is FIPSMode.FIPS:
+        found[labels.AKS_FIPS_ENABLED] = "true"
+    if spec.artifact_streaming_enabled:
+        found[ARTIFACT_STREAMING_LABEL] = "true"
+    if request.gpu_manufacturer is not None:
+        found[ACCELERATOR_LABEL] = request.gpu_manufacturer
+    return found
+
+
+def custom_kubelet_flags(kubelet: KubeletConfiguration) -> list[str]:
+    """The AKSNodeClass `kubelet` block as kubelet flags (the kubelet's defaults where a field is unset)."""
+    high = kubelet.image_gc_high_threshold_percent
+    low = kubelet.image_gc_low_threshold_percent
+    flags = [
+        f"--image-gc-high-threshold={IMAGE_GC_HIGH_THRESHOLD if high is None else high}",
+        f"--image-gc-low-threshold={IMAGE_GC_LOW_THRESHOLD if low is None else low}",
+        f"--cpu-manager-policy={kubelet.cpu_manager_policy.value}",
+        f"--cpu-cfs-quota={_bool(kubelet.cpu_cfs_quota)}",
+        f"--cpu-cfs-quota-period={kubelet.cpu_cfs_quota_period}",
+        f"--topology-manager-policy={kubelet.topology_manager_policy.value}",
+        f"--container-log-max-size={kubelet.container_log_max_size}",
+        f"--container-log-max-files={kubelet.container_log_max_files}",
+        f"--pod-max-pids={-1 if kubelet.pod_pids_limit is None else kubelet.pod_pids_limit}",
+    ]
+    if kubelet.allowed_unsafe_sysctls:
+        flags.append("--allowed-unsafe-sysctls=" + ",".join(kubelet.allowed_unsafe_sysctls))
+    if kubelet.fail_swap_on is not None:
+        flags.append(f"--fail-swap-on={_bool(kubelet.fail_swap_on)}")
+    return flags
+
+
 def kubelet_flags(request: BootstrapRequest) -> str:
-    """The kubelet's command-line flags: the base flags, then the node's labels, taints and max pods."""
+    """The kubelet's command-line flags: the base flags, the node's labels, max pods, reservations and taints,
+    then the AKSNodeClass's kubelet block."""
     launch = request.launch
-    node_labels = {**launch.labels, NODE_IMAGE_VERSION_LABEL: request.node_image_version}
     flags = [
         *BASE_KUBELET_FLAGS,
-        "--node-labels=" + ",".join(f"{key}={value}" for key, value in sorted(node_labels.items())),
+        "--node-labels=" + ",".join(f"{key}={value}" for key, value in sorted(node_labels(request).items())),
         f"--max-pods={request.max_pods}",
     ]
+    if request.kube_reserved:
+        reserved = format_resources(request.kube_reserved)
+        flags.append("--kube-reserved=" + ",".join(f"{name}={amount}" for name, amount in reserved.items()))
+    flags.append(f"--eviction-hard=memory.available<{format_bytes(EVICTION_MEMORY_AVAILABLE)}")
     if launch.taints:
         flags.append("--register-with-taints=" + ",".join(_taint(taint) for taint in launch.taints))
+    flags.extend(custom_kubelet_flags(request.nodeclass.kubelet or KubeletConfiguration()))
     return " ".join(flags)
+
+
+def sysctl_content(config: LinuxOSConfiguration) -> str:
+    """`name=value` lines (the content of AKS's sysctl drop-in) for the sysctls the NodeClass sets."""
+    if config.sysctls is None:
+        return ""
+    lines = []
+    for name, value in config.sysctls.model_dump(exclude_none=True).items():
+        shown = int(value) if isinstance(value, bool) else value
+        lines.append(f"{SYSCTL_NAMES[name]}={shown}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def swap_file_size_mb(size: str) -> int:
+    """`swapFileSize` ("2Gi", "512M") in MiB, as AKS's `swapFileSizeMB` takes it."""
+    return int(parse_quantity(size) // 2**20)
+
+
+def _seconds(duration: str) -> int:
+    value = duration_timedelta(duration)
+    return int(value.total_seconds()) if value is not None else 0
+
+
+def _zone_block(override: LocalDNSZoneOverride, address: str) -> list[str]:
+    upstream = (
+        AZURE_DNS if override.forward_destination is LocalDNSForwardDestination.VNET_DNS else CLUSTER_DNS
+    )
+    protocol = "force_tcp" if override.protocol is LocalDNSProtocol.FORCE_TCP else "prefer_udp"
+    lines = [
+        f"{override.zone}:53 {{",
+        "    log" if override.query_logging is LocalDNSQueryLogging.LOG else "    errors",
+        f"    bind {address}",
+        f"    forward . {upstream} {{",
+        f"        {protocol}",
+        f"        policy {override.forward_policy.value.lower()}",
+        f"        max_concurrent {override.max_concurrent}",
+        "    }",
+        f"    cache {_seconds(override.cache_duration)}s {{",
+    ]
+    if override.serve_stale is not LocalDNSServeStale.DISABLE:
+        stale = _seconds(override.serve_stale_duration)
+        lines.append(f"        serve_stale {stale}s {override.serve_stale.value.lower()}")
+    return [*lines, "    }", "}"]
+
+
+def local_dns_corefile(local_dns: LocalDNS) -> str:
+    """The node-local DNS proxy's Corefile: one server block per zone override, the vnetDNSOverrides on the
+    node's listener, the kubeDNSOverrides on the pods' one."""
+    lines: list[str] = []
+    for address, overrides in (
+        (LOCAL_DNS_VNET_ADDRESS, local_dns.vnet_dns_overrides),
+        (LOCAL_DNS_KUBE_ADDRESS, local_dns.kube_dns_overrides),
+    ):
+        for override in overrides:
+            lines.extend(_zone_block(override, address))
+    return "\n".join(lines) + "\n"
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def nodeclass_variables(request: BootstrapRequest) -> dict[str, str]:
+    """The bootstrap variables from the AKSNodeClass: OS config, artifact streaming, GPU and LocalDNS."""
+    spec = request.nodeclass
+    found: dict[str, str] = {}
+    os_config = spec.linux_os_config
+    if os_config is not None:
+        if content := sysctl_content(os_config):
+            found["SYSCTL_CONTENT"] = _b64(content)
+        if os_config.transparent_huge_page_enabled is not None:
+            found["THP_ENABLED"] = os_config.transparent_huge_page_enabled.value
+        if os_config.transparent_huge_page_defrag is not None:
+            found["THP_DEFRAG"] = os_config.transparent_huge_page_defrag.value
+        if os_config.swap_file_size is not None:
+            found["SWAP_FILE_SIZE_MB"] = str(swap_file_size_mb(os_config.swap_file_size))
+    found["ARTIFACT_STREAMING_ENABLED"] = _bool(spec.artifact_streaming_enabled)
+    gpu_node = request.gpu_manufacturer is not None
+    found["GPU_NODE"] = _bool(gpu_node)
+    found["CONFIG_GPU_DRIVER_IF_NEEDED"] = _bool(gpu_node and spec.gpu_mode is GPUMode.DRIVER)
+    if gpu_node and spec.gpu_mode is GPUMode.DRIVER:
+        found["GPU_DRIVER_TYPE"] = gpu_driver_type(request.gpu_name)
+    found["SHOULD_ENABLE_LOCALDNS"] = _bool(request.local_dns)
+    if request.local_dns and spec.local_dns is not None:
+        found["LOCALDNS_GENERATED_COREFILE"] = _b64(local_dns_corefile(spec.local_dns))
+    return found
+
+
+def gpu_driver_type(gpu_name: str | None) -> str:
+    """AKS's driver for a GPU: GRID for the A10 sizes, CUDA otherwise."""
+    return "grid" if gpu_name == "A10" else "cuda"
 
 
 def render_script(request: BootstrapRequest, api_server: str, token: str) -> str:
@@ -81,7 +336,8 @@ def render_script(request: BootstrapRequest, api_server: str, token: str) -> str
         "NODE_IMAGE_VERSION": request.node_image_version,
         "TLS_BOOTSTRAP_TOKEN": token,
         "KUBELET_FLAGS": kubelet_flags(request),
-        "KUBELET_NODE_LABELS": ",".join(f"{k}={v}" for k, v in sorted(request.launch.labels.items())),
+        "KUBELET_NODE_LABELS": ",".join(f"{k}={v}" for k, v in sorted(node_labels(request).items())),
+        **nodeclass_variables(request),
     }
     lines = [
         "#!/bin/bash",

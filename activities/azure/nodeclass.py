@@ -24,26 +24,30 @@ class ClusterNodeClasses:
         self._nodeclass = Recent(lambda name: cluster.get_nodeclass(name), keep_seconds)
 
     async def __call__(self, request: LaunchRequest) -> AKSNodeClass | None:
-        """The launch's AKSNodeClass; None for a launch of no NodePool in the cluster (it gets the defaults).
+        """The launch's AKSNodeClass (`of_nodepool`)."""
+        return await self.of_nodepool(request.nodepool)
+
+    async def of_nodepool(self, name: str) -> AKSNodeClass | None:
+        """The NodePool's AKSNodeClass; None for a NodePool not in the cluster (its launches get the defaults).
 
         A reference to another kind is an `InvalidError`; a missing AKSNodeClass a `TransientError` (the
         launch succeeds once it exists, as Karpenter waits for a NodeClass). Both are read once every
         `keep_seconds` for all launches (`Recent`).
         """
-        nodepool = await self._nodepool(request.nodepool)
+        nodepool = await self._nodepool(name)
         if nodepool is None:
             return None
         reference = nodepool.spec.template.spec.node_class_ref
         if reference.kind != NODECLASS_KIND or reference.group != NODECLASS_GROUP:
             raise InvalidError(
-                f"NodePool {request.nodepool}: spec.template.spec.nodeClassRef is a {reference.group}/"
+                f"NodePool {name}: spec.template.spec.nodeClassRef is a {reference.group}/"
                 f"{reference.kind}, not a {NODECLASS_GROUP}/{NODECLASS_KIND}",
                 code="InvalidNodeClassRef",
             )
         nodeclass = await self._nodeclass(reference.name)
         if nodeclass is None:
             raise TransientError(
-                f"AKSNodeClass {reference.name} (of NodePool {request.nodepool}) not found",
+                f"AKSNodeClass {reference.name} (of NodePool {name}) not found",
                 code="NodeClassNotFound",
             )
         return nodeclass

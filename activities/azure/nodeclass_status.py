@@ -24,7 +24,6 @@ from core.api.nodepool import ConditionStatus, StatusCondition
 from core.errors import CloudError, NotFoundError
 from core.messages import MaintenanceActivity, NodeClassStatusInput, NodeClassStatusResult
 from core.nodeclass_status import (
-    local_dns_state,
     nodeclass_conditions,
     parse_subnet_id,
     subnet_id_problem,
@@ -93,20 +92,13 @@ class NodeClassStatusActivities:
         conditions = nodeclass_conditions(
             _conditions(current), metadata.get("generation"), created, subnets[subnet_id], now
         )
-        mode = nodeclass.spec.local_dns.mode if nodeclass.spec.local_dns else None
-        status: dict[str, Any] = {
-            "conditions": conditions_json(conditions),
-            "localDNSState": local_dns_state(mode).value,
-        }
+        status: dict[str, Any] = {"conditions": conditions_json(conditions)}
         ready = next(c for c in conditions if c.type == "Ready")
         if ready.status is ConditionStatus.TRUE:
             result.ready.append(nodeclass.name)
         else:
             result.not_ready[nodeclass.name] = f"{ready.reason}: {ready.message}"
-        unchanged = (
-            conditions_json(_conditions(current)) == status["conditions"]
-            and current.get("localDNSState") == status["localDNSState"]
-        )
+        unchanged = conditions_json(_conditions(current)) == status["conditions"]
         if unchanged:
             return
         version = str(metadata.get("resourceVersion") or "")

@@ -39,7 +39,7 @@ from azure.mgmt.network.aio import NetworkManagementClient
 from azure.mgmt.network.models import NetworkInterface
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from activities.azure.bootstrap import BootstrapRequest
+from activities.azure.bootstrap import BootstrapRequest, bootstrap_request
 from activities.azure.errors import ArmError, arm_error, capacity_failure, classify, quota_limit_is_zero
 from activities.azure.names import NodeNames, nic_id, nodeclaim_of, provider_id
 from activities.azure.unavailable import UnavailableOfferings
@@ -222,11 +222,13 @@ class AzureCloudProvider:
         image_id, kubernetes_version = self._image(nodeclass, spec, sku)
         settings = self.settings
         script = await self._bootstrap(
-            BootstrapRequest(
-                launch=request,
-                kubernetes_version=kubernetes_version,
-                node_image_version=node_image_version(image_id),
-                max_pods=spec.resolved_max_pods(settings.network_plugin, settings.network_plugin_mode),
+            bootstrap_request(
+                request,
+                nodeclass,
+                sku,
+                kubernetes_version,
+                node_image_version(image_id),
+                spec.resolved_max_pods(settings.network_plugin, settings.network_plugin_mode),
             )
         )
         custom_data = base64.b64encode(script.encode()).decode()

@@ -503,3 +503,18 @@ class AKSNodeClass(StrictKubeModel):
     ) -> int:
         """See `AKSNodeClassSpec.resolved_max_pods`."""
         return self.spec.resolved_max_pods(network_plugin, network_plugin_mode)
+
+    def resolved_local_dns_state(self) -> LocalDNSState:
+        """What `localDNS.mode` resolves to, as the AKS provider's status controller resolves it.
+
+        Required: Enabled. Disabled or unset: Disabled. Preferred: Enabled only once the provider's conditions
+        hold, the first of which is a Kubernetes version threshold no release meets yet, so Disabled, except
+        that a NodeClass whose status already says Enabled stays Enabled (the provider never flips it back).
+        """
+        local_dns = self.spec.local_dns
+        mode = local_dns.mode if local_dns is not None else LocalDNSMode.DISABLED
+        if mode is LocalDNSMode.REQUIRED:
+            return LocalDNSState.ENABLED
+        if mode is LocalDNSMode.PREFERRED and self.status.local_dns_state is LocalDNSState.ENABLED:
+            return LocalDNSState.ENABLED
+        return LocalDNSState.DISABLED

@@ -116,6 +116,8 @@ class NodeClassSettings:
     """Whether `artifactStreaming.enabled` is explicitly true."""
     local_dns: bool = False
     """Whether LocalDNS resolves to enabled."""
+    fips: bool = False
+    """Whether `fipsMode` is FIPS: nodes carry `kubernetes.azure.com/fips_enabled=true`."""
     memory_overhead_percent: float = 0.075
     """The operator option `VM_MEMORY_OVERHEAD_PERCENT`: memory the hypervisor keeps from the VM."""
 
@@ -495,7 +497,12 @@ def requirements(
             _in(labels.AKS_SCALESET_PRIORITY, [PRIORITY_REGULAR, PRIORITY_SPOT]),
             _in(labels.AKS_PRIORITY, [PRIORITY_REGULAR, PRIORITY_SPOT]),
             _in(labels.AKS_OS_SKU, [settings.image_family.os_sku()]),
-            Requirement.new(labels.AKS_FIPS_ENABLED, Operator.DOES_NOT_EXIST),
+            # AKS writes the label on FIPS nodes only.
+            (
+                _in(labels.AKS_FIPS_ENABLED, ["true"])
+                if settings.fips
+                else Requirement.new(labels.AKS_FIPS_ENABLED, Operator.DOES_NOT_EXIST)
+            ),
         ]
     )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core import labels
-from core.api.aksnodeclass import AKSNodeClass
+from core.api.aksnodeclass import AKSNodeClass, FIPSMode, LocalDNSState
 from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, owner_kind
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
@@ -34,7 +34,8 @@ InstanceTypeProvider = Callable[[AKSNodeClass | None], list[InstanceType]]
 
 
 def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
-    """The AKSNodeClass fields that shape instance types (disk size, max pods, image family, filters)."""
+    """The AKSNodeClass fields that shape instance types (disk size, max pods, image family, filters, the FIPS
+    label)."""
     if nodeclass is None:
         return NodeClassSettings()
     spec = nodeclass.spec
@@ -46,6 +47,8 @@ def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
         trusted_launch=spec.trusted_launch_enabled,
         gpu_mode=GpuMode(spec.gpu_mode),
         artifact_streaming=spec.artifact_streaming_enabled,
+        local_dns=nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
+        fips=spec.fips_mode is FIPSMode.FIPS,
     )
 
 

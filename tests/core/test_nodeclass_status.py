@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.api.aksnodeclass import LocalDNSMode, LocalDNSState
 from core.nodeclass_status import (
     SubnetID,
-    local_dns_state,
     nodeclass_conditions,
     parse_subnet_id,
     subnet_id_problem,
@@ -77,9 +75,3 @@ def test_a_nodeclass_with_its_subnet_is_ready_and_recomputing_changes_nothing() 
         "LocalDNSReady": "True",
     }
     assert nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC)) == conditions
-
-
-def test_local_dns_is_enabled_only_when_required() -> None:
-    assert local_dns_state(LocalDNSMode.REQUIRED) is LocalDNSState.ENABLED
-    assert local_dns_state(LocalDNSMode.PREFERRED) is LocalDNSState.DISABLED
-    assert local_dns_state(None) is LocalDNSState.DISABLED

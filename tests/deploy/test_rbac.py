@@ -102,9 +102,9 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
     """Everything nodewright's ServiceAccount may do, rule by rule; a new permission is a change here.
 
     Cluster-wide: read what the controller watches and the planners snapshot; write NodeClaims (their status
-    through the subresource), Nodes (registration, taints, deletion), evictions and, past a NodeClaim's
-    terminationGracePeriod, pod deletions; create events. Namespaced: the one bootstrap token Secret, and the
-    controller's own Lease in the release namespace."""
+    through the subresource), AKSNodeClass status (`localDNSState`), Nodes (registration, taints, deletion),
+    evictions and, past a NodeClaim's terminationGracePeriod, pod deletions; create events. Namespaced: the one
+    bootstrap token Secret, and the controller's own Lease in the release namespace."""
     token_namespace, token_name = token_secret.split("/")
     rows = [
         (CLUSTER, "karpenter.sh", "nodepools", "get list watch", ""),
@@ -377,6 +377,7 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "create nodepools.karpenter.sh",
             "patch nodepools.karpenter.sh",
             "update nodepools.karpenter.sh --subresource=status",
+            "patch aksnodeclasses.karpenter.azure.com",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",

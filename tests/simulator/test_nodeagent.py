@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import re
 import socket
@@ -26,13 +27,16 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.network.aio import NetworkManagementClient
 from cryptography import x509
 
-from activities.azure.bootstrap import BootstrapRequest, render_script
+from activities.azure.bootstrap import bootstrap_request, render_script
 from activities.azure.names import NodeNames, nic_id
 from activities.azure.vm import azure_zones, nic_body, node_tags, vm_body
 from core import labels
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.meta import Taint, TaintEffect
 from core.cloudprovider import LaunchRequest
+from core.instancetypes.azure import kube_reserved, memory_capacity
 from core.instancetypes.catalog import load_shipped_catalog
+from core.resources import format_resources
 from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm import Fault
@@ -40,13 +44,19 @@ from simulator.kubeapi import STRATEGIC_MERGE_PATCH, KubeApi, KubeCredential, lo
 from simulator.nodeagent import (
     CSR_PATH,
     KWOK_ANNOTATION,
+    NODE_CONFIG_ANNOTATION,
     NODECLAIM_PATH,
     PREEMPTION_CONDITION,
     NodeAgentSettings,
     Phase,
+    node_allocatable,
+    node_capacity,
     preemption_message,
     provider_id,
+    shipped_instance_types,
 )
+from simulator.nodeboot import NodeBootstrap
+from tests.builders import configured_nodeclass_spec
 from tests.cluster import eventually as wait_for
 from workers.controlplane.run import BootstrapToken, ControlPlane
 
@@ -91,14 +101,17 @@ class Cluster:
         tags: dict[str, str] | None = None,
         api_server: str | None = None,
         capacity_type: str = "on-demand",
+        nodeclass: AKSNodeClass | None = None,
+        instance_type: str = "Standard_D4s_v5",
     ) -> str:
         """A NIC and a VM for NodeClaim `name`, made through ARM as the Azure provider makes them, with the
-        bootstrap rendered for this cluster and `token`; the VM's name."""
+        bootstrap rendered for this cluster, `token` and `nodeclass`; the VM's name."""
         info = self.aks.info
+        sku = load_shipped_catalog(info.location).sku(instance_type)
         request = LaunchRequest(
             name=name,
             nodepool="default",
-            instance_type="Standard_D4s_v5",
+            instance_type=instance_type,
             zone=f"{info.location}-1",
             capacity_type=capacity_type,
             labels={labels.NODEPOOL: "default", labels.CAPACITY_TYPE: capacity_type},
@@ -107,8 +120,9 @@ class Cluster:
         )
         names = NodeNames.of(name)
         group = info.resource_group
+        max_pods = nodeclass.resolved_max_pods() if nodeclass is not None else 250
         script = render_script(
-            BootstrapRequest(request, info.kubernetes_version, IMAGE_VERSION, max_pods=250),
+            bootstrap_request(request, nodeclass, sku, info.kubernetes_version, IMAGE_VERSION, max_pods),
             api_server or info.api_server,
             token,
         )
@@ -124,10 +138,10 @@ class Cluster:
         body = vm_body(
             names=names,
             location=info.location,
-            sku=load_shipped_catalog(info.location).sku(request.instance_type),
+            sku=sku,
             zone=request.zone,
             capacity_type=request.capacity_type,
-            os_disk_size_gb=30,
+            os_disk_size_gb=nodeclass.spec.os_disk_size_gb if nodeclass is not None else 30,
             image=IMAGE,
             nic_id=nic_id(info.subscription_id, group, names.nic),
             admin_username="azureuser",
@@ -289,6 +303,62 @@ async def test_a_booted_vm_joins_by_tls_bootstrap_and_registers_its_own_node(clu
     assert ready(await cluster.node(vm)) == "Unknown"
     await cluster.admin.request("DELETE", node_path(vm))
     await cluster.admin.request("DELETE", f"{NODECLAIM_PATH}/{name}")
+
+
+async def test_a_node_shows_what_its_aksnodeclass_configured(cluster: Cluster) -> None:
+    """kubelet, maxPods, linuxOSConfig, FIPS, LocalDNS and artifact streaming, each as the Node shows it: labels,
+    capacity and allocatable, and (emulator only) the node-config annotation."""
+    nodeclass = AKSNodeClass.parse(
+        {"kind": "AKSNodeClass", "metadata": {"name": "configured"}, "spec": configured_nodeclass_spec()}
+    )
+    name = claim_name()
+    vm = await cluster.launch(name, cluster.token, nodeclass=nodeclass)
+    node = await eventually(lambda: cluster.node(vm), "the Node is registered")
+
+    node_labels = node["metadata"]["labels"]
+    assert node_labels["kubernetes.azure.com/fips_enabled"] == "true"
+    assert node_labels["kubernetes.azure.com/localdns-state"] == "enabled"
+    assert node_labels["kubernetes.azure.com/artifactstreaming-enabled"] == "true"
+    assert "kubernetes.azure.com/accelerator" not in node_labels  # a D4s_v5 has no GPU
+    # Capacity: the size's CPU and memory, maxPods, the OS disk; allocatable less kube-reserved and eviction.
+    sku = load_shipped_catalog(cluster.aks.info.location).sku("Standard_D4s_v5")
+    memory = memory_capacity(sku.memory_gib, 0.075)
+    reserved = kube_reserved(sku.vcpus, sku.memory_gib)
+    assert node["status"]["capacity"] == format_resources(
+        {"cpu": 4000, "memory": memory, "pods": 42, "ephemeral-storage": 128 * 10**9}
+    )
+    assert node["status"]["allocatable"] == format_resources(
+        {
+            "cpu": 4000 - reserved["cpu"],
+            "memory": memory - reserved["memory"] - 750 * 2**20,
+            "pods": 42,
+            "ephemeral-storage": 128 * 10**9,
+        }
+    )
+    config = json.loads(node["metadata"]["annotations"][NODE_CONFIG_ANNOTATION])
+    assert {
+        key: config["kubelet"][key] for key in ("cpu-manager-policy", "max-pods", "image-gc-high-threshold")
+    } == {
+        "cpu-manager-policy": "static",
+        "max-pods": "42",
+        "image-gc-high-threshold": "70",
+    }
+    assert config["kubelet"]["topology-manager-policy"] == "single-numa-node"
+    assert config["kubelet"]["pod-max-pids"] == "4096"
+    assert config["sysctls"] == {
+        "net.core.somaxconn": "16384",
+        "net.ipv4.ip_local_port_range": "32000 60000",
+        "net.ipv4.tcp_tw_reuse": "1",
+        "vm.max_map_count": "262144",
+    }
+    variables = config["variables"]
+    assert (variables["THP_ENABLED"], variables["SWAP_FILE_SIZE_MB"]) == ("madvise", "2048")
+    assert (
+        variables["SHOULD_ENABLE_LOCALDNS"] == "true"
+        and "bind 169.254.10.11" in variables["LOCALDNS_GENERATED_COREFILE"]
+    )
+    await cluster.delete_vm(vm)
+    await cluster.admin.request("DELETE", node_path(vm))
 
 
 async def test_a_vm_made_again_with_the_same_name_takes_its_node_over(cluster: Cluster) -> None:
@@ -587,6 +657,27 @@ async def test_a_vanished_vms_node_stops(cluster: Cluster) -> None:
     await eventually(unknown, "the vanished VM's node is Unknown")
     assert condition(await cluster.node(vm), PREEMPTION_CONDITION) is None
     await cluster.admin.request("DELETE", node_path(vm))
+
+
+def test_the_kubelet_reserves_what_its_flags_say() -> None:
+    boot = NodeBootstrap(
+        token="t",
+        kubelet={
+            "max-pods": "30",
+            "kube-reserved": "cpu=100m,memory=1Gi",
+            "system-reserved": "cpu=50m",
+            "eviction-hard": "memory.available<750Mi,nodefs.available<10%",
+        },
+    )
+    instance_type = shipped_instance_types("eastus")["standard_d2s_v3"]
+    capacity = node_capacity(instance_type, boot, {"storageProfile": {"osDisk": {"diskSizeGB": 64}}})
+    assert capacity["pods"] == 30 and capacity["ephemeral-storage"] == 64 * 10**9
+    allocatable = node_allocatable(capacity, boot)
+    assert allocatable["cpu"] == capacity["cpu"] - 150
+    assert allocatable["memory"] == capacity["memory"] - 2**30 - 750 * 2**20
+    assert allocatable["pods"] == 30
+    # Without reservations (a bootstrap that sets none), allocatable is capacity.
+    assert node_allocatable(capacity, NodeBootstrap(token="t")) == capacity
 
 
 def test_the_preemption_message_is_the_one_aks_writes() -> None:

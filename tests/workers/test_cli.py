@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from core.instancetypes.catalog import load_shipped_catalog
+from tests.builders import configured_nodeclass_spec
 from workers.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -322,3 +324,53 @@ def test_schedule_follows_min_values_policy_and_the_flag_overrides_it(
     [claim] = schedule_json("-f", manifests)["nodeclaims"]
     assert claim["instance_type_options"] == ["Standard_D8s_v5"]
     assert schedule_json("-f", manifests, "--min-values-policy", "Strict")["nodeclaims"] == []
+
+
+def nodeclass(spec: dict[str, Any]) -> str:
+    document = {
+        "apiVersion": "karpenter.azure.com/v1beta1",
+        "kind": "AKSNodeClass",
+        "metadata": {"name": "default"},
+    }
+    return "\n---\n" + json.dumps({**document, "spec": spec})
+
+
+SMALL_POD = pod("small", "100m", "128Mi")
+
+
+def test_localdns_required_leaves_out_sizes_under_4_vcpus(tmp_path: Path) -> None:
+    """The cheapest size for a small pod has 2 vCPUs; with LocalDNS Required the choice has 4 or more."""
+    plain = write(tmp_path, "plain.yaml", NODEPOOL + nodeclass({}) + SMALL_POD)
+    spec = configured_nodeclass_spec()
+    required = write(
+        tmp_path, "required.yaml", NODEPOOL + nodeclass({"localDNS": spec["localDNS"]}) + SMALL_POD
+    )
+    preferred_spec = {"localDNS": {**spec["localDNS"], "mode": "Preferred"}}
+    preferred = write(tmp_path, "preferred.yaml", NODEPOOL + nodeclass(preferred_spec) + SMALL_POD)
+
+    def vcpus(manifests: str) -> set[str]:
+        [claim] = schedule_json("-f", manifests)["nodeclaims"]
+        return {option_cpus(option) for option in claim["instance_type_options"]}
+
+    assert "2" in vcpus(plain)
+    assert "2" not in vcpus(required) and all(int(cpus) >= 4 for cpus in vcpus(required))
+    # Preferred resolves to Disabled until the provider's conditions hold (see `resolved_local_dns_state`).
+    assert "2" in vcpus(preferred)
+
+
+def option_cpus(name: str) -> str:
+    return str(load_shipped_catalog("eastus").sku(name).vcpus)
+
+
+def test_a_pod_selecting_fips_schedules_only_on_a_fips_nodeclass(tmp_path: Path) -> None:
+    fips_pod = pod("fips", "100m", "128Mi", '  nodeSelector: {"kubernetes.azure.com/fips_enabled": "true"}')
+    fips = write(tmp_path, "fips.yaml", NODEPOOL + nodeclass({"fipsMode": "FIPS"}) + fips_pod)
+    plain = write(tmp_path, "plain.yaml", NODEPOOL + nodeclass({}) + fips_pod)
+
+    [claim] = schedule_json("-f", fips)["nodeclaims"]
+    assert claim["pods"] == ["default/fips"]
+    assert claim["labels"]["kubernetes.azure.com/fips_enabled"] == "true"
+    document = schedule_json("-f", plain)
+    assert document["nodeclaims"] == [] and [entry["pod"] for entry in document["unschedulable"]] == [
+        "default/fips"
+    ]

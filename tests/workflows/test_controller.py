@@ -335,3 +335,51 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
         ("node_event", False, [not_ready], True),
     ]
     assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}
+
+
+class StatusWrites:
+    """A ClusterAPI that records AKSNodeClass status writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch_nodeclass_status(self, name: str, status: dict[str, Any]) -> None:
+        self.writes.append((name, status))
+
+
+def _nodeclass(name: str, mode: str | None, state: str | None) -> dict[str, Any]:
+    spec = builders.configured_nodeclass_spec()
+    manifest: dict[str, Any] = {
+        "apiVersion": "karpenter.azure.com/v1beta1",
+        "kind": "AKSNodeClass",
+        "metadata": {"name": name},
+        "spec": {"localDNS": {**spec["localDNS"], "mode": mode}} if mode else {},
+    }
+    if state:
+        manifest["status"] = {"localDNSState": state}
+    return manifest
+
+
+async def test_the_controller_writes_the_localdns_state_of_each_aksnodeclass_when_it_differs() -> None:
+    cluster = StatusWrites()
+    controller = Controller(
+        client=cast(Client, None),
+        cluster=cast(ClusterAPI, cluster),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    for version, (name, mode, state) in enumerate(
+        [
+            ("plain", None, None),
+            ("required", "Required", None),
+            ("preferred", "Preferred", None),
+            ("written", "Required", "Enabled"),
+            ("kept", "Preferred", "Enabled"),
+        ]
+    ):
+        await controller.handle(_watched("AKSNodeClass", _nodeclass(name, mode, state), version))
+    assert cluster.writes == [
+        ("plain", {"localDNSState": "Disabled"}),
+        ("required", {"localDNSState": "Enabled"}),
+        ("preferred", {"localDNSState": "Disabled"}),
+    ]

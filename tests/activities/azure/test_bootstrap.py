@@ -18,13 +18,15 @@ from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.vm import boots_on, image_reference_for, node_image_version, status_image
 from activities.errors import as_application_error
 from core import labels
-from core.api.aksnodeclass import AKSNodeClass, NodeImage
+from core.api.aksnodeclass import AKSNodeClass, LocalDNSState, NodeImage
 from core.api.meta import Taint, TaintEffect
 from core.api.nodepool import NodePool
 from core.cloudprovider import LaunchRequest
 from core.errors import ConflictError, InvalidError, TransientError
+from core.instancetypes.azure import kube_reserved
 from core.instancetypes.catalog import load_shipped_catalog
 from simulator.nodeboot import read_custom_data
+from tests.builders import configured_nodeclass_spec
 
 TOKEN_ID, TOKEN_SECRET = "abcdef", "0123456789abcdef"
 TAINTS = [
@@ -82,6 +84,7 @@ def test_the_script_carries_what_the_kubelet_needs_and_the_simulated_kubelet_rea
         labels.NODEPOOL: "default",
         labels.ZONE: "eastus-1",
         "kubernetes.azure.com/node-image-version": "AKSUbuntu-2204gen2containerd-202512.18.0",
+        "kubernetes.azure.com/localdns-state": "disabled",
     }
     assert list(boot.taints) == TAINTS
     assert (boot.kubernetes_version, boot.node_image_version) == (
@@ -89,6 +92,124 @@ def test_the_script_carries_what_the_kubelet_needs_and_the_simulated_kubelet_rea
         "AKSUbuntu-2204gen2containerd-202512.18.0",
     )
     assert "--max-pods=250" in script and "API_SERVER_NAME=c-dns-1.hcp.eastus.azmk8s.io" in script
+
+
+def configured(name: str = "configured") -> AKSNodeClass:
+    return AKSNodeClass.parse(
+        {
+            "apiVersion": "karpenter.azure.com/v1beta1",
+            "kind": "AKSNodeClass",
+            "metadata": {"name": name},
+            "spec": configured_nodeclass_spec(),
+        }
+    )
+
+
+def test_every_aksnodeclass_node_setting_reaches_the_kubelet_under_its_aks_name() -> None:
+    nodeclass = configured()
+    bootstrap = BootstrapRequest(
+        launch(),
+        "1.33.5",
+        "AKSAzureLinux-V3gen2fips-202512.18.0",
+        max_pods=nodeclass.resolved_max_pods(),
+        nodeclass=nodeclass.spec,
+        kube_reserved=kube_reserved(24, 220.0),
+        gpu_manufacturer="nvidia",
+        gpu_name="A100",
+        local_dns=nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
+    )
+    script = render_script(bootstrap, "c-dns-1.hcp.eastus.azmk8s.io", f"{TOKEN_ID}.{TOKEN_SECRET}")
+    boot = read_custom_data(base64.b64encode(script.encode()).decode())
+
+    assert boot.kubelet == {
+        "cgroup-driver": "systemd",
+        "rotate-certificates": "true",
+        "max-pods": "42",
+        "kube-reserved": "cpu=340m,memory=11427Mi",
+        "eviction-hard": "memory.available<750Mi",
+        "image-gc-high-threshold": "70",
+        "image-gc-low-threshold": "60",
+        "cpu-manager-policy": "static",
+        "cpu-cfs-quota": "false",
+        "cpu-cfs-quota-period": "200ms",
+        "topology-manager-policy": "single-numa-node",
+        "container-log-max-size": "100Mi",
+        "container-log-max-files": "7",
+        "pod-max-pids": "4096",
+        "allowed-unsafe-sysctls": "kernel.msg*,net.ipv4.route.min_pmtu",
+        "fail-swap-on": "false",
+    }
+    assert boot.max_pods == 42
+    assert boot.kube_reserved == {"cpu": 340, "memory": 11427 * 2**20}
+    assert boot.eviction_hard == {"memory": 750 * 2**20}
+    assert {key: boot.labels[key] for key in boot.labels if key.startswith("kubernetes.azure.com/")} == {
+        "kubernetes.azure.com/fips_enabled": "true",
+        "kubernetes.azure.com/localdns-state": "enabled",
+        "kubernetes.azure.com/artifactstreaming-enabled": "true",
+        "kubernetes.azure.com/accelerator": "nvidia",
+        "kubernetes.azure.com/node-image-version": "AKSAzureLinux-V3gen2fips-202512.18.0",
+    }
+    corefile = boot.node.pop("LOCALDNS_GENERATED_COREFILE")
+    assert boot.node == {
+        "SYSCTL_CONTENT": "net.core.somaxconn=16384\nnet.ipv4.ip_local_port_range=32000 60000\n"
+        "net.ipv4.tcp_tw_reuse=1\nvm.max_map_count=262144\n",
+        "THP_ENABLED": "madvise",
+        "THP_DEFRAG": "defer+madvise",
+        "SWAP_FILE_SIZE_MB": "2048",
+        "ARTIFACT_STREAMING_ENABLED": "true",
+        "GPU_NODE": "true",
+        "CONFIG_GPU_DRIVER_IF_NEEDED": "true",
+        "GPU_DRIVER_TYPE": "cuda",
+        "SHOULD_ENABLE_LOCALDNS": "true",
+    }
+    blocks = corefile.split("}\n}\n")
+    assert len(blocks) == 5  # four zone blocks, then nothing
+    assert blocks[0].startswith(".:53 {\n    errors\n    bind 169.254.10.10\n    forward . 168.63.129.16 {")
+    assert "serve_stale 3600s verify" in blocks[0]
+    assert "bind 169.254.10.11" in blocks[2] and "log\n" in blocks[2] and "policy roundrobin" in blocks[2]
+    assert "forward . 10.0.0.10" in blocks[3] and "serve_stale" not in blocks[3]
+
+
+def test_without_a_kubelet_block_the_node_gets_aks_defaults_and_no_optional_settings() -> None:
+    boot = read_custom_data(
+        base64.b64encode(render_script(request(), "api", "abcdef.0123456789abcdef").encode()).decode()
+    )
+
+    assert {name: boot.kubelet[name] for name in ("image-gc-high-threshold", "image-gc-low-threshold")} == {
+        "image-gc-high-threshold": "85",
+        "image-gc-low-threshold": "80",
+    }
+    assert boot.kubelet["cpu-manager-policy"] == "none" and boot.kubelet["pod-max-pids"] == "-1"
+    assert "fail-swap-on" not in boot.kubelet and "allowed-unsafe-sysctls" not in boot.kubelet
+    assert "kube-reserved" not in boot.kubelet and boot.kube_reserved == {}
+    assert boot.node == {
+        "ARTIFACT_STREAMING_ENABLED": "false",
+        "GPU_NODE": "false",
+        "CONFIG_GPU_DRIVER_IF_NEEDED": "false",
+        "SHOULD_ENABLE_LOCALDNS": "false",
+    }
+    assert "kubernetes.azure.com/fips_enabled" not in boot.labels
+
+
+def test_gpu_mode_none_installs_no_driver_and_a10_sizes_get_the_grid_driver() -> None:
+    nodeclass = AKSNodeClass.parse(
+        {"kind": "AKSNodeClass", "metadata": {"name": "x"}, "spec": {"gpu": {"mode": "None"}}}
+    )
+
+    def variables(spec: AKSNodeClass, gpu: str) -> dict[str, str]:
+        bootstrap = BootstrapRequest(
+            launch(), "1.33.5", "img", 250, nodeclass=spec.spec, gpu_manufacturer="nvidia", gpu_name=gpu
+        )
+        return read_custom_data(base64.b64encode(render_script(bootstrap, "api", "t").encode()).decode()).node
+
+    assert variables(nodeclass, "T4")["CONFIG_GPU_DRIVER_IF_NEEDED"] == "false"
+    assert "GPU_DRIVER_TYPE" not in variables(nodeclass, "T4")
+    assert (
+        variables(AKSNodeClass.parse({"kind": "AKSNodeClass", "metadata": {"name": "y"}}), "A10")[
+            "GPU_DRIVER_TYPE"
+        ]
+        == "grid"
+    )
 
 
 async def test_the_bootstrap_reads_the_token_from_the_secret_at_every_launch() -> None:

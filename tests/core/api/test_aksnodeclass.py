@@ -683,3 +683,27 @@ def test_local_dns_mode_and_lists_are_required() -> None:
         "AKSNodeClass default: spec.localDNS.vnetDNSOverrides: Field required",
         "AKSNodeClass default: spec.localDNS.kubeDNSOverrides: Field required",
     ]
+
+
+# --- LocalDNS state ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "expected"),
+    [
+        (None, None, LocalDNSState.DISABLED),
+        ("Disabled", None, LocalDNSState.DISABLED),
+        ("Required", None, LocalDNSState.ENABLED),
+        ("Required", "Disabled", LocalDNSState.ENABLED),
+        ("Preferred", None, LocalDNSState.DISABLED),
+        ("Preferred", "Enabled", LocalDNSState.ENABLED),
+        ("Disabled", "Enabled", LocalDNSState.DISABLED),
+    ],
+)
+def test_the_localdns_mode_resolves_as_the_provider_resolves_it(
+    mode: str | None, status: str | None, expected: LocalDNSState
+) -> None:
+    raw = manifest(**({"localDNS": {**local_dns(), "mode": mode}} if mode else {}))
+    if status is not None:
+        raw["status"] = {"localDNSState": status}
+    assert AKSNodeClass.parse(raw).resolved_local_dns_state() is expected

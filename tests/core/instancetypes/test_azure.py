@@ -498,6 +498,13 @@ def test_amd_gpus_without_driver_install() -> None:
     assert values(instance_type, labels.SKU_GPU_NAME) == ["MI300X"]
 
 
+def test_a_fips_nodeclass_gives_its_instance_types_the_fips_label() -> None:
+    instance_type = only(azure_instance_types(catalog(sku()), NodeClassSettings(fips=True)))
+
+    assert values(instance_type, labels.AKS_FIPS_ENABLED) == ["true"]
+    assert instance_type.node_labels(instance_type.offerings[0])[labels.AKS_FIPS_ENABLED] == "true"
+
+
 def test_azure_linux_os_sku() -> None:
     instance_type = only(azure_instance_types(catalog(sku()), AZURE_LINUX))
 

@@ -4,8 +4,10 @@ capacity launches while the node drains; DaemonSet pods, finished pods and pods 
 
 from __future__ import annotations
 
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Pod
-from core.scheduling.snapshot import build_snapshot, fixed_provider
+from core.scheduling.snapshot import build_snapshot, fixed_provider, nodeclass_settings
+from tests.builders import configured_nodeclass_spec
 from tests.core.disruption.fixtures import NOW, bound, catalog_d, cluster, node_pair, nodepool
 
 
@@ -37,3 +39,12 @@ def test_the_pods_of_a_deleting_node_are_pending_and_the_node_is_no_capacity() -
     planning = build_snapshot(manifests, provider)
     assert planning.pending == [] and planning.rescheduled == 0
     assert sorted(node.name for node in planning.nodes) == ["leaving", "staying"]
+
+
+def test_fips_and_a_required_localdns_shape_the_instance_types_of_their_nodeclass() -> None:
+    nodeclass = AKSNodeClass.parse(
+        {"kind": "AKSNodeClass", "metadata": {"name": "configured"}, "spec": configured_nodeclass_spec()}
+    )
+    settings = nodeclass_settings(nodeclass)
+    assert (settings.fips, settings.local_dns, settings.max_pods) == (True, True, 42)
+    assert (nodeclass_settings(None).fips, nodeclass_settings(None).local_dns) == (False, False)
