@@ -241,3 +241,21 @@ def test_plan_disruption_shows_node_repairs(tmp_path: Path) -> None:
     assert json.loads(out)["repairs"] == []
     code, out, _ = run("plan-disruption", "-f", snapshot, *now, "--no-repair", "-o", "json")
     assert json.loads(out)["repairs"] == []
+
+
+def test_pod_level_requests_choose_a_size_that_holds_them(tmp_path: Path) -> None:
+    pod_level = """
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: whole, namespace: default}
+spec:
+  resources: {requests: {cpu: "7", memory: 4Gi}}
+  containers:
+    - {name: a, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+    - {name: b, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+"""
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod_level)
+    [claim] = schedule_json("-f", manifests)["nodeclaims"]
+    assert claim["requests"]["cpu"] == "7"
+    assert int(claim["labels"]["karpenter.azure.com/sku-cpu"]) >= 8
