@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from workers.cli import main
 
@@ -259,3 +260,27 @@ spec:
     [claim] = schedule_json("-f", manifests)["nodeclaims"]
     assert claim["requests"]["cpu"] == "7"
     assert int(claim["labels"]["karpenter.azure.com/sku-cpu"]) >= 8
+
+
+def test_a_pod_allowing_both_architectures_gets_amd64_when_the_status_has_amd64_images_only(
+    tmp_path: Path,
+) -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES / "nodepool.yaml").read_text()))
+    for document in documents:
+        if document["kind"] == "AKSNodeClass":
+            document["status"]["images"] = [
+                image for image in document["status"]["images"] if "arm64" not in str(image["requirements"])
+            ]
+    snapshot = yaml.safe_dump_all(documents) + pod("web", "1", "1Gi")
+    manifests = write(tmp_path, "in.yaml", snapshot)
+
+    document = schedule_json("-f", manifests)
+    [claim] = document["nodeclaims"]
+    assert claim["labels"]["kubernetes.io/arch"] == "amd64"
+    left_out = document["instance_types_left_out"]["default"]
+    assert not set(claim["instance_type_options"]) & set(left_out)
+    assert left_out["Standard_D2pls_v5"] == (
+        "AKSNodeClass default: no image in status.images boots on Standard_D2pls_v5 (arm64, Hyper-V generations V2)"
+    )
+    code, table, _ = run("schedule", "-f", manifests)
+    assert code == 0 and f"Instance types left out of NodePool default ({len(left_out)}):" in table
