@@ -179,3 +179,34 @@ def test_a_planned_nodeclaim_carries_the_labels_the_scheduler_resolved() -> None
 
     # What the lifecycle creates the NodeClaim with and launches the node with, over its type's labels.
     assert decision.labels == {"karpenter.sh/nodepool": "default", "team": "a"}
+
+
+def test_a_planned_nodeclaim_says_which_instance_types_were_left_out_because_no_image_boots_on_them() -> None:
+    launch = Launch("Standard_D2s_v5", Offering("eastus-1", "spot", 12_300, True, Requirements([])), {})
+    claim = NewNodeClaim(
+        nodepool="default",
+        instance_type="Standard_D2s_v5",
+        zone="eastus-1",
+        capacity_type="spot",
+        price_micros=12_300,
+        instance_type_options=["Standard_D2s_v5"],
+        pods=["default/p"],
+        labels={},
+        taints=[],
+        startup_taints=[],
+        requirements=[],
+        requests={"cpu": 1000},
+        launch_candidates=[launch],
+    )
+    left_out = {
+        "Standard_D4ps_v5": "AKSNodeClass default: no image in status.images boots on Standard_D4ps_v5 (arm64, ...)",
+        "Standard_D2ps_v5": "AKSNodeClass default: no image in status.images boots on Standard_D2ps_v5 (arm64, ...)",
+    }
+
+    decision = planned(claim, None, "default-abcde", max_candidates=20, left_out=left_out)
+
+    assert decision.reason.endswith(
+        "at $0.0123/h; 2 instance type(s) left out as no image boots on them; first: AKSNodeClass default: "
+        "no image in status.images boots on Standard_D2ps_v5 (arm64, ...)"
+    )
+    assert planned(claim, None, "default-abcde", max_candidates=20).reason.endswith("at $0.0123/h")
