@@ -271,7 +271,7 @@ class NodeImages:
         return cls(
             nodeclass=nodeclass.name,
             status=tuple(nodeclass.status.images),
-            family=ImageFamily(spec.image_family),
+            family=spec.image_family,
             kubernetes_version=nodeclass.status.kubernetes_version,
             trusted_launch=spec.trusted_launch_enabled,
             fips=spec.fips_mode is FIPSMode.FIPS,
