@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import logging
 import string
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -44,7 +44,13 @@ from core.scheduling.inputs import SchedulingOptions
 from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, nominated_pods_value
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
-from core.scheduling.snapshot import InstanceTypeProvider, SchedulingSnapshot, azure_provider, build_snapshot
+from core.scheduling.snapshot import (
+    InstanceTypeProvider,
+    SchedulingSnapshot,
+    azure_provider,
+    build_snapshot,
+    left_out_summary,
+)
 
 MAX_REPORTED_UNSCHEDULABLE = 20
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -103,9 +109,15 @@ def creation_reason(claim: NewNodeClaim) -> str:
 
 
 def planned(
-    claim: NewNodeClaim, pool: NodePool | None, name: str, max_candidates: int, batch: int = 0
+    claim: NewNodeClaim,
+    pool: NodePool | None,
+    name: str,
+    max_candidates: int,
+    batch: int = 0,
+    left_out: Mapping[str, str] | None = None,
 ) -> PlannedNodeClaim:
-    """A simulated NodeClaim as its lifecycle needs it, with the pods it is for and why it was chosen."""
+    """A simulated NodeClaim as its lifecycle needs it, with the pods it is for and why it was chosen (and,
+    given its NodePool's `left_out`, which instance types were not considered because no image boots on them)."""
     # The scheduler resolved the NodeClaim's labels (`NewNodeClaim.nodeclaim_labels`); the NodePool's own are
     # the floor for a NodeClaim made elsewhere. The launch adds its instance type's labels under these.
     template_labels = dict(pool.spec.template.metadata.labels) if pool else {}
@@ -130,7 +142,7 @@ def planned(
         instance_types=_instance_types_summary(claim.instance_type_options),
         pod_count=len(claim.pods),
         pods=claim.pods[:MAX_RECORDED_PODS],
-        reason=creation_reason(claim),
+        reason=creation_reason(claim) + (f"; {left_out_summary(left_out)}" if left_out else ""),
         batch=batch,
         expire_after_seconds=_seconds(pool, "expire"),
         termination_grace_period_seconds=_seconds(pool, "grace"),
@@ -234,7 +246,14 @@ class PlanningActivities:
         for index, claim in enumerate(launched):
             pool = pools.get(claim.nodepool)
             name = f"{claim.nodepool}-{nodeclaim_suffix(run, request.batch, attempt, index)}"
-            decision = planned(claim, pool, name, request.max_launch_candidates, request.batch)
+            decision = planned(
+                claim,
+                pool,
+                name,
+                request.max_launch_candidates,
+                request.batch,
+                snapshot.left_out.get(claim.nodepool),
+            )
             lifecycle = LifecycleInput(
                 cluster=request.cluster,
                 nodeclaim=decision,

@@ -155,9 +155,10 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes
+        document["instance_types_left_out"] = snapshot.left_out
         write_json(document, manifests, out)
     else:
-        render_table(results, out)
+        render_table(results, out, snapshot.left_out)
     return 1 if manifests.problems else 0
 
 

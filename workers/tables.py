@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TextIO
 
 from core.api.meta import Taint
 from core.instancetypes.types import dollars
 from core.messages import DisruptionPassRecord
 from core.scheduling.results import SchedulingResults
+
+SHOWN_LEFT_OUT = 5
 
 
 def _taint_text(taint: Taint) -> str:
@@ -20,8 +23,11 @@ def _summary(items: list[str], shown: int = 5) -> str:
     return ", ".join(items[:shown]) + (f", ... ({len(items) - shown} more)" if len(items) > shown else "")
 
 
-def render_table(results: SchedulingResults, out: TextIO) -> None:
-    """A person's view of the plan: new NodeClaims, pods on existing nodes, unschedulable pods, total."""
+def render_table(
+    results: SchedulingResults, out: TextIO, left_out: Mapping[str, Mapping[str, str]] | None = None
+) -> None:
+    """A person's view of the plan: new NodeClaims, pods on existing nodes, unschedulable pods, the instance
+    types left out of each NodePool (`left_out`: why no image boots on them), total."""
     claims = results.nodeclaims
     if claims:
         rows = [("NODEPOOL", "INSTANCE-TYPE", "ZONE", "CAPACITY", "$/HOUR", "PODS", "OPTIONS")]
@@ -64,6 +70,13 @@ def render_table(results: SchedulingResults, out: TextIO) -> None:
             print(f"  {pod.pod}:", file=out)
             for reason in pod.reasons:
                 print(f"    - {reason}", file=out)
+    for pool, refused in sorted((left_out or {}).items()):
+        print(f"Instance types left out of NodePool {pool} ({len(refused)}):", file=out)
+        names = sorted(refused)
+        for name in names[:SHOWN_LEFT_OUT]:
+            print(f"  {name}: {refused[name]}", file=out)
+        if len(names) > SHOWN_LEFT_OUT:
+            print(f"  ... ({len(names) - SHOWN_LEFT_OUT} more; -o json lists them all)", file=out)
     print(f"Total for new NodeClaims: ${dollars(results.total_price_micros):.4f}/hour", file=out)
 
 

@@ -49,20 +49,18 @@ from activities.azure.vm import (
     PRIORITY_SPOT,
     Json,
     Security,
-    image_definition,
     image_id_of,
     image_reference,
     image_reference_for,
     nic_body,
     node_image_version,
     node_tags,
-    status_image,
     vm_body,
 )
 from activities.catalog_source import CatalogSource
 from activities.errors import NOT_OWNED
 from core import labels
-from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, FIPSMode, NetworkPlugin, NetworkPluginMode
+from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassSpec, NetworkPlugin, NetworkPluginMode
 from core.cloudprovider import Instance, InstanceState, LaunchRequest
 from core.errors import (
     CloudError,
@@ -76,6 +74,7 @@ from core.errors import (
 )
 from core.instancetypes.azure import REGIONAL_ZONE
 from core.instancetypes.catalog import AzureCatalog, AzureSku
+from core.instancetypes.images import NodeImages
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +218,7 @@ class AzureCloudProvider:
         self._raise_if_unavailable(sku, offering)
         nodeclass = await self._node_class(request) if self._node_class else None
         spec = nodeclass.spec if nodeclass is not None else AKSNodeClassSpec()
-        image_id, kubernetes_version = self._image(nodeclass, spec, sku)
+        image_id, kubernetes_version = self._image(nodeclass, sku)
         settings = self.settings
         script = await self._bootstrap(
             bootstrap_request(
@@ -309,34 +308,18 @@ class AzureCloudProvider:
                 f"VM size {name!r} is not offered in {self.settings.location}", code="InvalidParameter"
             ) from None
 
-    def _image(
-        self, nodeclass: AKSNodeClass | None, spec: AKSNodeClassSpec, sku: AzureSku
-    ) -> tuple[str, str]:
+    def _image(self, nodeclass: AKSNodeClass | None, sku: AzureSku) -> tuple[str, str]:
         """The image version ID and Kubernetes version a VM of this size boots: from the AKSNodeClass status when
-        its image controller resolved them, else from the image family and the settings."""
+        its image controller resolved them, else from the image family and the settings (`NodeImages`, whose
+        rule also leaves out of planning the sizes no image boots on)."""
         settings = self.settings
-        status = nodeclass.status if nodeclass is not None else None
-        version = (status.kubernetes_version if status else None) or settings.kubernetes_version
-        if nodeclass is not None and nodeclass.status.images:
-            chosen = status_image(nodeclass.status.images, sku)
-            if chosen is None:
-                generations = ", ".join(sku.hyperv_generations) or "unknown"
-                raise InvalidError(
-                    f"AKSNodeClass {nodeclass.name}: no image in status.images boots on {sku.name} "
-                    f"({sku.architecture}, Hyper-V generations {generations})",
-                    code="UnsupportedImage",
-                )
+        images = NodeImages.of(nodeclass)
+        version = images.kubernetes_version or settings.kubernetes_version
+        chosen = images.image(sku, version)
+        if isinstance(chosen, str):
             return chosen, version
-        security = _security(spec)
-        definition = image_definition(
-            spec.image_family,
-            version,
-            sku,
-            trusted_launch=security.trusted_launch,
-            fips=spec.fips_mode is FIPSMode.FIPS,
-        )
         reference = image_reference(
-            definition, settings.node_image_version, settings.image_gallery_subscription_id
+            chosen, settings.node_image_version, settings.image_gallery_subscription_id
         )
         return image_id_of(reference), version
 

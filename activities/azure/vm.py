@@ -17,11 +17,10 @@ from typing import Any
 
 from activities.azure.names import NodeNames
 from core import labels
-from core.api.aksnodeclass import ImageFamily, NodeImage
-from core.api.meta import NodeSelectorOperator
 from core.errors import InvalidError
-from core.instancetypes.azure import ARM64, REGIONAL_ZONE, ephemeral_os_max_size_gb
+from core.instancetypes.azure import REGIONAL_ZONE, ephemeral_os_max_size_gb
 from core.instancetypes.catalog import AzureSku
+from core.instancetypes.images import ImageDefinition
 
 Json = dict[str, Any]
 """An ARM request body. (The SDK's TypedDicts cannot type partial bodies: some mark every key required.)"""
@@ -94,144 +93,7 @@ def os_disk(name: str, sku: AzureSku, size_gb: int) -> Json:
     return disk
 
 
-# --- image ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Gallery:
-    """An AKS node image gallery, as a Shared Image Gallery (managed AKS) and as a Community Gallery."""
-
-    name: str
-    resource_group: str
-    community_name: str
-
-
-UBUNTU_GALLERY = Gallery("AKSUbuntu", "AKS-Ubuntu", "AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2")
-AZURE_LINUX_GALLERY = Gallery(
-    "AKSAzureLinux", "AKS-AzureLinux", "AKSAzureLinux-f7c7cda5-1c9a-4bdc-a222-9614c968580b"
-)
-
-_AMD64 = "amd64"
-_GEN1 = "V1"
-_GEN2 = "V2"
-
-
-@dataclass(frozen=True, slots=True)
-class ImageDefinition:
-    """One image definition of a gallery and the VMs that can boot it (architecture, Hyper-V generation)."""
-
-    gallery: Gallery
-    name: str
-    architecture: str = _AMD64
-    generation: str = _GEN2
-
-    def boots_on(self, sku: AzureSku) -> bool:
-        """Whether a VM of this size can boot the image (a size with unknown generations is not excluded)."""
-        return sku.architecture == self.architecture and (
-            not sku.hyperv_generations or self.generation in sku.hyperv_generations
-        )
-
-
-def _definitions(
-    gallery: Gallery, gen2: str, gen1: str | None, arm64: str | None
-) -> tuple[ImageDefinition, ...]:
-    """A family's definitions in the provider's priority order: Gen2, then Gen1, then Arm64."""
-    found = [ImageDefinition(gallery, gen2)]
-    if gen1 is not None:
-        found.append(ImageDefinition(gallery, gen1, generation=_GEN1))
-    if arm64 is not None:
-        found.append(ImageDefinition(gallery, arm64, architecture=ARM64))
-    return tuple(found)
-
-
-class _Variant(StrEnum):
-    PLAIN = "plain"
-    TRUSTED_LAUNCH = "trusted launch"
-    FIPS = "FIPS"
-    FIPS_TRUSTED_LAUNCH = "FIPS with trusted launch"
-
-
-_U = UBUNTU_GALLERY
-_AL = AZURE_LINUX_GALLERY
-_IMAGES: dict[tuple[str, _Variant], tuple[ImageDefinition, ...]] = {
-    ("Ubuntu2004", _Variant.FIPS): _definitions(_U, "2004gen2fipscontainerd", "2004fipscontainerd", None),
-    ("Ubuntu2204", _Variant.PLAIN): _definitions(
-        _U, "2204gen2containerd", "2204containerd", "2204gen2arm64containerd"
-    ),
-    ("Ubuntu2204", _Variant.TRUSTED_LAUNCH): _definitions(_U, "2204gen2TLcontainerd", None, None),
-    ("Ubuntu2204", _Variant.FIPS_TRUSTED_LAUNCH): _definitions(_U, "2204gen2fipsTLcontainerd", None, None),
-    ("Ubuntu2404", _Variant.PLAIN): _definitions(
-        _U, "2404gen2containerd", "2404containerd", "2404gen2arm64containerd"
-    ),
-    ("Ubuntu2404", _Variant.TRUSTED_LAUNCH): _definitions(_U, "2404gen2TLcontainerd", None, None),
-    ("AzureLinux2", _Variant.PLAIN): _definitions(_AL, "V2gen2", "V2", "V2gen2arm64"),
-    ("AzureLinux2", _Variant.FIPS): _definitions(_AL, "V2gen2fips", "V2fips", None),
-    ("AzureLinux2", _Variant.TRUSTED_LAUNCH): _definitions(_AL, "V2gen2TL", None, None),
-    ("AzureLinux3", _Variant.PLAIN): _definitions(_AL, "V3gen2", "V3", "V3gen2arm64"),
-    ("AzureLinux3", _Variant.FIPS): _definitions(_AL, "V3gen2fips", "V3fips", "V3gen2arm64fips"),
-    ("AzureLinux3", _Variant.TRUSTED_LAUNCH): _definitions(_AL, "V3gen2TL", None, None),
-}
-
-_VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?")
-UBUNTU_2404_FROM = (1, 34)
-"""The Ubuntu family boots Ubuntu 24.04 from this Kubernetes version on, 22.04 below it."""
-AZURE_LINUX_3_FROM = (1, 32)
-
-
-def kubernetes_minor(version: str) -> tuple[int, int]:
-    """(major, minor) of a Kubernetes version such as `1.33.2` or `v1.34`."""
-    match = _VERSION.match(version.strip())
-    if match is None:
-        raise InvalidError(
-            f"Kubernetes version {version!r} is not of the form 1.33 or 1.33.2", code="InvalidVersion"
-        )
-    return int(match["major"]), int(match["minor"])
-
-
-def image_definition(
-    family: ImageFamily,
-    kubernetes_version: str,
-    sku: AzureSku,
-    trusted_launch: bool = False,
-    fips: bool = False,
-) -> ImageDefinition:
-    """The node image definition a VM of this size boots: the first of the release's definitions it can boot.
-
-    Ubuntu (the default family) is Ubuntu 24.04 from Kubernetes 1.34 and 22.04 below; with Trusted Launch it is
-    22.04, and with FIPS 20.04 (or 22.04 with FIPS and Trusted Launch). AzureLinux is Azure Linux 3 from
-    Kubernetes 1.32 and 2 below.
-    """
-    minor = kubernetes_minor(kubernetes_version)
-    if fips:
-        variant = _Variant.FIPS_TRUSTED_LAUNCH if trusted_launch else _Variant.FIPS
-    else:
-        variant = _Variant.TRUSTED_LAUNCH if trusted_launch else _Variant.PLAIN
-    match family:
-        case ImageFamily.AZURE_LINUX:
-            release = "AzureLinux3" if minor >= AZURE_LINUX_3_FROM else "AzureLinux2"
-        case ImageFamily.UBUNTU_2204:
-            release = "Ubuntu2204"
-        case ImageFamily.UBUNTU_2404:
-            release = "Ubuntu2404"
-        case _ if variant is _Variant.FIPS:
-            release = "Ubuntu2004"
-        case _ if variant is not _Variant.PLAIN:
-            release = "Ubuntu2204"
-        case _:
-            release = "Ubuntu2404" if minor >= UBUNTU_2404_FROM else "Ubuntu2204"
-    definitions = _IMAGES.get((release, variant))
-    if definitions is None:
-        raise InvalidError(
-            f"image family {family} has no {variant} image ({release})", code="UnsupportedImage"
-        )
-    for definition in definitions:
-        if definition.boots_on(sku):
-            return definition
-    generations = ", ".join(sku.hyperv_generations) or "unknown"
-    raise InvalidError(
-        f"no {release} {variant} image boots on {sku.name} ({sku.architecture}, Hyper-V generations {generations})",
-        code="UnsupportedImage",
-    )
+# --- image (which one a size boots: `core.instancetypes.images`) -----------------------------------------
 
 
 def image_reference(
@@ -252,44 +114,6 @@ def image_reference(
             f"/CommunityGalleries/{gallery.community_name}/images/{definition.name}/versions/{version}"
         )
     }
-
-
-def _sku_values(sku: AzureSku) -> dict[str, set[str]]:
-    """The image-matching label values of a size (architecture, Hyper-V generations `1`/`2`); a size whose
-    generations are unknown has no value for that key, so it matches on architecture alone."""
-    values = {labels.ARCH: {sku.architecture}}
-    if sku.hyperv_generations:
-        values[labels.SKU_HYPERV_GENERATION] = {
-            gen.upper().removeprefix("V") for gen in sku.hyperv_generations
-        }
-    return values
-
-
-def boots_on(image: NodeImage, sku: AzureSku) -> bool:
-    """Whether the size satisfies every requirement of an AKSNodeClass status image (keys it has no value
-    for are not held against it)."""
-    values = _sku_values(sku)
-    for requirement in image.requirements:
-        have = values.get(requirement.key)
-        if have is None:
-            continue
-        wanted = set(requirement.values)
-        match requirement.operator:
-            case NodeSelectorOperator.IN:
-                if not have & wanted:
-                    return False
-            case NodeSelectorOperator.NOT_IN:
-                if have <= wanted:
-                    return False
-            case NodeSelectorOperator.DOES_NOT_EXIST:
-                return False
-    return True
-
-
-def status_image(images: Sequence[NodeImage], sku: AzureSku) -> str | None:
-    """The image a size boots from an AKSNodeClass status: the first (in priority order) it can boot, as the
-    AKS provider picks it; None when no image fits."""
-    return next((image.id for image in images if boots_on(image, sku)), None)
 
 
 def image_reference_for(image_id: str) -> Json:

@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, Field, PlainValidator, model_validator
 
 from core.api.meta import KubeModel, NodeSelectorRequirement, ObjectMeta, Taint, TaintEffect
 from core.quantity import QuantityError, parse_quantity
-from core.resources import Resources, max_each, merge, parse_resources
+from core.resources import CPU, MEMORY, Resources, max_each, merge, parse_resources
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -264,6 +264,9 @@ class PodSpec(KubeModel):
     containers: list[Container] = Field(default_factory=list)
     init_containers: list[Container] = Field(default_factory=list)
     overhead: ResourceList = Field(default_factory=dict)
+    resources: ResourceRequirements | None = None
+    """Pod-level requests and limits (the PodLevelResources feature): CPU, memory and hugepages for the pod as a
+    whole, in place of what its containers add up to."""
     priority: int | None = None
     priority_class_name: str | None = None
     scheduler_name: str = "default-scheduler"
@@ -416,14 +419,21 @@ def _container_requests(container: Container) -> Resources:
     return {**_parsed(tuple(resources.limits.items())), **requests}
 
 
-def pod_requests(pod: Pod) -> Resources:
-    """The resources a pod reserves on its node (Kubernetes' effective requests), without the pod itself.
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def is_pod_level_resource(name: str) -> bool:
+    """Whether a resource can be set at pod level (`spec.resources`): CPU, memory and hugepages."""
+    return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
+
+
+def _containers_requests(spec: PodSpec) -> Resources:
+    """What the containers need together (Kubernetes' `AggregateContainerRequests`).
 
     App containers and sidecars (init containers with restartPolicy Always) run together for the pod's life;
     each ordinary init container runs alone beside the sidecars declared before it. The pod needs the larger
-    of the two, plus its runtime overhead. The scheduler adds `pods: 1` itself.
+    of the two.
     """
-    spec = pod.spec
     running = merge(*(_container_requests(container) for container in spec.containers))
     sidecars: Resources = {}
     initializing: Resources = {}
@@ -434,7 +444,38 @@ def pod_requests(pod: Pod) -> Resources:
             running = merge(running, requests)
         else:
             initializing = max_each((initializing, merge(requests, sidecars)))
-    needed = max_each((running, initializing))
+    return max_each((running, initializing))
+
+
+def _pod_level_requests(resources: ResourceRequirements, containers: Resources) -> Resources:
+    """The pod-level requests after the API server's defaulting: a resource with a pod-level limit and no
+    pod-level request is requested at its limit, unless the containers request it (CPU and memory; hugepages
+    cannot be overcommitted, so they take the limit)."""
+    requests = {
+        name: amount
+        for name, amount in _parsed(tuple(resources.requests.items())).items()
+        if is_pod_level_resource(name)
+    }
+    for name, limit in _parsed(tuple(resources.limits.items())).items():
+        if name in requests or not is_pod_level_resource(name):
+            continue
+        if name in containers and not name.startswith(HUGEPAGES_PREFIX):
+            continue
+        requests[name] = limit
+    return requests
+
+
+def pod_requests(pod: Pod) -> Resources:
+    """The resources a pod reserves on its node (Kubernetes' `PodRequests`), without the pod itself.
+
+    What the containers need together (`_containers_requests`), except for each resource set at pod level
+    (`spec.resources`, CPU, memory and hugepages), whose pod-level request is the pod's; plus its runtime
+    overhead. The scheduler adds `pods: 1` itself.
+    """
+    spec = pod.spec
+    needed = _containers_requests(spec)
+    if spec.resources is not None and (spec.resources.requests or spec.resources.limits):
+        needed = {**needed, **_pod_level_requests(spec.resources, needed)}
     return merge(needed, _parsed(tuple(spec.overhead.items()))) if spec.overhead else needed
 
 

@@ -106,7 +106,7 @@ def plan_disruption(
 
     `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling."""
     scheduling = build_snapshot(snapshot, instance_types)
-    report = find_candidates(snapshot, scheduling.instance_types, options.drift, now)
+    report = find_candidates(snapshot, scheduling.listed_instance_types, options.drift, now)
     pdbs = PdbLimits(snapshot.pdbs, snapshot.pods)
     candidates = [*report.candidates, *report.expiring]
     staying = {candidate.name: staying_pods(candidate, pdbs, now) for candidate in candidates}

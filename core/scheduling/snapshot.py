@@ -1,16 +1,17 @@
 """From the objects of a cluster (as manifests) to what one provisioning simulation needs.
 
-NodePools become templates with their instance types (built per AKSNodeClass), Nodes and launching
-NodeClaims become existing capacity with the pods bound to them, DaemonSets become per-node overhead, and
-every pod without a node is pending. For provisioning, as Karpenter's provisioner does, a Node that is being
-deleted (it or its NodeClaim has a deletion timestamp) is not capacity, and the pods that will have to leave
-it are pending too ("reschedulable"), so that their replacement capacity launches while the node drains.
-Whatever cannot be used is said in `notes`, never dropped silently.
+NodePools become templates with their instance types (built per AKSNodeClass, less those no image of the
+AKSNodeClass boots on: `core.instancetypes.images`), Nodes and launching NodeClaims become existing capacity
+with the pods bound to them, DaemonSets become per-node overhead, and every pod without a node is pending. For
+provisioning, as Karpenter's provisioner does, a Node that is being deleted (it or its NodeClaim has a deletion
+timestamp) is not capacity, and the pods that will have to leave it are pending too ("reschedulable"), so that
+their replacement capacity launches while the node drains. Whatever cannot be used is said in `notes`, never
+dropped silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,6 +24,7 @@ from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.images import NodeImages, bootable
 from core.instancetypes.types import InstanceType
 from core.resources import min_each, parse_resources
 from core.scheduling import nominations
@@ -76,6 +78,13 @@ def fixed_provider(instance_types: list[InstanceType]) -> InstanceTypeProvider:
 class SchedulingSnapshot:
     nodepools: list[NodePoolSpec] = field(default_factory=list)
     instance_types: dict[str, list[InstanceType]] = field(default_factory=dict)
+    """What each NodePool can launch: its AKSNodeClass's instance types that one of its images boots on."""
+    listed_instance_types: dict[str, list[InstanceType]] = field(default_factory=dict)
+    """Every instance type of each NodePool's AKSNodeClass, those left out included: what the nodes that
+    exist are looked up in."""
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per NodePool, each instance type its requirements allow that is left out of `instance_types`, and why (no
+    image boots on it)."""
     nodes: list[NodeSnapshot] = field(default_factory=list)
     daemonsets: list[Pod] = field(default_factory=list)
     pending: list[Pod] = field(default_factory=list)
@@ -206,6 +215,14 @@ def deleting_nodes(manifests: Manifests) -> set[str]:
     return deleting
 
 
+def left_out_summary(refused: Mapping[str, str]) -> str:
+    """The instance types left out of a NodePool (`SchedulingSnapshot.left_out`) in one line: how many, and why
+    the first is."""
+    return (
+        f"{len(refused)} instance type(s) left out as no image boots on them; first: {refused[min(refused)]}"
+    )
+
+
 def _unbound(pod: Pod) -> Pod:
     return pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": None})})
 
@@ -236,8 +253,21 @@ def build_snapshot(
             snapshot.notes.append(
                 f"NodePool {pool.name}: AKSNodeClass {reference.name} is not among the inputs; using its defaults"
             )
-        snapshot.nodepools.append(_nodepool(pool))
-        snapshot.instance_types[pool.name] = provider(nodeclass)
+        spec = _nodepool(pool)
+        snapshot.nodepools.append(spec)
+        listed = provider(nodeclass)
+        snapshot.listed_instance_types[pool.name] = listed
+        snapshot.instance_types[pool.name], refused = bootable(listed, NodeImages.of(nodeclass))
+        # Said only of the types the NodePool's requirements would have let it launch.
+        wanted = {
+            it.name: reason
+            for it in listed
+            if (reason := refused.get(it.name)) is not None
+            and it.requirements.intersects(spec.requirements) is None
+        }
+        if wanted:
+            snapshot.left_out[pool.name] = wanted
+            snapshot.notes.append(f"NodePool {pool.name}: {left_out_summary(wanted)}")
 
     known_nodes = {node.metadata.name for node in manifests.nodes}
     bound: dict[str, list[Pod]] = {name: [] for name in known_nodes}
@@ -266,7 +296,7 @@ def build_snapshot(
         if node.metadata.name not in leaving
     ]
 
-    all_types = {it.name: it for types in snapshot.instance_types.values() for it in types}
+    all_types = {it.name: it for types in snapshot.listed_instance_types.values() for it in types}
     for claim in manifests.nodeclaims:
         if claim.status.node_name and claim.status.node_name in known_nodes:
             continue

@@ -11,12 +11,13 @@ import pytest
 from activities.kube import apply_condition
 from activities.planning import PlanningActivities, planned
 from core import labels
+from core.api.kube import pod_requests
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
-from tests.cluster import activity_environment, apply_examples, scale_pending
+from tests.cluster import activity_environment, apply_examples, scale_pending, unschedulable
 from workers.simulated_aks import SimulatedAks
 
 
@@ -179,3 +180,73 @@ def test_a_planned_nodeclaim_carries_the_labels_the_scheduler_resolved() -> None
 
     # What the lifecycle creates the NodeClaim with and launches the node with, over its type's labels.
     assert decision.labels == {"karpenter.sh/nodepool": "default", "team": "a"}
+
+
+def test_a_planned_nodeclaim_says_which_instance_types_were_left_out_because_no_image_boots_on_them() -> None:
+    launch = Launch("Standard_D2s_v5", Offering("eastus-1", "spot", 12_300, True, Requirements([])), {})
+    claim = NewNodeClaim(
+        nodepool="default",
+        instance_type="Standard_D2s_v5",
+        zone="eastus-1",
+        capacity_type="spot",
+        price_micros=12_300,
+        instance_type_options=["Standard_D2s_v5"],
+        pods=["default/p"],
+        labels={},
+        taints=[],
+        startup_taints=[],
+        requirements=[],
+        requests={"cpu": 1000},
+        launch_candidates=[launch],
+    )
+    left_out = {
+        "Standard_D4ps_v5": "AKSNodeClass default: no image in status.images boots on Standard_D4ps_v5 (arm64, ...)",
+        "Standard_D2ps_v5": "AKSNodeClass default: no image in status.images boots on Standard_D2ps_v5 (arm64, ...)",
+    }
+
+    decision = planned(claim, None, "default-abcde", max_candidates=20, left_out=left_out)
+
+    assert decision.reason.endswith(
+        "at $0.0123/h; 2 instance type(s) left out as no image boots on them; first: AKSNodeClass default: "
+        "no image in status.images boots on Standard_D2ps_v5 (arm64, ...)"
+    )
+    assert planned(claim, None, "default-abcde", max_candidates=20).reason.endswith("at $0.0123/h")
+
+
+async def test_pod_level_requests_read_from_the_api_size_the_nodeclaim(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+    whole = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "whole", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "whole"}},
+            "template": {
+                "metadata": {"labels": {"app": "whole"}},
+                "spec": {
+                    "resources": {"requests": {"cpu": "7", "memory": "2Gi"}},
+                    "containers": [
+                        {"name": name, "image": "pause", "resources": {"requests": {"cpu": "100m"}}}
+                        for name in ("a", "b")
+                    ],
+                },
+            },
+        },
+    }
+    await aks.kube.apply([whole])
+    [key] = await unschedulable(aks.kube, "whole", 1)
+    [pod] = await aks.kube.list_pods("default", label_selector="app=whole")
+    assert pod_requests(pod)["cpu"] == 7000
+    started: list[LifecycleInput] = []
+
+    async def record(request: LifecycleInput) -> None:
+        started.append(request)
+
+    catalog = load_shipped_catalog("eastus")
+    activities = PlanningActivities(aks.kube, catalog, record)
+    await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+
+    [lifecycle] = started
+    assert lifecycle.nodeclaim.pods == [key]
+    assert all(catalog.sku(c.instance_type).vcpus >= 8 for c in lifecycle.nodeclaim.launch_candidates)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from core.instancetypes.catalog import load_shipped_catalog
 from tests.builders import configured_nodeclass_spec
@@ -374,3 +375,45 @@ def test_a_pod_selecting_fips_schedules_only_on_a_fips_nodeclass(tmp_path: Path)
     assert document["nodeclaims"] == [] and [entry["pod"] for entry in document["unschedulable"]] == [
         "default/fips"
     ]
+
+
+def test_pod_level_requests_choose_a_size_that_holds_them(tmp_path: Path) -> None:
+    pod_level = """
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: whole, namespace: default}
+spec:
+  resources: {requests: {cpu: "7", memory: 4Gi}}
+  containers:
+    - {name: a, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+    - {name: b, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+"""
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod_level)
+    [claim] = schedule_json("-f", manifests)["nodeclaims"]
+    assert claim["requests"]["cpu"] == "7"
+    assert int(claim["labels"]["karpenter.azure.com/sku-cpu"]) >= 8
+
+
+def test_a_pod_allowing_both_architectures_gets_amd64_when_the_status_has_amd64_images_only(
+    tmp_path: Path,
+) -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES / "nodepool.yaml").read_text()))
+    for document in documents:
+        if document["kind"] == "AKSNodeClass":
+            document["status"]["images"] = [
+                image for image in document["status"]["images"] if "arm64" not in str(image["requirements"])
+            ]
+    snapshot = yaml.safe_dump_all(documents) + pod("web", "1", "1Gi")
+    manifests = write(tmp_path, "in.yaml", snapshot)
+
+    document = schedule_json("-f", manifests)
+    [claim] = document["nodeclaims"]
+    assert claim["labels"]["kubernetes.io/arch"] == "amd64"
+    left_out = document["instance_types_left_out"]["default"]
+    assert not set(claim["instance_type_options"]) & set(left_out)
+    assert left_out["Standard_D2pls_v5"] == (
+        "AKSNodeClass default: no image in status.images boots on Standard_D2pls_v5 (arm64, Hyper-V generations V2)"
+    )
+    code, table, _ = run("schedule", "-f", manifests)
+    assert code == 0 and f"Instance types left out of NodePool default ({len(left_out)}):" in table

@@ -15,7 +15,7 @@ from activities.azure.bootstrap import (
     render_script,
 )
 from activities.azure.nodeclass import ClusterNodeClasses
-from activities.azure.vm import boots_on, image_reference_for, node_image_version, status_image
+from activities.azure.vm import image_reference_for, node_image_version
 from activities.errors import as_application_error
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass, LocalDNSState, NodeImage
@@ -25,6 +25,7 @@ from core.cloudprovider import LaunchRequest
 from core.errors import ConflictError, InvalidError, TransientError
 from core.instancetypes.azure import kube_reserved
 from core.instancetypes.catalog import load_shipped_catalog
+from core.instancetypes.images import boots_on, status_image
 from simulator.nodeboot import read_custom_data
 from tests.builders import configured_nodeclass_spec
 

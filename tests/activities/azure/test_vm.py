@@ -12,9 +12,7 @@ from activities.azure.vm import (
     Security,
     azure_zones,
     ephemeral_os_disk,
-    image_definition,
     image_reference,
-    kubernetes_minor,
     nic_body,
     node_tags,
     os_disk,
@@ -23,6 +21,7 @@ from activities.azure.vm import (
 from core.api.aksnodeclass import ImageFamily
 from core.errors import InvalidError
 from core.instancetypes.catalog import AzureSku, load_shipped_catalog
+from core.instancetypes.images import image_definition, kubernetes_minor
 
 CATALOG = load_shipped_catalog("southcentralus")
 LOCATION = "southcentralus"

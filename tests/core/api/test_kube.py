@@ -185,6 +185,80 @@ def test_overhead_is_added_on_top() -> None:
     assert pod_requests(subject) == {"cpu": 1250, "memory": GI + 120 * 2**20}
 
 
+# --- pod-level resources (spec.resources) ----------------------------------------------------------------
+
+
+def pod_level(requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None) -> Any:
+    return ResourceRequirements(requests=requests or {}, limits=limits or {})
+
+
+def test_pod_level_requests_alone_are_the_pods_requests() -> None:
+    subject = pod([container(), container()], resources=pod_level(cpu_mem("7", "2Gi")))
+    assert pod_requests(subject) == {"cpu": 7000, "memory": 2 * GI}
+
+
+def test_pod_level_requests_replace_what_containers_add_up_to_resource_by_resource() -> None:
+    subject = pod(
+        [container(cpu_mem("500m", "1Gi")), container({"cpu": "250m", "ephemeral-storage": "1Gi"})],
+        resources=pod_level({"cpu": "7"}),
+    )
+    assert pod_requests(subject) == {"cpu": 7000, "memory": GI, "ephemeral-storage": GI}
+
+
+def test_pod_level_requests_outweigh_init_containers_and_sidecars_for_their_resources_only() -> None:
+    subject = pod(
+        [container(cpu_mem("1", "1Gi"))],
+        init=[container(cpu_mem("2", "3Gi"), sidecar=True), container(cpu_mem("6", "1Gi"))],
+        resources=pod_level({"cpu": "4"}),
+    )
+    # memory: the app and the sidecar run together (4Gi), more than the init container beside the sidecar.
+    assert pod_requests(subject) == {"cpu": 4000, "memory": 4 * GI}
+
+
+def test_overhead_is_added_on_top_of_pod_level_requests() -> None:
+    subject = pod(
+        [container(cpu_mem("100m", "64Mi"))],
+        resources=pod_level(cpu_mem("2", "1Gi")),
+        overhead={"cpu": "250m", "memory": "120Mi"},
+    )
+    assert pod_requests(subject) == {"cpu": 2250, "memory": GI + 120 * 2**20}
+
+
+def test_a_pod_level_limit_without_a_request_is_the_request_unless_containers_request_it() -> None:
+    # As the API server defaults it: memory is requested by no container, so its pod-level limit is its request;
+    # the containers' CPU request stands.
+    subject = pod([container({"cpu": "500m"})], resources=pod_level(limits=cpu_mem("3", "2Gi")))
+    assert pod_requests(subject) == {"cpu": 500, "memory": 2 * GI}
+    only_limits = pod([container()], resources=pod_level(limits=cpu_mem("3", "2Gi")))
+    assert pod_requests(only_limits) == {"cpu": 3000, "memory": 2 * GI}
+
+
+def test_a_pod_level_request_wins_over_the_pod_level_limit() -> None:
+    subject = pod([container()], resources=pod_level({"cpu": "1"}, cpu_mem("3", "2Gi")))
+    assert pod_requests(subject) == {"cpu": 1000, "memory": 2 * GI}
+
+
+def test_resources_that_cannot_be_set_at_pod_level_come_from_the_containers() -> None:
+    subject = pod(
+        [container({"nvidia.com/gpu": "1"})],
+        resources=pod_level({"nvidia.com/gpu": "4", "cpu": "1"}),
+    )
+    assert pod_requests(subject) == {"cpu": 1000, "nvidia.com/gpu": 1}
+
+
+def test_pod_level_resources_are_read_from_a_manifest() -> None:
+    subject = Pod.model_validate(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "resources": {"requests": {"cpu": "7", "memory": "1Gi"}},
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "100m"}}}],
+            },
+        }
+    )
+    assert pod_requests(subject) == {"cpu": 7000, "memory": GI}
+
+
 # --- quantities are checked when a model is built --------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core import labels as wk
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
 from core.disruption.commands import BlockReason, Decision, Method
@@ -397,3 +398,32 @@ def test_drift_may_move_pods_onto_a_node_whose_pods_changed_within_consolidate_a
     command = only_command(plan(cluster([pool], pairs, [bound("drifted", "p"), bound("busy", "q")])))
     assert (command.method, command.decision) == (Method.DRIFT, Decision.DELETE)
     assert [(move.pod, move.destination) for move in command.pods_moved] == [("default/p", "busy")]
+
+
+def test_replacements_are_of_sizes_an_image_of_the_aksnodeclass_boots_on() -> None:
+    arm64_node = next(
+        it for it in catalog_d() if it.name == "64-cpu-128-mem-arm64-linux-test-zone-1-on-demand"
+    )
+    amd64_only = AKSNodeClass.parse(
+        {
+            "metadata": {"name": "default"},
+            "status": {
+                "images": [
+                    {
+                        "id": "amd64-image",
+                        "requirements": [{"key": wk.ARCH, "operator": "In", "values": ["amd64"]}],
+                    }
+                ]
+            },
+        }
+    )
+
+    def replacement_archs(nodeclasses: list[AKSNodeClass]) -> set[str]:
+        snapshot = cluster([nodepool()], [node_pair("a", arm64_node)], [bound("a", cpu="2", memory="3Gi")])
+        snapshot.nodeclasses.extend(nodeclasses)
+        [replacement] = only_command(plan(snapshot)).replacements
+        return {name.split("-")[4] for name in replacement.instance_type_options}
+
+    assert replacement_archs([]) == {"amd64", "arm64"}
+    # The arm64 node is still found (and replaced); what replaces it is amd64 only.
+    assert replacement_archs([amd64_only]) == {"amd64"}

@@ -4,9 +4,14 @@ capacity launches while the node drains; DaemonSet pods, finished pods and pods 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Pod
-from core.scheduling.snapshot import build_snapshot, fixed_provider, nodeclass_settings
+from core.api.manifests import Manifests, load_yaml, parse_manifests
+from core.instancetypes.catalog import load_shipped_catalog
+from core.scheduling.scheduler import Scheduler
+from core.scheduling.snapshot import azure_provider, build_snapshot, fixed_provider, nodeclass_settings
 from tests.builders import configured_nodeclass_spec
 from tests.core.disruption.fixtures import NOW, bound, catalog_d, cluster, node_pair, nodepool
 
@@ -48,3 +53,72 @@ def test_fips_and_a_required_localdns_shape_the_instance_types_of_their_nodeclas
     settings = nodeclass_settings(nodeclass)
     assert (settings.fips, settings.local_dns, settings.max_pods) == (True, True, 42)
     assert (nodeclass_settings(None).fips, nodeclass_settings(None).local_dns) == (False, False)
+
+
+# --- sizes no image of the AKSNodeClass boots on ---------------------------------------------------------
+
+EXAMPLES = Path(__file__).parents[3] / "deploy" / "examples"
+CATALOG = load_shipped_catalog("eastus")
+
+
+def example_cluster(arm64_image: bool, pod_yaml: str) -> Manifests:
+    """The shipped NodePool (amd64 and arm64, D/E/F families) and AKSNodeClass, with or without its arm64 image,
+    and one pending pod."""
+    documents = load_yaml((EXAMPLES / "nodepool.yaml").read_text(), "nodepool.yaml")
+    for document in documents:
+        if document["kind"] == "AKSNodeClass" and not arm64_image:
+            document["status"]["images"] = [
+                image for image in document["status"]["images"] if "arm64" not in str(image["requirements"])
+            ]
+    documents.extend(load_yaml(pod_yaml, "pod.yaml"))
+    return parse_manifests(documents, "test")
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"""
+
+
+def test_sizes_no_status_image_boots_on_are_left_out_of_planning_with_the_reason() -> None:
+    snapshot = build_snapshot(example_cluster(False, POD), azure_provider(CATALOG))
+
+    planned = snapshot.instance_types["default"]
+    listed = snapshot.listed_instance_types["default"]
+    assert {CATALOG.sku(t.name).architecture for t in planned} == {"amd64"}
+    assert any(CATALOG.sku(t.name).architecture == "arm64" for t in listed)
+    left_out = snapshot.left_out["default"]
+    # Only the sizes the NodePool's requirements allow (families D, E and F) are reported.
+    assert {CATALOG.sku(name).architecture for name in left_out} == {"arm64"}
+    assert all(name.startswith(("Standard_D", "Standard_E", "Standard_F")) for name in left_out)
+    assert left_out["Standard_D4ps_v5"] == (
+        "AKSNodeClass default: no image in status.images boots on Standard_D4ps_v5 (arm64, Hyper-V generations V2)"
+    )
+    assert any(
+        note.startswith(f"NodePool default: {len(left_out)} instance type(s) left out")
+        for note in snapshot.notes
+    )
+
+
+def test_a_pod_allowing_both_architectures_gets_what_boots() -> None:
+    def solve(arm64_image: bool) -> str:
+        snapshot = build_snapshot(example_cluster(arm64_image, POD), azure_provider(CATALOG))
+        results = Scheduler(snapshot.nodepools, snapshot.instance_types).solve(snapshot.pending)
+        [claim] = results.nodeclaims
+        assert claim.instance_type is not None
+        return CATALOG.sku(claim.instance_type).architecture
+
+    assert solve(arm64_image=True) == "arm64"  # the cheapest size when every image is there
+    assert solve(arm64_image=False) == "amd64"
+
+
+def test_a_pod_that_needs_arm64_is_unschedulable_when_no_arm64_image_boots() -> None:
+    needs_arm = POD + "  nodeSelector: {kubernetes.io/arch: arm64}\n"
+    snapshot = build_snapshot(example_cluster(False, needs_arm), azure_provider(CATALOG))
+    results = Scheduler(snapshot.nodepools, snapshot.instance_types).solve(snapshot.pending)
+    assert results.nodeclaims == []
+    [entry] = results.unschedulable
+    assert 'incompatible with nodepool "default"' in entry.reasons[0]
