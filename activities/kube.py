@@ -82,13 +82,19 @@ def nodeclaim_object(
 
 
 def kube_event(
-    kind: str, name: str, reason: str, message: str, namespace: str | None = None, warning: bool = False
+    kind: str,
+    name: str,
+    reason: str,
+    message: str,
+    namespace: str | None = None,
+    warning: bool = False,
+    uid: str | None = None,
 ) -> Event:
-    """A core/v1 Event on an object, from Karpenter."""
+    """A core/v1 Event on an object, from Karpenter. Without `uid` the writer looks the object's up."""
     now = datetime.now(UTC)
     return Event(
         metadata=ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=namespace or "default"),
-        involved_object=ObjectReference(kind=kind, name=name, namespace=namespace),
+        involved_object=ObjectReference(kind=kind, name=name, namespace=namespace, uid=uid or None),
         reason=reason,
         message=message,
         type="Warning" if warning else "Normal",
@@ -97,9 +103,9 @@ def kube_event(
     )
 
 
-def pod_event(pod: str, reason: str, message: str, warning: bool = False) -> Event:
+def pod_event(pod: str, reason: str, message: str, warning: bool = False, uid: str | None = None) -> Event:
     namespace, _, name = pod.partition("/")
-    return kube_event("Pod", name, reason, message, namespace, warning)
+    return kube_event("Pod", name, reason, message, namespace, warning, uid)
 
 
 def drain_group(pod: Pod) -> int:

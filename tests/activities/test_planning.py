@@ -5,6 +5,7 @@ why its launch was chosen. The pods are ones kube-scheduler found no node for.""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,8 @@ from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
-from tests.cluster import activity_environment, apply_examples, scale_pending
+from tests.cluster import activity_environment, apply_examples, events, scale_pending, unschedulable
+from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks
 
 
@@ -179,3 +181,50 @@ def test_a_planned_nodeclaim_carries_the_labels_the_scheduler_resolved() -> None
 
     # What the lifecycle creates the NodeClaim with and launches the node with, over its type's labels.
     assert decision.labels == {"karpenter.sh/nodepool": "default", "team": "a"}
+
+
+async def test_pods_get_karpenters_nominated_and_failed_scheduling_events_on_themselves(
+    aks: SimulatedAks, control_plane: ControlPlane
+) -> None:
+    await apply_examples(aks.kube)
+    [placed] = await scale_pending(aks.kube, "inflate", 1)
+    huge = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"huge-{uuid.uuid4().hex[:6]}",
+            "namespace": "default",
+            "labels": {"app": "huge"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "1000"}}}]},
+    }
+    await aks.kube.apply([huge])
+    [failing] = await unschedulable(aks.kube, "huge", 1)
+
+    async def ignore(request: LifecycleInput) -> None:
+        return None
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), ignore)
+    plan = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+    [claim] = plan.nodeclaims
+    assert list(plan.unschedulable) == [failing]
+
+    async def karpenters(reason: str, pod: str) -> list[dict[str, Any]]:
+        """Karpenter's events of this reason on the pod (kube-scheduler records FailedScheduling too)."""
+        found = await events(aks.kube, reason, [pod])
+        return [event for event in found if event.get("reportingController") == "karpenter"]
+
+    [nominated] = await karpenters("Nominated", placed.partition("/")[2])
+    assert nominated["note"] == f"Pod should schedule on: nodeclaim/{claim.name}"
+    [failed] = await karpenters("FailedScheduling", failing.partition("/")[2])
+    assert failed["type"] == "Warning" and failed["note"].startswith("Failed to schedule pod, ")
+    pod = await aks.kube.get_object("Pod", failing.partition("/")[2], "default")
+    assert failed["regarding"]["uid"] == (pod or {})["metadata"]["uid"]
+
+    described = control_plane.kubectl("describe", "pod", failing.partition("/")[2]).stdout
+    lines = described.split("Events:", 1)[1].splitlines()
+    assert any("FailedScheduling" in line and "karpenter" in line for line in lines)
+
+    # The next plan finds the same pod unschedulable: Karpenter does not repeat the event for five minutes.
+    await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=2))
+    assert len(await karpenters("FailedScheduling", failing.partition("/")[2])) == 1
