@@ -18,6 +18,7 @@ from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool, StatusCondition
 from core.cluster import ClusterAPI
+from core.disruption.repair import aks_repair_policies
 from core.errors import NotFoundError, PDBViolationError
 from core.messages import (
     ActivityName,
@@ -234,7 +235,22 @@ class KubeActivities:
         if reason and before is not None and (previous is None or previous.status != update.status):
             pool = await self.cluster.get_nodepool(before.labels.get(labels.NODEPOOL, ""))
             self.metrics.nodeclaim_disrupted(reason, before, pool)
+            if reason == DisruptedReason.UNHEALTHY:
+                await self._count_unhealthy(before)
         return applied
+
+    async def _count_unhealthy(self, claim: NodeClaim) -> None:
+        """`karpenter_nodeclaims_unhealthy_disrupted_total`, by the node condition a repair policy matched."""
+        node = await self.cluster.get_node(claim.status.node_name) if claim.status.node_name else None
+        conditions = node.status.conditions if node is not None else []
+        # As Karpenter picks it: of the conditions a policy matches, the one whose toleration ends first.
+        due = [
+            ((c.last_transition_time or datetime.min.replace(tzinfo=UTC)) + policy.toleration, c.type)
+            for c in conditions
+            for policy in aks_repair_policies()
+            if policy.matches(c)
+        ]
+        self.metrics.nodeclaim_unhealthy_disrupted(min(due)[1] if due else "", node, claim)
 
     @activity.defn(name=ActivityName.TAINT_FOR_TERMINATION)
     async def taint_for_termination(self, node: str) -> bool:
