@@ -1131,31 +1131,21 @@ class KubernetesCluster:
         remembered = self._remembered.get((kind, name))
         if remembered is not None and not namespace:
             return str(remembered["metadata"].get("uid") or "") or None
-        found = await self.get_object(kind, name, namespace)
+        try:
+            found = await self.get_object(kind, name, namespace)
+        except CloudError as error:  # not allowed to read it, say: the event goes without the uid
+            logger.debug("event on %s %s goes without its uid: %s", kind, name, error)
+            return None
         return str((found or {}).get("metadata", {}).get("uid") or "") or None
 
     def _count_repeat(self, series: _EventSeries, when: str) -> bool:
-        """Count one more occurrence on the Event published earlier; False when that Event is gone (expired)."""
+        """Count one more occurrence on the Event published earlier; False when that Event is gone (expired)
+        or may not be changed (then a new one is published)."""
         series.count += 1
         patch = {"series": {"count": series.count, "lastObservedTime": when}}
-
-        def call() -> None:
-            request = self.api_client.param_serialize(
-                "PATCH",
-                "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
-                path_params={"namespace": series.namespace, "name": series.name},
-                header_params={"Content-Type": MERGE_PATCH, "Accept": "application/json"},
-                body=patch,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api_client.call_api(*request, _request_timeout=self._timeout)
-            response.read()
-            if not 200 <= response.status <= 299:
-                raise ApiException(http_resp=response)
-
         try:
-            self._request(call, "count event")
-        except NotFoundError:
+            self._events_request("PATCH", series.namespace, patch, name=series.name)
+        except (NotFoundError, InvalidError):
             return False
         return True
 
@@ -1185,14 +1175,20 @@ class KubernetesCluster:
         }
 
     def _post_event(self, body: dict[str, Any]) -> None:
-        # Through ApiClient rather than EventsV1Api.create_namespaced_event: the generated model would format
-        # eventTime with isoformat(), which the API server rejects whenever the microseconds are zero.
+        self._events_request("POST", body["metadata"]["namespace"], body)
+
+    def _events_request(self, method: str, namespace: str, body: dict[str, Any], name: str = "") -> None:
+        # Through ApiClient rather than EventsV1Api: the generated model would format eventTime with
+        # isoformat(), which the API server rejects whenever the microseconds are zero.
+        path = "/apis/events.k8s.io/v1/namespaces/{namespace}/events" + ("/{name}" if name else "")
+        content_type = MERGE_PATCH if method == "PATCH" else "application/json"
+
         def call() -> None:
             request = self.api_client.param_serialize(
-                "POST",
-                "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-                path_params={"namespace": body["metadata"]["namespace"]},
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                method,
+                path,
+                path_params={"namespace": namespace, **({"name": name} if name else {})},
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],
             )
@@ -1201,7 +1197,7 @@ class KubernetesCluster:
             if not 200 <= response.status <= 299:
                 raise ApiException(http_resp=response)
 
-        self._request(call, "create event")
+        self._request(call, "count event" if name else "create event")
 
     # --- ClusterAPI: watch -------------------------------------------------------------------------------
 
