@@ -130,7 +130,7 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 
 NOT_EXERCISED = {
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
-    ("events.k8s.io", "events", "patch"): "only when an identical event repeats after its de-duplication window",
+    ("events.k8s.io", "events", "patch"): "an identical event repeated after its dedupe window",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
