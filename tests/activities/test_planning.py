@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 
 from activities.kube import apply_condition
-from activities.planning import PlanningActivities, planned
+from activities.planning import PlanningActivities, existing_targets, planned
 from core import labels
+from core.api.manifests import Manifests
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
 from tests.cluster import activity_environment, apply_examples, events, scale_pending, unschedulable
+from tests.core.disruption.fixtures import node_pair
 from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks
 
@@ -228,3 +230,13 @@ async def test_pods_get_karpenters_nominated_and_failed_scheduling_events_on_the
     # The next plan finds the same pod unschedulable: Karpenter does not repeat the event for five minutes.
     await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=2))
     assert len(await karpenters("FailedScheduling", failing.partition("/")[2])) == 1
+
+
+def test_nominated_names_the_nodeclaim_and_node_as_karpenter_does() -> None:
+    (claim, node), (launching, _) = node_pair("a"), node_pair("b")
+    launching.status.node_name = None
+    unmanaged = node_pair("c")[1]
+    target = existing_targets(Manifests(nodeclaims=[claim, launching], nodes=[node, unmanaged]))
+    assert target("a") == f"nodeclaim/{claim.name}, node/a"
+    assert target(launching.name) == f"nodeclaim/{launching.name}"
+    assert target("c") == "node/c"
