@@ -18,6 +18,7 @@ from core.api.meta import ObjectMeta, Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool, StatusCondition
 from core.cluster import ClusterAPI
+from core.disruption.repair import aks_repair_policies
 from core.errors import NotFoundError, PDBViolationError
 from core.messages import (
     ActivityName,
@@ -82,13 +83,19 @@ def nodeclaim_object(
 
 
 def kube_event(
-    kind: str, name: str, reason: str, message: str, namespace: str | None = None, warning: bool = False
+    kind: str,
+    name: str,
+    reason: str,
+    message: str,
+    namespace: str | None = None,
+    warning: bool = False,
+    uid: str | None = None,
 ) -> Event:
-    """A core/v1 Event on an object, from Karpenter."""
+    """A core/v1 Event on an object, from Karpenter. Without `uid` the writer looks the object's up."""
     now = datetime.now(UTC)
     return Event(
         metadata=ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:16]}", namespace=namespace or "default"),
-        involved_object=ObjectReference(kind=kind, name=name, namespace=namespace),
+        involved_object=ObjectReference(kind=kind, name=name, namespace=namespace, uid=uid or None),
         reason=reason,
         message=message,
         type="Warning" if warning else "Normal",
@@ -97,9 +104,9 @@ def kube_event(
     )
 
 
-def pod_event(pod: str, reason: str, message: str, warning: bool = False) -> Event:
+def pod_event(pod: str, reason: str, message: str, warning: bool = False, uid: str | None = None) -> Event:
     namespace, _, name = pod.partition("/")
-    return kube_event("Pod", name, reason, message, namespace, warning)
+    return kube_event("Pod", name, reason, message, namespace, warning, uid)
 
 
 def drain_group(pod: Pod) -> int:
@@ -228,7 +235,22 @@ class KubeActivities:
         if reason and before is not None and (previous is None or previous.status != update.status):
             pool = await self.cluster.get_nodepool(before.labels.get(labels.NODEPOOL, ""))
             self.metrics.nodeclaim_disrupted(reason, before, pool)
+            if reason == DisruptedReason.UNHEALTHY:
+                await self._count_unhealthy(before)
         return applied
+
+    async def _count_unhealthy(self, claim: NodeClaim) -> None:
+        """`karpenter_nodeclaims_unhealthy_disrupted_total`, by the node condition a repair policy matched."""
+        node = await self.cluster.get_node(claim.status.node_name) if claim.status.node_name else None
+        conditions = node.status.conditions if node is not None else []
+        # As Karpenter picks it: of the conditions a policy matches, the one whose toleration ends first.
+        due = [
+            ((c.last_transition_time or datetime.min.replace(tzinfo=UTC)) + policy.toleration, c.type)
+            for c in conditions
+            for policy in aks_repair_policies()
+            if policy.matches(c)
+        ]
+        self.metrics.nodeclaim_unhealthy_disrupted(min(due)[1] if due else "", node, claim)
 
     @activity.defn(name=ActivityName.TAINT_FOR_TERMINATION)
     async def taint_for_termination(self, node: str) -> bool:

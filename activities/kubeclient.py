@@ -71,6 +71,7 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
+from core.events import NOMINATED, NOMINATION_BURST, NOMINATION_QPS, Deduper, dedupe_key, dedupe_rule
 
 logger = logging.getLogger("nodewright.kube")
 
@@ -333,6 +334,17 @@ class TokenBucket:
             self._last = now
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def try_take(self) -> bool:
+        """Take a token if one is there now (client-go's TryAccept); False leaves the bucket as it was."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
 
 
 # --- watch -----------------------------------------------------------------------------------------------
@@ -615,6 +627,15 @@ def _load_kubeconfig(path: str, context: str | None, configuration: k8s.Configur
 # --- the cluster -----------------------------------------------------------------------------------------
 
 
+@dataclass
+class _EventSeries:
+    """An Event this client published, and how often it has been observed."""
+
+    namespace: str
+    name: str
+    count: int = 1
+
+
 class KubernetesCluster:
     """A Kubernetes cluster through the official client. Use it as an async context manager, or call `close()`."""
 
@@ -657,6 +678,12 @@ class KubernetesCluster:
         self._conflict_retries = conflict_retries
         self._reconnect_max_wait = reconnect_max_wait
         self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._event_deduper = Deduper(REMEMBERED_OBJECTS)
+        self.event_clock: Callable[[], float] = time.monotonic
+        """The clock of the events' de-duplication windows (tests move it on)."""
+        self._nominations = TokenBucket(NOMINATION_QPS, NOMINATION_BURST)
+        self._event_series: OrderedDict[tuple[str, ...], _EventSeries] = OrderedDict()
+        """The Events published, by what makes a repeat identical: a repeat counts on the earlier one."""
         self._parsed: ParseCache = {}
         """The last snapshot's objects as parsed: the next shares those unchanged since (read them only)."""
         self._parse_lock = threading.Lock()
@@ -1094,18 +1121,65 @@ class KubernetesCluster:
         await self._delete(self._custom.delete_cluster_custom_object, *NODECLAIM.custom, name)
 
     async def record_event(self, event: Event) -> None:
-        """Publish an `events.k8s.io/v1` Event from Karpenter. Best effort: a failure is logged, never raised."""
+        """Publish an `events.k8s.io/v1` Event from Karpenter, about the object it names with that object's UID
+        (looked up when the caller did not give it), so `kubectl describe` lists it. Karpenter's recorder rules
+        apply (`core.events`): a repeat within its window is dropped, Nominated events are rate-limited, and an
+        identical repeat after the window counts on the earlier Event (its `series`) while that one lasts.
+        Best effort: a failure is logged, never raised."""
+        regarding = event.involved_object
         try:
+            if not regarding.uid:
+                regarding.uid = await self._uid_of(regarding.kind, regarding.name, regarding.namespace)
+            identity = regarding.uid or f"{regarding.kind}/{regarding.namespace or ''}/{regarding.name}"
+            rule = dedupe_rule(regarding.kind, event.reason)
+            key = dedupe_key(regarding.kind, identity, event.reason, event.message)
+            if not self._event_deduper.admit(key, self.event_clock(), rule.timeout):
+                return
+            if event.reason == NOMINATED and not self._nominations.try_take():
+                return
             body = self._event_body(event)
-            await self._in_thread(self._post_event, body)
+            same = (identity, event.reason, body["type"], body["note"])
+            earlier = self._event_series.pop(same, None)
+            if earlier is not None and await self._in_thread(self._count_repeat, earlier, body["eventTime"]):
+                self._event_series[same] = earlier
+            else:
+                await self._in_thread(self._post_event, body)
+                self._event_series[same] = _EventSeries(
+                    body["metadata"]["namespace"], body["metadata"]["name"]
+                )
+            while len(self._event_series) > REMEMBERED_OBJECTS:
+                self._event_series.popitem(last=False)
         except Exception as error:
             logger.warning(
                 "could not record event %s on %s %s: %s",
                 event.reason,
-                event.involved_object.kind,
-                event.involved_object.name,
+                regarding.kind,
+                regarding.name,
                 error,
             )
+
+    async def _uid_of(self, kind: str, name: str, namespace: str | None) -> str | None:
+        """The object's UID: from the Node or NodeClaim this client last saw, else a GET (None when gone)."""
+        remembered = self._remembered.get((kind, name))
+        if remembered is not None and not namespace:
+            return str(remembered["metadata"].get("uid") or "") or None
+        try:
+            found = await self.get_object(kind, name, namespace)
+        except CloudError as error:  # not allowed to read it, say: the event goes without the uid
+            logger.debug("event on %s %s goes without its uid: %s", kind, name, error)
+            return None
+        return str((found or {}).get("metadata", {}).get("uid") or "") or None
+
+    def _count_repeat(self, series: _EventSeries, when: str) -> bool:
+        """Count one more occurrence on the Event published earlier; False when that Event is gone (expired)
+        or may not be changed (then a new one is published)."""
+        series.count += 1
+        patch = {"series": {"count": series.count, "lastObservedTime": when}}
+        try:
+            self._events_request("PATCH", series.namespace, patch, name=series.name)
+        except (NotFoundError, InvalidError):
+            return False
+        return True
 
     def _event_body(self, event: Event) -> dict[str, Any]:
         regarding = event.involved_object
@@ -1133,14 +1207,20 @@ class KubernetesCluster:
         }
 
     def _post_event(self, body: dict[str, Any]) -> None:
-        # Through ApiClient rather than EventsV1Api.create_namespaced_event: the generated model would format
-        # eventTime with isoformat(), which the API server rejects whenever the microseconds are zero.
+        self._events_request("POST", body["metadata"]["namespace"], body)
+
+    def _events_request(self, method: str, namespace: str, body: dict[str, Any], name: str = "") -> None:
+        # Through ApiClient rather than EventsV1Api: the generated model would format eventTime with
+        # isoformat(), which the API server rejects whenever the microseconds are zero.
+        path = "/apis/events.k8s.io/v1/namespaces/{namespace}/events" + ("/{name}" if name else "")
+        content_type = MERGE_PATCH if method == "PATCH" else "application/json"
+
         def call() -> None:
             request = self.api_client.param_serialize(
-                "POST",
-                "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-                path_params={"namespace": body["metadata"]["namespace"]},
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                method,
+                path,
+                path_params={"namespace": namespace, **({"name": name} if name else {})},
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],
             )
@@ -1149,7 +1229,7 @@ class KubernetesCluster:
             if not 200 <= response.status <= 299:
                 raise ApiException(http_resp=response)
 
-        self._request(call, "create event")
+        self._request(call, "count event" if name else "create event")
 
     # --- ClusterAPI: watch -------------------------------------------------------------------------------
 

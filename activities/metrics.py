@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from enum import StrEnum
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client.registry import Collector
 
 from core import labels
 from core.api.kube import Node
@@ -52,6 +56,74 @@ NODE_LABELS = (
 )
 """The labels of the per-node resource gauges: Karpenter's well-known node labels in snake case, the node's
 name and the resource."""
+
+
+POD_STATE_LABELS = (
+    "name",
+    "namespace",
+    "owner",
+    "node",
+    "scheduled",
+    "nodepool",
+    "zone",
+    "arch",
+    "capacity_type",
+    "instance_type",
+    "phase",
+    "ready",
+    "managed",
+)
+"""The labels of `karpenter_pods_state`, in Karpenter's order."""
+SUMMARY_QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
+"""Karpenter's `SummaryObjectives()`."""
+SUMMARY_MAX_AGE_SECONDS = 600.0
+"""How long an observation counts towards the quantiles (the Prometheus client's default MaxAge)."""
+
+
+class WindowedSummary(Collector):
+    """A Prometheus summary with quantiles, as Karpenter's (prometheus_client's own Summary has none): the
+    quantiles of the observations of the last `max_age_seconds`, with the count and sum of all of them."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        registry: CollectorRegistry,
+        max_age_seconds: float = SUMMARY_MAX_AGE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.max_age_seconds = max_age_seconds
+        self._clock = clock
+        self._recent: deque[tuple[float, float]] = deque()
+        self._count = 0
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            self._recent.append((self._clock(), value))
+            self._count += 1
+            self._sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            oldest = self._clock() - self.max_age_seconds
+            while self._recent and self._recent[0][0] < oldest:
+                self._recent.popleft()
+            values = sorted(value for _, value in self._recent)
+            count, total = self._count, self._sum
+        family = Metric(self.name, self.documentation, "summary")
+        for quantile in SUMMARY_QUANTILES:
+            rank = min(len(values) - 1, int(quantile * len(values)))
+            family.add_sample(
+                self.name, {"quantile": f"{quantile:g}"}, values[rank] if values else float("nan")
+            )
+        family.add_sample(f"{self.name}_count", {}, float(count))
+        family.add_sample(f"{self.name}_sum", {}, total)
+        yield family
 
 
 class CreatedReason(StrEnum):
@@ -95,7 +167,8 @@ def consolidation_type(method: str) -> str:
 
 def snake_case(text: str) -> str:
     """Karpenter's `pretty.ToSnakeCase`: "WhenEmptyOrUnderutilized" -> "when_empty_or_underutilized"."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text).lower().replace("-", "_")
+    snake = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", text)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", snake).lower().replace("-", "_")
 
 
 def disrupted_reason(update: ConditionUpdate) -> str | None:
@@ -252,6 +325,26 @@ class Metrics:
             ["nodepool", "resource_type"],
             registry=registry,
         )
+        self.nodeclaims_unhealthy_disrupted = Counter(
+            "karpenter_nodeclaims_unhealthy_disrupted_total",
+            "Unhealthy NodeClaims that node repair disrupted, by the node condition that made them unhealthy (in "
+            "snake case), NodePool, capacity type and image ID.",
+            ["condition", "nodepool", "capacity_type", "image_id"],
+            registry=registry,
+        )
+        self.pods_state = Gauge(
+            "karpenter_pods_state",
+            "Always 1 per pod; its labels say where it is: its name, namespace, owner, node, whether it is "
+            "scheduled, the node's NodePool, zone, architecture, capacity type and instance type, the pod's "
+            "phase, whether it is ready, and whether a NodePool manages its node.",
+            POD_STATE_LABELS,
+            registry=registry,
+        )
+        self.pods_startup_duration = WindowedSummary(
+            "karpenter_pods_startup_duration_seconds",
+            "The time from pod creation until the pod is running (Ready).",
+            registry=registry,
+        )
         self.build_info = Gauge(
             "karpenter_build_info",
             "Always 1; the version label says which nodewright is running.",
@@ -293,6 +386,17 @@ class Metrics:
     def disruption_decided(self, decision: str, reason: str, method: str) -> None:
         self.disruption_decisions.labels(
             decision=decision, reason=reason.lower(), consolidation_type=consolidation_type(method)
+        ).inc()
+
+    def nodeclaim_unhealthy_disrupted(self, condition: str, node: Node | None, claim: NodeClaim) -> None:
+        """Node repair disrupted the NodeClaim for this node condition type; the pool and capacity type are the
+        Node's labels, as Karpenter reads them (the NodeClaim's when the Node is gone)."""
+        source = node.metadata.labels if node is not None else claim.labels
+        self.nodeclaims_unhealthy_disrupted.labels(
+            condition=snake_case(condition),
+            nodepool=source.get(labels.NODEPOOL, ""),
+            capacity_type=source.get(labels.CAPACITY_TYPE, ""),
+            image_id=claim.status.image_id or "",
         ).inc()
 
     def node_created(self, node: Node, nodepool: str) -> None:

@@ -22,9 +22,11 @@ from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
 from core.api.kube import pod_key
+from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
+from core.events import FAILED_SCHEDULING, NOMINATED
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import dollars
@@ -176,6 +178,24 @@ async def concurrently(calls: Sequence[Awaitable[object]], limit: int = CONCURRE
     await asyncio.gather(*(one(call) for call in calls))
 
 
+def existing_targets(manifests: Manifests) -> Callable[[str], str]:
+    """Where a pod placed on existing capacity should schedule, as Karpenter's Nominated event names it:
+    `nodeclaim/<name>, node/<name>`, either part left out when there is none (a NodeClaim still launching has
+    no Node; a Node that no NodeClaim manages has none). The scheduler names that capacity by its Node, or by
+    its NodeClaim while no Node has registered."""
+    claims = {claim.name: claim for claim in manifests.nodeclaims}
+    claims.update({claim.status.node_name: claim for claim in manifests.nodeclaims if claim.status.node_name})
+    nodes = {node.metadata.name for node in manifests.nodes}
+
+    def target(name: str) -> str:
+        claim = claims.get(name)
+        node = name if name in nodes else (claim.status.node_name if claim is not None else None)
+        parts = [f"nodeclaim/{claim.name}"] if claim is not None else []
+        return ", ".join(parts + ([f"node/{node}"] if node else [])) or f"node/{name}"
+
+    return target
+
+
 class PlanningActivities:
     """Runs the scheduler on a snapshot of the cluster and carries out its decisions."""
 
@@ -223,10 +243,13 @@ class PlanningActivities:
                 count=len(keys),
             )
             results = await asyncio.to_thread(self._solve, snapshot, request.min_values_policy)
+        uids = {pod_key(pod): pod.metadata.uid for pod in snapshot.pending}
         for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
             karpenter_log(logger, "could not schedule pod", Pod=entry.pod, error="; ".join(entry.reasons))
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
-            await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
+            await self.cluster.record_event(
+                pod_event(entry.pod, FAILED_SCHEDULING, message, warning=True, uid=uids.get(entry.pod))
+            )
         pools = {pool.name: pool for pool in manifests.nodepools}
         info = activity.info() if activity.in_activity() else None
         run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
@@ -311,12 +334,15 @@ class PlanningActivities:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"
                 self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, claim.nodepool, relaxed)
         await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle, _ in decisions])
+        targets = [(f"nodeclaim/{nodeclaim.name}", pods) for nodeclaim, _, pods in decisions]
+        existing = existing_targets(manifests)
+        targets += [(existing(placement.node), placement.pods) for placement in results.existing]
         await concurrently(
             [
                 self.cluster.record_event(
-                    pod_event(pod, "Nominated", f"Pod should schedule on: nodeclaim/{nodeclaim.name}")
+                    pod_event(pod, NOMINATED, f"Pod should schedule on: {target}", uid=uids.get(pod))
                 )
-                for nodeclaim, _, pods in decisions
+                for target, pods in targets
                 for pod in pods
             ]
         )

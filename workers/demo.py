@@ -22,7 +22,6 @@ import sys
 import sysconfig
 import time
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
@@ -144,7 +143,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                     client,
                     options.cluster,
                     TASK_QUEUE,
-                    gc_every=timedelta(seconds=10),
+                    # The production interval: a run every 10 s filled the UI's workflow list with empty runs.
                     garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
                 )
                 await refresh_catalog_now(client, options.cluster)

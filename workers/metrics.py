@@ -21,7 +21,15 @@ from temporalio import activity
 
 from activities.metrics import PROVIDER, Metrics, resource_type, resource_value
 from core import labels
-from core.api.kube import Node, Pod, is_daemonset_pod, is_terminal, pod_requests
+from core.api.kube import (
+    DEFAULT_NAMESPACE,
+    Node,
+    Pod,
+    is_daemonset_pod,
+    is_pod_ready,
+    is_terminal,
+    pod_requests,
+)
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -124,8 +132,73 @@ def _node_labels(node: Node) -> dict[str, str]:
     }
 
 
-def update_cluster_state(metrics: Metrics, manifests: Manifests) -> None:
-    """Set the cluster-state gauges from one snapshot; series of nodes and pools that are gone disappear."""
+def _pod_state(pod: Pod, node: Node | None) -> dict[str, str]:
+    """`karpenter_pods_state`'s labels: the pod's and, once it is bound, its node's, as Karpenter writes them
+    (the owner as the self link Karpenter builds from the first owner reference)."""
+    owners = pod.metadata.owner_references
+    namespace = pod.metadata.namespace or DEFAULT_NAMESPACE
+    owner = (
+        f"/apis/{owners[0].api_version}/namespaces/{namespace}/{owners[0].kind.lower()}s/{owners[0].name}"
+        if owners
+        else ""
+    )
+    node_labels = node.metadata.labels if node is not None else {}
+    return {
+        "name": pod.metadata.name,
+        "namespace": namespace,
+        "owner": owner,
+        "node": pod.spec.node_name or "",
+        "scheduled": "true" if pod.spec.node_name else "false",
+        "nodepool": node_labels.get(labels.NODEPOOL, ""),
+        "zone": node_labels.get(labels.ZONE, ""),
+        "arch": node_labels.get(labels.ARCH, ""),
+        "capacity_type": node_labels.get(labels.CAPACITY_TYPE, ""),
+        "instance_type": node_labels.get(labels.INSTANCE_TYPE, ""),
+        "phase": pod.status.phase or "",
+        "ready": "true" if is_pod_ready(pod) else "false",
+        "managed": "true" if node_labels.get(labels.NODEPOOL) else "false",
+    }
+
+
+class PodStartup:
+    """`karpenter_pods_startup_duration_seconds`, as Karpenter measures it: a pod seen Pending is observed once
+    it is Ready, from its creation to its Ready condition's transition; a pod that ends (or goes) first, or that
+    was never seen Pending, is not."""
+
+    def __init__(self) -> None:
+        self.pending: set[tuple[str, str]] = set()
+
+    def observe(self, metrics: Metrics, pods: list[Pod]) -> None:
+        present: set[tuple[str, str]] = set()
+        for pod in pods:
+            key = (pod.metadata.namespace or DEFAULT_NAMESPACE, pod.metadata.name)
+            present.add(key)
+            if pod.status.phase == "Pending":
+                self.pending.add(key)
+            elif key in self.pending:
+                ready = next(
+                    (c for c in pod.status.conditions if c.type == "Ready" and c.status == "True"), None
+                )
+                created = pod.metadata.creation_timestamp
+                if ready is not None and ready.last_transition_time is not None and created is not None:
+                    metrics.pods_startup_duration.observe(
+                        (ready.last_transition_time - created).total_seconds()
+                    )
+                    self.pending.discard(key)
+                elif is_terminal(pod):
+                    self.pending.discard(key)
+        self.pending &= present
+
+
+def update_cluster_state(metrics: Metrics, manifests: Manifests, startup: PodStartup | None = None) -> None:
+    """Set the cluster-state gauges from one snapshot; series of nodes, pools and pods that are gone disappear.
+    With `startup`, also observe the pods that started since the last snapshot."""
+    if startup is not None:
+        startup.observe(metrics, manifests.pods)
+    nodes = {node.metadata.name: node for node in manifests.nodes}
+    metrics.pods_state.clear()
+    for pod in manifests.pods:
+        metrics.pods_state.labels(**_pod_state(pod, nodes.get(pod.spec.node_name or ""))).set(1)
     gauges = (
         metrics.nodes_allocatable,
         metrics.nodes_pod_requests,
@@ -185,6 +258,7 @@ class WatchedClusterState:
         }
         self._parsed: dict[str, dict[tuple[str | None, str], Any]] = {kind: {} for kind in _GAUGE_KINDS}
         self.changed = False
+        self.startup = PodStartup()
 
     def observe(self, event: WatchEvent) -> None:
         raw = self._raw.get(event.kind)
@@ -226,7 +300,7 @@ async def keep_cluster_state(
     changed, until cancelled."""
     while True:
         if state.changed:
-            update_cluster_state(metrics, state.manifests())
+            update_cluster_state(metrics, state.manifests(), state.startup)
         await asyncio.sleep(period_seconds)
 
 

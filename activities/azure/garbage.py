@@ -1,12 +1,17 @@
 """Garbage collection of the cluster's Azure resources and NodeClaims, as Karpenter and the AKS provider do it.
 
-Three collections in one pass:
+Four collections in one pass:
 - **Instances** (the provider's `instance.garbagecollection`): a VM tagged for this cluster and a NodePool,
   older than the grace period, that no NodeClaim claims (by providerID, or by name while its launch is still
   running) is deleted with its NIC and disk, then its Node if one registered.
 - **NICs** (`networkinterface.garbagecollection`): a NIC tagged for this cluster and a NodePool that belongs
   to no listed VM and no NodeClaim (`aks-<name>`), and is attached to nothing, is deleted: what failed
   launches and half-finished deletes leave behind.
+- **Nodes**: a Node of ours (it carries the `karpenter.sh/nodepool` label, or its providerID is a VM of this
+  cluster's resource group) that no NodeClaim claims (by providerID, Node name, or the VM name its name gives)
+  and whose VM is not in the cloud list, older than the grace period, is deleted, and the termination finalizer
+  released (no lifecycle is left to release it): what Karpenter's owner references leave to the Kubernetes
+  garbage collector. A Node whose VM is listed is left to the instance collection.
 - **NodeClaims** (core's `nodeclaim.garbagecollection`): a launched NodeClaim (it has a providerID) whose VM
   is not in the cloud list and whose Node is not Ready is deleted; its lifecycle then terminates it (the
   NodeClaim is annotated `nodewright.io/termination-reason: GarbageCollected` first, so the lifecycle says why).
@@ -28,11 +33,12 @@ from azure.mgmt.network.models import NetworkInterface
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.azure.names import NodeNames, vm_name_from_provider_id
+from activities.azure.names import PREFIX, NodeNames, provider_id, vm_name_from_provider_id
 from activities.azure.provider import AzureCloudProvider
 from activities.azure.vm import CLUSTER_TAG, NODEPOOL_TAG
 from activities.logs import karpenter_log
 from activities.planning import concurrently
+from core import labels
 from core.api.kube import Node, is_node_ready
 from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import Instance, InstanceState
@@ -84,11 +90,8 @@ class GarbageCollectionActivities:
                 non_retryable=True,
             )
         claims_before = (await self.cluster.snapshot()).nodeclaims
-        instances = [
-            instance
-            for instance in await self.provider.list()
-            if _karpenter_owned(instance.tags, cluster_name)
-        ]
+        listed = await self.provider.list()
+        instances = [instance for instance in listed if _karpenter_owned(instance.tags, cluster_name)]
         nics = [nic for nic in await self.provider.list_nics() if _karpenter_owned(nic.tags, cluster_name)]
         after = await self.cluster.snapshot()
         result = GarbageCollectionResult()
@@ -97,6 +100,7 @@ class GarbageCollectionActivities:
             instances, [*claims_before, *after.nodeclaims], after.nodes, grace, result
         )
         await self._collect_nics(nics, instances, after.nodeclaims, result)
+        await self._collect_nodes(after.nodes, listed, [*claims_before, *after.nodeclaims], grace, result)
         await self._collect_nodeclaims(claims_before, instances, after.nodes, result)
         for names in (result.instances, result.nodes, result.nics, result.nodeclaims, result.failures):
             names.sort()
@@ -143,13 +147,59 @@ class GarbageCollectionActivities:
         await concurrently([collect(instance) for instance in leaked], PARALLEL_DELETIONS)
 
     async def _delete_node(self, node: Node, provider_id: str, result: GarbageCollectionResult) -> None:
+        """Delete a Node no NodeClaim claims, and release its termination finalizer: no lifecycle will."""
         try:
             await self.cluster.delete_node(node.metadata.name)
+            if labels.TERMINATION_FINALIZER in node.metadata.finalizers:
+                await self.cluster.patch_node(
+                    node.metadata.name, remove_finalizers=[labels.TERMINATION_FINALIZER]
+                )
         except Exception as error:  # the cluster API's errors are its own; any of them is one failure here
             result.failures.append(f"deleting Node {node.metadata.name}: {error}")
             return
         result.nodes.append(node.metadata.name)
         karpenter_log(logger, "garbage collected node", providerID=provider_id, Node=node.metadata.name)
+
+    def _ours(self, node: Node) -> bool:
+        """Whether a Node is one of ours: a NodePool's, or on a VM of this cluster's resource group."""
+        if labels.NODEPOOL in node.metadata.labels:
+            return True
+        settings = self.provider.settings
+        ours = provider_id(settings.subscription_id, settings.resource_group, PREFIX).lower()
+        return node.spec.provider_id.lower().startswith(ours)
+
+    async def _collect_nodes(
+        self,
+        nodes: list[Node],
+        listed: list[Instance],
+        claims: list[NodeClaim],
+        grace: timedelta,
+        result: GarbageCollectionResult,
+    ) -> None:
+        in_cloud = {instance.provider_id.lower() for instance in listed}
+        claimed_ids = {claim.provider_id.lower() for claim in claims if claim.provider_id}
+        claimed_nodes = {claim.status.node_name for claim in claims if claim.status.node_name}
+        claimed_vms = {f"{PREFIX}{claim.name}".lower() for claim in claims}
+        now = self._clock()
+
+        def orphaned(node: Node) -> bool:
+            provider = node.spec.provider_id.lower()
+            created = node.metadata.creation_timestamp
+            return (
+                self._ours(node)
+                and provider not in in_cloud
+                and provider not in claimed_ids
+                and node.metadata.name not in claimed_nodes
+                and provider.rpartition("/")[2] not in claimed_vms
+                # A Node that just registered may belong to a NodeClaim read before it was made.
+                and created is not None
+                and now - created > grace
+            )
+
+        await concurrently(
+            [self._delete_node(node, node.spec.provider_id, result) for node in nodes if orphaned(node)],
+            PARALLEL_DELETIONS,
+        )
 
     async def _collect_nics(
         self,

@@ -745,40 +745,108 @@ async def _pod_gone(cluster: KubernetesCluster, namespace: str, name: str) -> bo
 
 
 async def test_events_are_published_in_events_k8s_io(
-    cluster: KubernetesCluster, namespace: str, caplog: pytest.LogCaptureFixture
+    cluster: KubernetesCluster, control_plane: ControlPlane, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     claim = unique("claim")
-    on_claim = kube_event(
-        "NodeClaim", claim, "DisruptionBlocked", "Cannot disrupt NodeClaim: pdb prevents it", warning=True
-    )
-    on_claim.first_timestamp = datetime(
-        2025, 1, 2, 3, 4, 5, tzinfo=UTC
-    )  # no microseconds: MicroTime still gets six digits
-    await cluster.record_event(on_claim)
-    await cluster.record_event(
-        pod_event(f"{namespace}/web-1", "Nominated", "Pod should schedule on: nodeclaim/x")
-    )
+    created = await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(claim)))
+    try:
+        on_claim = kube_event(
+            "NodeClaim", claim, "DisruptionBlocked", "Cannot disrupt NodeClaim: pdb prevents it", warning=True
+        )
+        on_claim.first_timestamp = datetime(
+            2025, 1, 2, 3, 4, 5, tzinfo=UTC
+        )  # no microseconds: MicroTime still gets six digits
+        await cluster.record_event(on_claim)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+        }
+        await cluster.apply([pod])
+        pod_uid = (await cluster.get_object("Pod", "web-1", namespace) or {})["metadata"]["uid"]
+        await cluster.record_event(
+            pod_event(f"{namespace}/web-1", "Nominated", "Pod should schedule on: nodeclaim/x")
+        )
 
-    events = await cluster.list_objects("Event", "default")
-    mine = next(item for item in events if (item.get("regarding") or {}).get("name") == claim)
-    assert mine["regarding"] == {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim}
-    assert (mine["reason"], mine["type"], mine["note"]) == (
-        "DisruptionBlocked",
-        "Warning",
-        "Cannot disrupt NodeClaim: pdb prevents it",
-    )
-    assert (mine["reportingController"], mine["action"]) == ("karpenter", "DisruptionBlocked")
-    assert mine["eventTime"] == "2025-01-02T03:04:05.000000Z"
-    [nominated] = await cluster.list_objects("Event", namespace)
-    assert (nominated["regarding"]["kind"], nominated["regarding"]["name"], nominated["reason"]) == (
-        "Pod",
-        "web-1",
-        "Nominated",
-    )
+        events = await cluster.list_objects("Event", "default")
+        mine = next(item for item in events if (item.get("regarding") or {}).get("name") == claim)
+        # The uid (looked up, as the caller gave none) and no namespace for a cluster-scoped object: what
+        # `kubectl describe` selects events by.
+        assert mine["regarding"] == {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "name": claim,
+            "uid": created.metadata.uid,
+        }
+        assert (mine["reason"], mine["type"], mine["note"]) == (
+            "DisruptionBlocked",
+            "Warning",
+            "Cannot disrupt NodeClaim: pdb prevents it",
+        )
+        assert (mine["reportingController"], mine["action"]) == ("karpenter", "DisruptionBlocked")
+        assert mine["eventTime"] == "2025-01-02T03:04:05.000000Z"
+        [nominated] = [
+            item
+            for item in await cluster.list_objects("Event", namespace)
+            if item.get("reportingController") == "karpenter"
+        ]
+        assert nominated["regarding"] == {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "web-1",
+            "namespace": namespace,
+            "uid": pod_uid,
+        }
+        assert nominated["reason"] == "Nominated"
+
+        described = control_plane.kubectl("describe", "nodeclaim", claim).stdout
+        events_section = described.split("Events:", 1)[1]
+        assert "DisruptionBlocked" in events_section and "karpenter" in events_section
+        assert "Cannot disrupt NodeClaim: pdb prevents it" in events_section
+        described = control_plane.kubectl("describe", "pod", "web-1", "-n", namespace).stdout
+        assert "Pod should schedule on: nodeclaim/x" in described.split("Events:", 1)[1]
+    finally:
+        await cluster.delete_nodeclaim(claim)
 
     with caplog.at_level(logging.WARNING, logger="nodewright.kube"):
         await cluster.record_event(pod_event(f"{unique('absent')}/web-1", "Nominated", "nowhere to go"))
     assert "could not record event Nominated on Pod web-1" in caplog.text
+
+
+async def test_a_repeated_event_is_dropped_within_karpenters_window_and_counted_after_it(
+    cluster: KubernetesCluster, control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = unique("node")
+    await cluster.apply([kwok_node(node)])
+    clock = [1000.0]
+    monkeypatch.setattr(cluster, "event_clock", lambda: clock[0])
+    try:
+        draining = "Failed to drain node, 1 pods are waiting to be evicted"
+        for _ in range(3):  # the same event three times within two minutes: one Event
+            await cluster.record_event(kube_event("Node", node, "FailedDraining", draining, warning=True))
+        await cluster.record_event(kube_event("Node", node, "Unconsolidatable", "pdb prevents it"))
+
+        async def about_node() -> list[dict[str, Any]]:
+            events = await cluster.list_objects("Event", "default")
+            return [item for item in events if (item.get("regarding") or {}).get("name") == node]
+
+        assert sorted(item["reason"] for item in await about_node()) == ["FailedDraining", "Unconsolidatable"]
+
+        clock[0] += 121  # past FailedDraining's two minutes, inside Unconsolidatable's fifteen
+        await cluster.record_event(kube_event("Node", node, "FailedDraining", draining, warning=True))
+        await cluster.record_event(kube_event("Node", node, "Unconsolidatable", "another reason"))
+        events = await about_node()
+        assert sorted(item["reason"] for item in events) == ["FailedDraining", "Unconsolidatable"]
+        [repeated] = [item for item in events if item["reason"] == "FailedDraining"]
+        assert repeated["series"]["count"] == 2
+        assert "(x2 over" in control_plane.kubectl("describe", "node", node).stdout.split("Events:", 1)[1]
+
+        clock[0] += 121  # a different message is a different event after the window
+        await cluster.record_event(kube_event("Node", node, "FailedDraining", "Failed to drain node, other"))
+        assert len([item for item in await about_node() if item["reason"] == "FailedDraining"]) == 2
+    finally:
+        await cluster.delete_node(node)
 
 
 async def test_apply_lists_every_invalid_object(cluster: KubernetesCluster, namespace: str) -> None:

@@ -5,19 +5,23 @@ why its launch was chosen. The pods are ones kube-scheduler found no node for.""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from activities.kube import apply_condition
-from activities.planning import PlanningActivities, planned
+from activities.planning import PlanningActivities, existing_targets, planned
 from core import labels
 from core.api.kube import pod_requests
+from core.api.manifests import Manifests
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
-from tests.cluster import activity_environment, apply_examples, scale_pending, unschedulable
+from tests.cluster import activity_environment, apply_examples, events, scale_pending, unschedulable
+from tests.core.disruption.fixtures import node_pair
+from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks
 
 
@@ -250,3 +254,60 @@ async def test_pod_level_requests_read_from_the_api_size_the_nodeclaim(aks: Simu
     [lifecycle] = started
     assert lifecycle.nodeclaim.pods == [key]
     assert all(catalog.sku(c.instance_type).vcpus >= 8 for c in lifecycle.nodeclaim.launch_candidates)
+
+
+async def test_pods_get_karpenters_nominated_and_failed_scheduling_events_on_themselves(
+    aks: SimulatedAks, control_plane: ControlPlane
+) -> None:
+    await apply_examples(aks.kube)
+    [placed] = await scale_pending(aks.kube, "inflate", 1)
+    huge = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"huge-{uuid.uuid4().hex[:6]}",
+            "namespace": "default",
+            "labels": {"app": "huge"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "1000"}}}]},
+    }
+    await aks.kube.apply([huge])
+    [failing] = await unschedulable(aks.kube, "huge", 1)
+
+    async def ignore(request: LifecycleInput) -> None:
+        return None
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), ignore)
+    plan = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+    [claim] = plan.nodeclaims
+    assert list(plan.unschedulable) == [failing]
+
+    async def karpenters(reason: str, pod: str) -> list[dict[str, Any]]:
+        """Karpenter's events of this reason on the pod (kube-scheduler records FailedScheduling too)."""
+        found = await events(aks.kube, reason, [pod])
+        return [event for event in found if event.get("reportingController") == "karpenter"]
+
+    [nominated] = await karpenters("Nominated", placed.partition("/")[2])
+    assert nominated["note"] == f"Pod should schedule on: nodeclaim/{claim.name}"
+    [failed] = await karpenters("FailedScheduling", failing.partition("/")[2])
+    assert failed["type"] == "Warning" and failed["note"].startswith("Failed to schedule pod, ")
+    pod = await aks.kube.get_object("Pod", failing.partition("/")[2], "default")
+    assert failed["regarding"]["uid"] == (pod or {})["metadata"]["uid"]
+
+    described = control_plane.kubectl("describe", "pod", failing.partition("/")[2]).stdout
+    lines = described.split("Events:", 1)[1].splitlines()
+    assert any("FailedScheduling" in line and "karpenter" in line for line in lines)
+
+    # The next plan finds the same pod unschedulable: Karpenter does not repeat the event for five minutes.
+    await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=2))
+    assert len(await karpenters("FailedScheduling", failing.partition("/")[2])) == 1
+
+
+def test_nominated_names_the_nodeclaim_and_node_as_karpenter_does() -> None:
+    (claim, node), (launching, _) = node_pair("a"), node_pair("b")
+    launching.status.node_name = None
+    unmanaged = node_pair("c")[1]
+    target = existing_targets(Manifests(nodeclaims=[claim, launching], nodes=[node, unmanaged]))
+    assert target("a") == f"nodeclaim/{claim.name}, node/a"
+    assert target(launching.name) == f"nodeclaim/{launching.name}"
+    assert target("c") == "node/c"

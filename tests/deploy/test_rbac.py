@@ -118,7 +118,7 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "", "pods/eviction", "create", ""),
         (CLUSTER, "apps", "daemonsets", "list", ""),
         (CLUSTER, "policy", "poddisruptionbudgets", "list", ""),
-        (CLUSTER, "events.k8s.io", "events", "create", ""),
+        (CLUSTER, "events.k8s.io", "events", "create patch", ""),
         (token_namespace, "", "secrets", "get", token_name),
         (namespace, "coordination.k8s.io", "leases", "get update", LEASE),
         (namespace, "coordination.k8s.io", "leases", "create", ""),
@@ -132,6 +132,7 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 
 NOT_EXERCISED = {
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
+    ("events.k8s.io", "events", "patch"): "an identical event repeated after its dedupe window",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
@@ -357,6 +358,7 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "get aksnodeclasses.karpenter.azure.com",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
+            "patch events.events.k8s.io -n default",
             f"get secrets/{token} -n {token_namespace}",
             f"get leases.coordination.k8s.io/{LEASE} -n {ns}",
             f"update leases.coordination.k8s.io/{LEASE} -n {ns}",

@@ -23,6 +23,7 @@ from activities.kubeclient import KubernetesCluster
 from activities.metrics import Metrics, snake_case
 from activities.planning import PlanningActivities
 from core import labels
+from core.api.kube import Condition, Pod
 from core.api.nodepool import StatusCondition
 from core.cloudprovider import Instance, LaunchRequest
 from core.cluster import EventType, WatchEvent
@@ -30,12 +31,14 @@ from core.errors import InsufficientCapacityError, NotFoundError, Offering
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, DisruptionPlanInput, LifecycleInput, PlanInput
 from tests.activities.test_disruption import replace_command_input
+from tests.builders import pod
 from tests.cluster import activity_environment, apply_examples, scale_pending
 from tests.core.disruption.fixtures import bound, cluster, node_pair, nodepool, plan
 from tests.workflows.conftest import eventually
 from workers.cli import start_metrics_server
 from workers.metrics import (
     MeteredCloudProvider,
+    PodStartup,
     WatchedClusterState,
     keep_cluster_state,
     serve_metrics,
@@ -364,6 +367,111 @@ def test_the_daemonset_pods_requests_are_counted_apart(metrics: Metrics) -> None
 def test_resource_names_and_policies_are_written_as_karpenter_writes_them() -> None:
     assert snake_case("WhenEmptyOrUnderutilized") == "when_empty_or_underutilized"
     assert snake_case("Underutilized") == "underutilized"
+    # Karpenter's condition label: its ToSnakeCase also splits a capitalised word after a non-letter.
+    assert snake_case("kubernetes.azure.com/NodeHealthy") == "kubernetes.azure.com/_node_healthy"
+    assert snake_case("PreemptionScheduled") == "preemption_scheduled"
+
+
+def test_every_pod_has_a_state_series_labelled_with_its_node(metrics: Metrics) -> None:
+    pairs = [node_pair("a")]
+    running = bound("a", "web-1", phase="Running")
+    waiting = pod("web-2", owner_kind="ReplicaSet", owner_name="web")
+    update_cluster_state(metrics, cluster([nodepool()], pairs, [running, waiting]))
+    node = pairs[0][1].metadata.labels
+    placed = {
+        "name": "web-1",
+        "namespace": "default",
+        "owner": "/apis/apps/v1/namespaces/default/replicasets/app",
+        "node": "a",
+        "scheduled": "true",
+        "nodepool": "default",
+        "zone": node[labels.ZONE],
+        "arch": "",
+        "capacity_type": node[labels.CAPACITY_TYPE],
+        "instance_type": node[labels.INSTANCE_TYPE],
+        "phase": "Running",
+        "ready": "false",
+        "managed": "true",
+    }
+    assert metrics.registry.get_sample_value("karpenter_pods_state", placed) == 1
+    unbound = {
+        "name": "web-2",
+        "namespace": "default",
+        "owner": "/apis/apps/v1/namespaces/default/replicasets/web",
+        "node": "",
+        "scheduled": "false",
+        "nodepool": "",
+        "zone": "",
+        "arch": "",
+        "capacity_type": "",
+        "instance_type": "",
+        "phase": "",
+        "ready": "false",
+        "managed": "false",
+    }
+    assert metrics.registry.get_sample_value("karpenter_pods_state", unbound) == 1
+    # A pod that is gone takes its series with it.
+    update_cluster_state(metrics, cluster([nodepool()], pairs, [running]))
+    assert metrics.registry.get_sample_value("karpenter_pods_state", unbound) is None
+
+
+def _started(pending: Pod, after: timedelta) -> Pod:
+    """The pod Running, its Ready condition turned True `after` its creation."""
+    created = pending.metadata.creation_timestamp
+    assert created is not None
+    ready = Condition(type="Ready", status="True", last_transition_time=created + after)
+    started = pending.model_copy(deep=True)
+    started.status.phase = "Running"
+    started.status.conditions = [ready]
+    return started
+
+
+def test_a_pod_seen_pending_is_observed_once_from_creation_to_ready(metrics: Metrics) -> None:
+    startup = PodStartup()
+    slow, fast, unseen = (pod(name, phase="Pending") for name in ("slow", "fast", "unseen"))
+    update_cluster_state(metrics, cluster([], [], [slow, fast]), startup)
+    later = [_started(slow, timedelta(seconds=40)), _started(fast, timedelta(seconds=4))]
+    update_cluster_state(metrics, cluster([], [], [*later, _started(unseen, timedelta(seconds=99))]), startup)
+    update_cluster_state(metrics, cluster([], [], later), startup)  # seen again: not observed twice
+    name = "karpenter_pods_startup_duration_seconds"
+    assert value(metrics, f"{name}_count") == 2 and value(metrics, f"{name}_sum") == 44
+    assert value(metrics, name, quantile="0") == 4 and value(metrics, name, quantile="1") == 40
+
+
+async def test_a_repaired_nodeclaim_is_counted_unhealthy_by_the_condition_that_made_it_so(
+    kube: KubernetesCluster, metrics: Metrics
+) -> None:
+    [name, *_] = await planned(kube, metrics)
+    await launched(kube, name, "spot", "eastus-2")
+    node = f"aks-{name}"
+    await kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node,
+                    "labels": {labels.NODEPOOL: "default", labels.CAPACITY_TYPE: "spot"},
+                },
+            }
+        ]
+    )
+    sick = {"type": "kubernetes.azure.com/NodeHealthy", "status": "False", "reason": "KubeletDown"}
+    await asyncio.to_thread(kube._core.patch_node_status, node, {"status": {"conditions": [sick]}})
+    await apply_condition(kube, ConditionUpdate(name=name, type="Registered", status="True", node_name=node))
+    activities = KubeActivities(kube, metrics)
+    update = ConditionUpdate(name=name, type="DisruptionReason", status="True", reason="Unhealthy")
+    await ActivityEnvironment().run(activities.update_nodeclaim, update)
+    await ActivityEnvironment().run(activities.update_nodeclaim, update)  # a retry: not counted again
+    unhealthy = value(
+        metrics,
+        "karpenter_nodeclaims_unhealthy_disrupted_total",
+        condition="kubernetes.azure.com/_node_healthy",
+        nodepool="default",
+        capacity_type="spot",
+        image_id="",
+    )
+    assert unhealthy == 1
 
 
 # --- the endpoint --------------------------------------------------------------------------------------------
@@ -372,6 +480,10 @@ def test_resource_names_and_policies_are_written_as_karpenter_writes_them() -> N
 def test_metrics_are_served_in_the_text_format(metrics: Metrics) -> None:
     set_build_info(metrics)
     metrics.nodeclaim_created("provisioned", "default", False)
+    claim, node = node_pair("a")
+    metrics.nodeclaim_unhealthy_disrupted("Ready", node, claim)
+    metrics.pods_startup_duration.observe(12.5)
+    update_cluster_state(metrics, cluster([nodepool()], [(claim, node)], [bound("a", "web-1")]))
     server = serve_metrics(0, metrics.registry, addr="127.0.0.1")
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
@@ -388,6 +500,13 @@ def test_metrics_are_served_in_the_text_format(metrics: Metrics) -> None:
         in body
     )
     assert 'karpenter_build_info{version="' in body
+    assert "# TYPE karpenter_nodeclaims_unhealthy_disrupted_total counter" in body
+    assert 'karpenter_nodeclaims_unhealthy_disrupted_total{capacity_type="' in body
+    assert "# TYPE karpenter_pods_startup_duration_seconds summary" in body
+    assert 'karpenter_pods_startup_duration_seconds{quantile="0.99"} 12.5' in body
+    assert "karpenter_pods_startup_duration_seconds_count 1.0" in body
+    assert "# TYPE karpenter_pods_state gauge" in body
+    assert 'karpenter_pods_state{arch="",capacity_type="' in body and 'name="web-1"' in body
 
 
 def _event(kind: str, item: Any, type: EventType = EventType.ADDED) -> WatchEvent:

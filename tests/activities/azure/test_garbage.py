@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.mgmt.compute.aio import ComputeManagementClient
@@ -329,3 +330,52 @@ async def test_a_request_for_another_cluster_is_refused_before_anything_is_read(
         )
     assert raised.value.non_retryable
     assert world.vm_exists("leaked-3")
+
+
+def bare_node(name: str, provider: str, node_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node kwok keeps Ready, with our termination finalizer, and no VM behind it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": node_labels or {},
+            "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+            "finalizers": [labels.TERMINATION_FINALIZER],
+        },
+        "spec": {"providerID": provider},
+    }
+
+
+async def test_a_node_of_ours_without_a_nodeclaim_goes_once_past_the_grace_period(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = world.aks.kube
+    await kube.apply(
+        [
+            bare_node("pool-orphan", "kwok://pool-orphan", {labels.NODEPOOL: "default"}),
+            bare_node("aks-vm-orphan", world.provider_id("vm-orphan")),
+            bare_node("pool-claimed", "kwok://pool-claimed", {labels.NODEPOOL: "default"}),
+            bare_node("foreign", "kwok://foreign", {"kubernetes.io/os": "linux"}),
+        ]
+    )
+    claimed = await world.nodeclaim("claimed-2", launched=False)
+
+    def registered(claim: NodeClaim) -> None:
+        claim.status.node_name = "pool-claimed"
+
+    await kube.change_nodeclaim_status(claimed.name, registered)
+
+    assert await world.collect(age=GRACE - timedelta(seconds=30)) == GarbageCollectionResult()
+
+    with caplog.at_level(logging.INFO, logger="activities.azure.garbage"):
+        result = await world.collect()
+
+    assert (result.nodes, result.instances, result.failures) == (["aks-vm-orphan", "pool-orphan"], [], [])
+    # Deleted, and the finalizer released (no lifecycle is left to do it): gone.
+    assert await kube.get_node("pool-orphan") is None and await kube.get_node("aks-vm-orphan") is None
+    assert await kube.get_node("pool-claimed") is not None and await kube.get_node("foreign") is not None
+    logged = sorted(getattr(r, "karpenter", {}).get("Node", "") for r in garbage_log(caplog))
+    assert logged == ["aks-vm-orphan", "pool-orphan"]
+    for name in ("pool-claimed", "foreign"):
+        await kube.patch_node(name, remove_finalizers=[labels.TERMINATION_FINALIZER])
