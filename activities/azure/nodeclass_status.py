@@ -61,17 +61,30 @@ class NodeClassStatusActivities:
     async def reconcile_nodeclass_status(self, request: NodeClassStatusInput) -> NodeClassStatusResult:
         return await self.reconcile(datetime.now(UTC))
 
-    async def reconcile(self, now: datetime) -> NodeClassStatusResult:
-        """Compute and write the status of every AKSNodeClass."""
+    async def reconcile(self, now: datetime, attempts: int = 3) -> NodeClassStatusResult:
+        """Compute and write the status of every AKSNodeClass; one that another writer changed meanwhile (the
+        controller's `localDNSState`, a user's edit) is read and computed again, up to `attempts` times."""
         result = NodeClassStatusResult()
         subnets: dict[str, tuple[str, str] | None] = {}
-        for raw in await self.cluster.list_objects("AKSNodeClass"):
-            name = str((raw.get("metadata") or {}).get("name") or "")
-            try:
-                await self._reconcile(raw, now, subnets, result)
-            except (CloudError, ValueError) as error:
-                result.failures.append(f"AKSNodeClass {name}: {error}")
-                logger.warning("could not reconcile the status of AKSNodeClass %s: %s", name, error)
+        pending: set[str] | None = None
+        for _ in range(attempts):
+            lost: set[str] = set()
+            for raw in await self.cluster.list_objects("AKSNodeClass"):
+                name = str((raw.get("metadata") or {}).get("name") or "")
+                if pending is not None and name not in pending:
+                    continue
+                if pending is not None:  # computed again from the newer object
+                    result.ready = [ready for ready in result.ready if ready != name]
+                    result.not_ready.pop(name, None)
+                try:
+                    if not await self._reconcile(raw, now, subnets, result):
+                        lost.add(name)
+                except (CloudError, ValueError) as error:
+                    result.failures.append(f"AKSNodeClass {name}: {error}")
+                    logger.warning("could not reconcile the status of AKSNodeClass %s: %s", name, error)
+            if not lost:
+                break
+            pending = lost
         return result
 
     async def _reconcile(
@@ -80,7 +93,8 @@ class NodeClassStatusActivities:
         now: datetime,
         subnets: dict[str, tuple[str, str] | None],
         result: NodeClassStatusResult,
-    ) -> None:
+    ) -> bool:
+        """False when the status could not be written because the object changed since it was read."""
         nodeclass = AKSNodeClass.parse(raw)
         metadata = raw.get("metadata") or {}
         settings = self.provider.settings
@@ -100,10 +114,12 @@ class NodeClassStatusActivities:
             result.not_ready[nodeclass.name] = f"{ready.reason}: {ready.message}"
         unchanged = conditions_json(_conditions(current)) == status["conditions"]
         if unchanged:
-            return
+            return True
         version = str(metadata.get("resourceVersion") or "")
-        if await self.cluster.patch_status("AKSNodeClass", nodeclass.name, status, version):
-            result.written.append(nodeclass.name)
+        if not await self.cluster.patch_status("AKSNodeClass", nodeclass.name, status, version):
+            return False
+        result.written.append(nodeclass.name)
+        return True
 
     async def _subnet_problem(self, subnet_id: str) -> tuple[str, str] | None:
         """Why the subnet cannot take nodes: its ID, or what Azure answers when it is read."""

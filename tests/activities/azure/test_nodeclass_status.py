@@ -1,0 +1,54 @@
+"""The AKSNodeClass status reconcile against a store that another writer changes under it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+from activities.azure.nodeclass_status import NodeClassStatusActivities
+
+SUBNET = "/subscriptions/0000/resourceGroups/mc_rg/providers/Microsoft.Network/virtualNetworks/aks-vnet/subnets/aks-subnet"
+
+
+class RacingStore:
+    """An AKSNodeClass whose first status patch loses to another writer (the controller's localDNSState)."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.status: dict[str, Any] = {}
+        self.patches: list[str] = []
+
+    async def list_objects(self, kind: str) -> list[dict[str, Any]]:
+        metadata = {"name": "default", "generation": 1, "resourceVersion": str(self.version)}
+        metadata["creationTimestamp"] = "2026-11-26T00:00:00Z"
+        return [{"kind": kind, "metadata": metadata, "spec": {}, "status": dict(self.status)}]
+
+    async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
+        self.patches.append(resource_version)
+        if len(self.patches) == 1:
+            self.version += 1  # someone else wrote first
+            self.status["localDNSState"] = "Disabled"
+            return False
+        if resource_version != str(self.version):
+            return False
+        self.status.update(status)
+        self.version += 1
+        return True
+
+
+async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> None:
+    async def subnet(*_: str) -> None:
+        return None
+
+    provider: Any = SimpleNamespace(
+        settings=SimpleNamespace(subnet_id=SUBNET, resource_group="MC_rg"),
+        network=SimpleNamespace(subnets=SimpleNamespace(get=subnet)),
+    )
+    store = RacingStore()
+    result = await NodeClassStatusActivities(store, provider).reconcile(datetime.now(UTC))
+    assert store.patches == ["1", "2"]
+    assert result.written == ["default"] and result.ready == ["default"]
+    assert store.status["localDNSState"] == "Disabled"
+    ready = next(c for c in store.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
