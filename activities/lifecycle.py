@@ -131,6 +131,16 @@ class LifecycleActivities:
         )
         node = found.metadata.name if found is not None else request.node
         if found is None or node is None or not await register_node(self.cluster, node, request.labels):
+            await apply_condition(
+                self.cluster,
+                ConditionUpdate(
+                    name=request.nodeclaim,
+                    type="Registered",
+                    status="Unknown",
+                    reason="NodeNotFound",
+                    message="Node not registered with cluster",
+                ),
+            )
             return None
         if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
             self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))
@@ -154,4 +164,13 @@ class LifecycleActivities:
                 self.cluster, ConditionUpdate(name=request.nodeclaim, type="Initialized", status="True")
             )
             state.initialized = True
+        elif state.exists and not state.deleting and state.waiting_reason:
+            waiting = ConditionUpdate(
+                name=request.nodeclaim,
+                type="Initialized",
+                status="Unknown",
+                reason=state.waiting_reason,
+                message=state.waiting_message,
+            )
+            await apply_condition(self.cluster, waiting)
         return state

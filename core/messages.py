@@ -257,6 +257,9 @@ class NodeState(BaseModel):
     missing_resources: list[str] = Field(default_factory=list)
     deleting: bool = False
     initialized: bool = False
+    waiting_reason: str = ""
+    """Why it is not initialized yet, as Karpenter's Initialized condition says it (`NodeNotReady` ...)."""
+    waiting_message: str = ""
 
 
 class DrainResult(BaseModel):
@@ -321,6 +324,8 @@ class ActivityName(StrEnum):
     """Mark the NodeClaim deleting (its finalizer holds it) and taint its Node: Karpenter's start of termination."""
     PLAN_DISRUPTION = "plan_disruption"
     """Returns a `DisruptionPassRecord`: the history's account of one disruption pass."""
+    AWAIT_VOLUME_DETACHMENT = "await_volume_detachment"
+    """The VolumeAttachments a drained node still waits for, recorded as the NodeClaim's VolumesDetached."""
 
 
 class LaunchInput(BaseModel):
@@ -350,12 +355,32 @@ class InitializeInput(BaseModel):
 class TerminationStart(BaseModel):
     nodeclaim: str
     node: str
+    termination_grace_period_seconds: float | None = None
+    """The NodeClaim's terminationGracePeriod, for one whose spec does not carry it."""
 
 
 class DrainInput(BaseModel):
     node: str
     force: bool = False
     """The NodeClaim's terminationGracePeriod has elapsed: delete what is left, PDBs or not."""
+    nodeclaim: str = ""
+    """Whose Drained condition the drain keeps (none when empty)."""
+
+
+class VolumeDetachmentInput(BaseModel):
+    nodeclaim: str
+    node: str
+    grace_elapsed: bool = False
+    """The drain deadline (terminationGracePeriod) has passed: stop waiting, whatever is attached."""
+    announced: list[str] = Field(default_factory=list)
+    """The attachments the previous pass waited for (an event says so when they change)."""
+
+
+class VolumeDetachmentResult(BaseModel):
+    pending: list[str] = Field(default_factory=list)
+    """The VolumeAttachments still to wait for; empty once they are gone or the wait was cut short."""
+    abandoned: list[str] = Field(default_factory=list)
+    """Those left attached because the terminationGracePeriod ran out."""
 
 
 # ------------------------------------------------------------------------------------------------ disruption
