@@ -444,16 +444,14 @@ class NodeClaimWorkflow:
         announced: list[str] = []
         while True:
             deadline, _ = self._drain_deadline()
+            elapsed = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
                 ActivityName.AWAIT_VOLUME_DETACHMENT,
                 VolumeDetachmentInput(
-                    nodeclaim=self._claim.name,
-                    node=node,
-                    grace_elapsed=deadline is not None and workflow.now() >= deadline,
-                    announced=announced,
+                    nodeclaim=self._claim.name, node=node, grace_elapsed=elapsed, announced=announced
                 ),
                 VolumeDetachmentResult,
-                f"await volume detachment from {node}",
+                summaries.volume_detachment_summary(node, elapsed),
             )
             if result.abandoned:
                 log(
