@@ -98,6 +98,14 @@ def termination_timestamp(moment: datetime) -> str:
     return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def draining_for(claim: NodeClaim, now: datetime) -> timedelta:
+    """How long the NodeClaim has been draining (its Drained condition Unknown); forever once it is drained."""
+    drained = claim.status.condition(NodeClaimConditionType.DRAINED)
+    if drained is None or drained.status != "Unknown" or drained.last_transition_time is None:
+        return timedelta.max
+    return as_utc(now) - as_utc(drained.last_transition_time)
+
+
 def kube_event(
     kind: str, name: str, reason: str, message: str, namespace: str | None = None, warning: bool = False
 ) -> Event:
@@ -353,21 +361,21 @@ class KubeActivities:
     async def drain_node(self, request: DrainInput) -> DrainResult:
         """One pass of the drain: evict the first group still present, or delete everything when forced. The
         NodeClaim's Drained condition is Unknown (`Draining`) from the first pass, True once nothing is left."""
+        claim = None
         if request.nodeclaim:
-            await mark_nodeclaim(
-                self.cluster,
-                request.nodeclaim,
-                "Drained",
-                "Unknown",
-                "Draining",
-                "Draining",
-                unless_present=True,
+            draining = "Draining"
+            claim = await mark_nodeclaim(
+                self.cluster, request.nodeclaim, "Drained", "Unknown", draining, draining, unless_present=True
             )
         pods = [pod for pod in await self.cluster.list_pods_on_node(request.node) if is_drainable(pod)]
         pods = [pod for pod in pods if pod.metadata.deletion_timestamp is None or request.force]
         if not pods:
-            if request.nodeclaim:
-                await mark_nodeclaim(self.cluster, request.nodeclaim, "Drained", "True")
+            if claim is None:
+                return DrainResult(remaining=0)
+            settle = timedelta(seconds=request.min_drain_seconds) - draining_for(claim, datetime.now(UTC))
+            if settle > timedelta(0):
+                return DrainResult(remaining=0, settle_seconds=settle.total_seconds())
+            await mark_nodeclaim(self.cluster, request.nodeclaim, "Drained", "True")
             return DrainResult(remaining=0)
         if request.force:
             for pod in pods:

@@ -138,6 +138,9 @@ class LifecycleSettings(BaseModel):
     """How often to look again when no event arrives: a backstop for a lost signal, since the controller signals
     every change of the Node the lifecycle waits on (each look is a workflow task and a call to the API server)."""
     drain_retry_seconds: float = 1.0
+    min_drain_seconds: float = 5.0
+    """Karpenter's MinDrainTime: a node counts as drained only this long after its drain began, so that pods
+    bound just before the disrupted taint landed are drained too."""
     launch_timeout_seconds: float = 300.0
     activity_timeout_seconds: float = 30.0
     """Start-to-close timeout of every other lifecycle activity (a dead worker's activity is retried after it)."""
@@ -264,6 +267,8 @@ class NodeState(BaseModel):
 
 class DrainResult(BaseModel):
     remaining: int
+    settle_seconds: float = 0.0
+    """Nothing is left, but the drain began less than `min_drain_seconds` ago: look again after this long."""
     evicted: list[str] = Field(default_factory=list)
     blocked: dict[str, str] = Field(default_factory=dict)
     """Pod key to why its eviction was refused (a PodDisruptionBudget)."""
@@ -365,6 +370,8 @@ class DrainInput(BaseModel):
     """The NodeClaim's terminationGracePeriod has elapsed: delete what is left, PDBs or not."""
     nodeclaim: str = ""
     """Whose Drained condition the drain keeps (none when empty)."""
+    min_drain_seconds: float = 0.0
+    """How long after its first pass the drain may end (`LifecycleSettings.min_drain_seconds`)."""
 
 
 class VolumeDetachmentInput(BaseModel):

@@ -421,19 +421,26 @@ class NodeClaimWorkflow:
             force = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
                 ActivityName.DRAIN_NODE,
-                DrainInput(node=node, force=force, nodeclaim=self._claim.name),
+                DrainInput(
+                    node=node,
+                    force=force,
+                    nodeclaim=self._claim.name,
+                    min_drain_seconds=self._settings.min_drain_seconds,
+                ),
                 DrainResult,
                 summaries.drain_summary(node, force, why),
             )
-            if result.remaining == 0:
+            if result.remaining == 0 and not result.settle_seconds:
                 return
-            if result.blocked:
+            if result.settle_seconds:
+                left = "no pod left, looking again for pods bound before the taint"
+            elif result.blocked:
                 pod, reason = next(iter(result.blocked.items()))
                 left = f"{len(result.blocked)} eviction(s) blocked, e.g. {pod}: {reason}"
             else:
                 left = f"{result.remaining} pod(s) left"
             workflow.set_current_details(f"draining {node}: {left}")
-            retry = timedelta(seconds=self._settings.drain_retry_seconds)
+            retry = timedelta(seconds=max(self._settings.drain_retry_seconds, result.settle_seconds))
             if deadline is not None and not force:
                 retry = max(min(retry, deadline - workflow.now()), timedelta(milliseconds=100))
             await self._drain_pause(retry, f"to drain {node} again ({left})")
