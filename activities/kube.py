@@ -333,9 +333,9 @@ class KubeActivities:
         return await self.taint_for_termination(request.node)
 
     async def _annotate_termination_time(self, request: TerminationStart) -> None:
-        """Karpenter's `karpenter.sh/nodeclaim-termination-timestamp`: when a terminationGracePeriod bounds the
-        drain, the time it ends (deletion + grace period), written once, with a TerminationGracePeriodExpiring
-        event on the NodeClaim and its Node."""
+        """Karpenter's `karpenter.sh/nodeclaim-termination-timestamp`: when the drain ends whatever blocks it
+        (deletion + terminationGracePeriod, or the time node repair decided), written once, with a
+        TerminationGracePeriodExpiring event on the NodeClaim and its Node."""
         claim = await self.cluster.get_nodeclaim(request.nodeclaim)
         if claim is None or claim.metadata.deletion_timestamp is None:
             return
@@ -344,9 +344,12 @@ class KubeActivities:
         grace = claim.spec.termination_grace_period_duration
         if grace is None and request.termination_grace_period_seconds is not None:
             grace = timedelta(seconds=request.termination_grace_period_seconds)
-        if grace is None:
+        if request.termination_time is not None:
+            deadline = termination_timestamp(request.termination_time)
+        elif grace is not None:
+            deadline = termination_timestamp(claim.metadata.deletion_timestamp + grace)
+        else:
             return
-        deadline = termination_timestamp(claim.metadata.deletion_timestamp + grace)
         annotated = await self.cluster.patch_nodeclaim_metadata(
             request.nodeclaim, annotations={labels.TERMINATION_TIMESTAMP: deadline}
         )

@@ -362,6 +362,8 @@ class TerminationStart(BaseModel):
     node: str
     termination_grace_period_seconds: float | None = None
     """The NodeClaim's terminationGracePeriod, for one whose spec does not carry it."""
+    termination_time: datetime | None = None
+    """When the drain ends regardless of the grace period (node repair: when it was decided), annotated so."""
 
 
 class DrainInput(BaseModel):

@@ -389,6 +389,10 @@ class NodeClaimWorkflow:
             nodeclaim=self._claim.name,
             node=node,
             termination_grace_period_seconds=self._claim.termination_grace_period_seconds,
+            # Karpenter's node repair annotates the NodeClaim to be drained at once.
+            termination_time=self._drain_deadline()[0]
+            if self._termination is TerminationReason.UNHEALTHY
+            else None,
         )
         tainted = await self._activity(
             ActivityName.BEGIN_TERMINATION,
