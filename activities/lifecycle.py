@@ -165,12 +165,12 @@ class LifecycleActivities:
             )
             state.initialized = True
         elif state.exists and not state.deleting and state.waiting_reason:
-            waiting = ConditionUpdate(
+            unknown = ConditionUpdate(
                 name=request.nodeclaim,
                 type="Initialized",
                 status="Unknown",
                 reason=state.waiting_reason,
                 message=state.waiting_message,
             )
-            await apply_condition(self.cluster, waiting)
+            await apply_condition(self.cluster, unknown)
         return state
