@@ -317,7 +317,7 @@ def drain_summary(node: str, force: bool, why: str = "terminationGracePeriod ela
 
 def volume_detachment_summary(node: str, grace_elapsed: bool) -> str:
     if grace_elapsed:
-        return f"stop waiting for volumes to detach from {node} (terminationGracePeriod elapsed)"
+        return f"check volumes of {node} (terminationGracePeriod elapsed: no waiting)"
     return f"wait for volumes to detach from {node}"
 
 
