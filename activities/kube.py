@@ -160,6 +160,7 @@ def set_condition(
         meta.creation_timestamp,
         meta.generation,
         datetime.now(UTC),
+        deleting=meta.deletion_timestamp is not None,
     )
 
 

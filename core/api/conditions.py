@@ -83,10 +83,18 @@ class ConditionSet:
         created: datetime | None,
         generation: int | None,
         now: datetime,
+        deleting: bool = False,
     ) -> bool:
         """Set one condition (the root and dependents first made to exist, the root then recomputed);
-        whether anything changed. A True condition's reason defaults to its type, as Karpenter's are."""
-        changed = self.initialize(status, created, generation, now)
+        whether anything changed. A True condition's reason defaults to its type, as Karpenter's are. On an
+        object being deleted (whose deletion bumped its generation) every condition is taken to be current."""
+        changed = False
+        if deleting:
+            for current in status.conditions:
+                if current.observed_generation != generation:
+                    current.observed_generation = generation
+                    changed = True
+        changed |= self.initialize(status, created, generation, now)
         value = ConditionStatus(value)
         condition = StatusCondition(
             type=condition_type,

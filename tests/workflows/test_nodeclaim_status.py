@@ -143,6 +143,9 @@ async def test_termination_waits_for_the_nodes_volume_attachments(system: System
     for kind, reason in (("Drained", "Drained"), ("VolumesDetached", "VolumesDetached")):
         assert condition(final, kind) == ("True", reason)
     assert condition(final, "InstanceTerminating") == ("True", "InstanceTerminating")
+    # Deletion bumped the generation; the lifecycle's conditions are taken along, so Ready stays True.
+    assert condition(final, "Ready") == ("True", "Ready")
+    assert {c.observed_generation for c in final.status.conditions} == {final.metadata.generation}
     terminating = final.status.condition("InstanceTerminating")
     detached = final.status.condition("VolumesDetached")
     assert terminating is not None and detached is not None

@@ -99,3 +99,23 @@ def test_independent_conditions_clear_and_dependents_cannot() -> None:
     assert [c.type for c in status.conditions] == sorted(c.type for c in status.conditions)
     with pytest.raises(ValueError, match="Launched"):
         NODECLAIM_CONDITIONS.clear(status, "Launched")
+
+
+def test_on_an_object_being_deleted_the_bumped_generation_keeps_ready_true() -> None:
+    status = NodeClaimStatus()
+    for condition in ("Launched", "Registered", "Initialized"):
+        NODECLAIM_CONDITIONS.set(status, condition, "True", "", "", CREATED, 1, LATER)
+    # Deletion bumped the generation to 2: a condition written now does not leave the others behind.
+    NODECLAIM_CONDITIONS.set(
+        status, "Drained", "Unknown", "Draining", "Draining", CREATED, 2, LATER, deleting=True
+    )
+    ready = status.condition("Ready")
+    assert ready is not None and ready.status is ConditionStatus.TRUE
+    assert all(c.observed_generation == 2 for c in status.conditions)
+    # Without the deletion, a dependent of an older generation is not current: Ready waits for it.
+    NODECLAIM_CONDITIONS.set(status, "Launched", "True", "", "", CREATED, 3, LATER)
+    ready = status.condition("Ready")
+    assert ready is not None and (ready.status, ready.reason) == (
+        ConditionStatus.UNKNOWN,
+        "ReconcilingDependents",
+    )
