@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.catalog_source import CatalogSource
 from activities.heartbeat import heartbeating
-from activities.kube import DISRUPTED, kube_event
+from activities.kube import DISRUPTED, clear_nodeclaim_condition, kube_event, mark_nodeclaim
 from activities.metrics import Metrics, default_metrics
 from activities.planning import (
     LifecycleStarter,
@@ -34,6 +34,7 @@ from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.budgets import BudgetStatus
+from core.disruption.conditions import ConditionChange, disruption_conditions
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
@@ -248,13 +249,30 @@ class DisruptionActivities:
             ),
             repair=None if repair is None else aks_repair_policies(timedelta(seconds=repair)),
         )
+        automatic = request.mode is DisruptionMode.AUTOMATIC and not request.nodepools
         async with heartbeating():
             snapshot = await self.cluster.snapshot()
             now = datetime.now(UTC)
             plan = await asyncio.to_thread(plan_disruption, snapshot, self.instance_types(), options, now)
-        if request.mode is DisruptionMode.AUTOMATIC and not request.nodepools:
+            if automatic:
+                await self._mark_nodeclaims(disruption_conditions(snapshot, options.drift, now))
+        if automatic:
             self.metrics.set_allowed_disruptions(plan.budgets)
         return pass_record(plan, now, request.previous_fingerprint)
+
+    async def _mark_nodeclaims(self, changes: list[ConditionChange]) -> None:
+        """Write the Drifted and Consolidatable conditions that changed, as Karpenter's nodeclaim disruption
+        controller does (a NodeClaim gone meanwhile is skipped)."""
+
+        async def write(change: ConditionChange) -> None:
+            if change.reason is None:
+                await clear_nodeclaim_condition(self.cluster, change.nodeclaim, change.type)
+            else:
+                await mark_nodeclaim(
+                    self.cluster, change.nodeclaim, change.type, "True", change.reason, change.message
+                )
+
+        await concurrently([write(change) for change in changes])
 
     @activity.defn(name=DisruptionActivity.TAINT_CANDIDATES)
     async def taint_candidates(self, request: TaintCandidates) -> list[str]:

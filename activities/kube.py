@@ -7,17 +7,27 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 
 from activities.metrics import DisruptedReason, Metrics, default_metrics, disrupted_reason
 from core import labels
-from core.api.kube import Event, ObjectReference, Pod, is_daemonset_pod, is_node_ready, is_terminal, tolerates
+from core.api.kube import (
+    Event,
+    ObjectReference,
+    Pod,
+    VolumeAttachment,
+    is_daemonset_pod,
+    is_node_ready,
+    is_terminal,
+    tolerates,
+)
 from core.api.meta import ObjectMeta, Taint, TaintEffect
-from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
-from core.api.nodepool import NodePool, StatusCondition
+from core.api.nodeclaim import NODECLAIM_CONDITIONS, NodeClaim, NodeClaimConditionType
+from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
+from core.cron import as_utc
 from core.disruption.repair import aks_repair_policies
 from core.errors import NotFoundError, PDBViolationError
 from core.messages import (
@@ -29,13 +39,15 @@ from core.messages import (
     NodeState,
     PlannedNodeClaim,
     TerminationStart,
+    VolumeDetachmentInput,
+    VolumeDetachmentResult,
 )
 from core.resources import parse_resources
+from core.volumes import blocking_attachments, claim_names, listed
+from core.volumes import is_drainable as volume_drainable
 
 DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
 EXCLUDE_FROM_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
-ROOT_CONDITION_PARTS = ("Launched", "Registered", "Initialized")
-"""Karpenter's NodeClaim is Ready when all three are."""
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
@@ -82,6 +94,19 @@ def nodeclaim_object(
     )
 
 
+def termination_timestamp(moment: datetime) -> str:
+    """A time as Karpenter writes the termination-timestamp annotation (RFC 3339, whole seconds, UTC)."""
+    return as_utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def draining_for(claim: NodeClaim, now: datetime) -> timedelta:
+    """How long the NodeClaim has been draining (its Drained condition Unknown); forever once it is drained."""
+    drained = claim.status.condition(NodeClaimConditionType.DRAINED)
+    if drained is None or drained.status != "Unknown" or drained.last_transition_time is None:
+        return timedelta.max
+    return as_utc(now) - as_utc(drained.last_transition_time)
+
+
 def kube_event(
     kind: str,
     name: str,
@@ -126,32 +151,65 @@ def _key(pod: Pod) -> str:
     return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
 
 
+def set_condition(
+    claim: NodeClaim, condition_type: str, status: str, reason: str = "", message: str = ""
+) -> None:
+    """Set one condition on a NodeClaim read from the API server, Karpenter's way (`NODECLAIM_CONDITIONS`:
+    Ready recomputed, the lifecycle's conditions always present, the transition time kept while the status
+    stays)."""
+    meta = claim.metadata
+    NODECLAIM_CONDITIONS.set(
+        claim.status,
+        condition_type,
+        status,
+        reason,
+        message,
+        meta.creation_timestamp,
+        meta.generation,
+        datetime.now(UTC),
+        deleting=meta.deletion_timestamp is not None,
+    )
+
+
+async def mark_nodeclaim(
+    cluster: ClusterAPI,
+    name: str,
+    condition_type: str,
+    status: str,
+    reason: str = "",
+    message: str = "",
+    unless_present: bool = False,
+    launched_only: bool = False,
+) -> NodeClaim | None:
+    """Set one condition (nothing is written when it is already so); with `unless_present`, only when the
+    NodeClaim has none of the type yet; with `launched_only`, only on a NodeClaim that has a providerID.
+    None when the NodeClaim is gone."""
+
+    def change(claim: NodeClaim) -> None:
+        if unless_present and claim.status.condition(condition_type) is not None:
+            return
+        if launched_only and not claim.status.provider_id:
+            return
+        set_condition(claim, condition_type, status, reason, message)
+
+    return await cluster.change_nodeclaim_status(name, change)
+
+
+async def clear_nodeclaim_condition(cluster: ClusterAPI, name: str, condition_type: str) -> NodeClaim | None:
+    """Remove a condition that no longer holds (Drifted, Consolidatable), as Karpenter clears them."""
+
+    def change(claim: NodeClaim) -> None:
+        NODECLAIM_CONDITIONS.clear(claim.status, condition_type)
+
+    return await cluster.change_nodeclaim_status(name, change)
+
+
 async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
-    """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone."""
+    """Set one NodeClaim condition (and any status fields given), see `set_condition`; False when it is gone."""
 
     def change(claim: NodeClaim) -> None:
         status = claim.status
-        now = datetime.now(UTC)
-        previous = status.condition(update.type)
-        changed = previous is None or previous.status != update.status
-        condition = StatusCondition(
-            type=update.type,
-            status=update.status,
-            reason=update.reason or update.type,
-            message=update.message,
-            last_transition_time=now if changed or previous is None else previous.last_transition_time,
-        )
-        status.conditions = [c for c in status.conditions if c.type != update.type] + [condition]
-        ready = all(status.is_true(part) for part in ROOT_CONDITION_PARTS)
-        if update.type in ROOT_CONDITION_PARTS and ready != status.is_true("Ready"):
-            status.conditions = [c for c in status.conditions if c.type != "Ready"] + [
-                StatusCondition(
-                    type="Ready",
-                    status="True" if ready else "Unknown",
-                    reason="Ready" if ready else "NotReady",
-                    last_transition_time=now,
-                )
-            ]
+        set_condition(claim, update.type, update.status, update.reason, update.message)
         if update.provider_id is not None:
             status.provider_id = update.provider_id
         if update.node_name is not None:
@@ -174,22 +232,50 @@ async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
     return True
 
 
+def _taint_text(taint: Taint) -> str:
+    """A taint as Karpenter's messages write it: `key=value:Effect`, or `key:Effect` without a value."""
+    effect = taint.effect.value if isinstance(taint.effect, TaintEffect) else str(taint.effect)
+    return f"{taint.key}={taint.value}:{effect}" if taint.value else f"{taint.key}:{effect}"
+
+
 async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
-    """What initialization waits for: Ready, startup taints gone, requested extended resources reported."""
+    """What initialization waits for: Ready, startup taints gone, requested extended resources reported; the
+    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`."""
     node = await cluster.get_node(request.node)
     if node is None:
-        return NodeState(name=request.node, exists=False)
+        return NodeState(
+            name=request.node,
+            exists=False,
+            waiting_reason="NodeNotFound",
+            waiting_message="Node not registered with cluster",
+        )
     ready = is_node_ready(node)
-    taint_keys = {taint.key for taint in node.spec.taints}
+    taints = {taint.key: taint for taint in node.spec.taints}
     allocatable = parse_resources(node.status.allocatable)
-    return NodeState(
+    state = NodeState(
         name=request.node,
         ready=ready,
-        startup_taints_remaining=[key for key in request.startup_taints if key in taint_keys],
-        ephemeral_taints_remaining=[key for key in labels.KNOWN_EPHEMERAL_TAINTS if key in taint_keys],
+        startup_taints_remaining=[key for key in request.startup_taints if key in taints],
+        ephemeral_taints_remaining=[key for key in labels.KNOWN_EPHEMERAL_TAINTS if key in taints],
         missing_resources=[name for name in request.requested_resources if allocatable.get(name, 0) <= 0],
         deleting=node.metadata.deletion_timestamp is not None,
     )
+    if not ready:
+        state.waiting_reason, state.waiting_message = "NodeNotReady", "Node status is NotReady"
+    elif state.startup_taints_remaining:
+        taint = _taint_text(taints[state.startup_taints_remaining[0]])
+        state.waiting_reason, state.waiting_message = (
+            "StartupTaintsExist",
+            f'StartupTaint "{taint}" still exists',
+        )
+    elif state.ephemeral_taints_remaining:
+        taint = _taint_text(taints[state.ephemeral_taints_remaining[0]])
+        state.waiting_reason = "KnownEphemeralTaintsExist"
+        state.waiting_message = f'KnownEphemeralTaint "{taint}" still exists'
+    elif state.missing_resources:
+        state.waiting_reason = "ResourceNotRegistered"
+        state.waiting_message = f'Resource "{state.missing_resources[0]}" was requested but not registered'
+    return state
 
 
 async def register_node(cluster: ClusterAPI, node: str, node_labels: dict[str, str]) -> bool:
@@ -266,14 +352,56 @@ class KubeActivities:
         it leaving and plans its pods elsewhere) and the Node tainted. False when the Node is already gone."""
         with contextlib.suppress(NotFoundError):
             await self.cluster.delete_nodeclaim(request.nodeclaim)
+        await self._annotate_termination_time(request)
         return await self.taint_for_termination(request.node)
+
+    async def _annotate_termination_time(self, request: TerminationStart) -> None:
+        """Karpenter's `karpenter.sh/nodeclaim-termination-timestamp`: when the drain ends whatever blocks it
+        (deletion + terminationGracePeriod, or the time node repair decided), written once, with a
+        TerminationGracePeriodExpiring event on the NodeClaim and its Node."""
+        claim = await self.cluster.get_nodeclaim(request.nodeclaim)
+        if claim is None or claim.metadata.deletion_timestamp is None:
+            return
+        if labels.TERMINATION_TIMESTAMP in claim.metadata.annotations:
+            return
+        grace = claim.spec.termination_grace_period_duration
+        if grace is None and request.termination_grace_period_seconds is not None:
+            grace = timedelta(seconds=request.termination_grace_period_seconds)
+        if request.termination_time is not None:
+            deadline = termination_timestamp(request.termination_time)
+        elif grace is not None:
+            deadline = termination_timestamp(claim.metadata.deletion_timestamp + grace)
+        else:
+            return
+        annotated = await self.cluster.patch_nodeclaim_metadata(
+            request.nodeclaim, annotations={labels.TERMINATION_TIMESTAMP: deadline}
+        )
+        if annotated is None:
+            return
+        message = f"All pods will be deleted by {deadline}"
+        for kind, name in (("NodeClaim", request.nodeclaim), ("Node", request.node)):
+            event = kube_event(kind, name, "TerminationGracePeriodExpiring", message, warning=True)
+            await self.cluster.record_event(event)
 
     @activity.defn(name=ActivityName.DRAIN_NODE)
     async def drain_node(self, request: DrainInput) -> DrainResult:
-        """One pass of the drain: evict the first group still present, or delete everything when forced."""
+        """One pass of the drain: evict the first group still present, or delete everything when forced. The
+        NodeClaim's Drained condition is Unknown (`Draining`) from the first pass, True once nothing is left."""
+        claim = None
+        if request.nodeclaim:
+            draining = "Draining"
+            claim = await mark_nodeclaim(
+                self.cluster, request.nodeclaim, "Drained", "Unknown", draining, draining, unless_present=True
+            )
         pods = [pod for pod in await self.cluster.list_pods_on_node(request.node) if is_drainable(pod)]
         pods = [pod for pod in pods if pod.metadata.deletion_timestamp is None or request.force]
         if not pods:
+            if claim is None:
+                return DrainResult(remaining=0)
+            settle = timedelta(seconds=request.min_drain_seconds) - draining_for(claim, datetime.now(UTC))
+            if settle > timedelta(0):
+                return DrainResult(remaining=0, settle_seconds=settle.total_seconds())
+            await mark_nodeclaim(self.cluster, request.nodeclaim, "Drained", "True")
             return DrainResult(remaining=0)
         if request.force:
             for pod in pods:
@@ -297,6 +425,47 @@ class KubeActivities:
                 kube_event("Node", request.node, "FailedDraining", message, warning=True)
             )
         return result
+
+    @activity.defn(name=ActivityName.AWAIT_VOLUME_DETACHMENT)
+    async def await_volume_detachment(self, request: VolumeDetachmentInput) -> VolumeDetachmentResult:
+        """Karpenter's wait for volumes to detach from a drained node, recorded as the NodeClaim's
+        VolumesDetached: True once none is left, Unknown (`AwaitingVolumeDetachment`, with an event naming
+        them) while some are, False (`TerminationGracePeriodElapsed`) when the deadline ends the wait."""
+        attachments = await self.cluster.list_volume_attachments(request.node)
+        pending = [attachment.metadata.name for attachment in await self._blocking(attachments, request.node)]
+        if not pending:
+            await mark_nodeclaim(self.cluster, request.nodeclaim, "VolumesDetached", "True")
+            return VolumeDetachmentResult()
+        if request.grace_elapsed:
+            elapsed = "TerminationGracePeriodElapsed"
+            await mark_nodeclaim(
+                self.cluster, request.nodeclaim, "VolumesDetached", "False", elapsed, elapsed
+            )
+            return VolumeDetachmentResult(abandoned=pending)
+        awaiting = "AwaitingVolumeDetachment"
+        await mark_nodeclaim(
+            self.cluster, request.nodeclaim, "VolumesDetached", "Unknown", awaiting, awaiting
+        )
+        if pending != request.announced:
+            message = f"Awaiting deletion of bound volumeattachments ({listed(pending)})"
+            await self.cluster.record_event(kube_event("Node", request.node, awaiting, message))
+        return VolumeDetachmentResult(pending=pending)
+
+    async def _blocking(self, attachments: list[VolumeAttachment], node: str) -> list[VolumeAttachment]:
+        """The attachments to wait for: not those of volumes that pods staying on the node still use."""
+        if not attachments:
+            return []
+        now = datetime.now(UTC)
+        kept: set[str] = set()
+        for pod in await self.cluster.list_pods_on_node(node):
+            if volume_drainable(pod, now):
+                continue
+            namespace = pod.metadata.namespace or "default"
+            for name in claim_names(pod):
+                claim = await self.cluster.get_persistent_volume_claim(namespace, name)
+                if claim is not None and claim.spec.volume_name:
+                    kept.add(claim.spec.volume_name)
+        return blocking_attachments(attachments, kept)
 
     @activity.defn(name=ActivityName.DELETE_NODE)
     async def delete_node(self, node: str) -> None:

@@ -56,7 +56,7 @@ from pydantic import BaseModel
 from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import DEFAULT_NAMESPACE, Event, Node, Pod
+from core.api.kube import DEFAULT_NAMESPACE, Event, Node, PersistentVolumeClaim, Pod, VolumeAttachment
 from core.api.manifests import ManifestError, Manifests, ParseCache, load_yaml, parse_manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
@@ -176,6 +176,7 @@ NODEPOOL = Resource("NodePool", "karpenter.sh/v1", "nodepools")
 NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
 NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
 LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
+VOLUME_ATTACHMENT = Resource("VolumeAttachment", "storage.k8s.io/v1", "volumeattachments")
 
 SNAPSHOT_KINDS = (NODEPOOL, NODECLAIM, NODECLASS, POD, NODE, DAEMONSET, PDB)
 """What the scheduler reads (`core.api.manifests.Manifests`)."""
@@ -670,6 +671,7 @@ class KubernetesCluster:
         self._core = k8s.CoreV1Api(api_client)
         self._apps = k8s.AppsV1Api(api_client)
         self._policy = k8s.PolicyV1Api(api_client)
+        self._storage = k8s.StorageV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nodewright-kube")
         self._timeout = (connect_timeout_seconds, request_timeout_seconds)
@@ -694,6 +696,7 @@ class KubernetesCluster:
             NODE.kind: self._core.list_node,
             DAEMONSET.kind: self._apps.list_daemon_set_for_all_namespaces,
             PDB.kind: self._policy.list_pod_disruption_budget_for_all_namespaces,
+            VOLUME_ATTACHMENT.kind: self._storage.list_volume_attachment,
             **{
                 resource.kind: functools.partial(self._custom.list_cluster_custom_object, *resource.custom)
                 for resource in (NODEPOOL, NODECLAIM, NODECLASS)
@@ -866,6 +869,16 @@ class KubernetesCluster:
         items = await self._list(POD, field_selector=f"spec.nodeName={node_name}")
         return [Pod.model_validate(item) for item in items]
 
+    async def list_volume_attachments(self, node_name: str) -> builtins.list[VolumeAttachment]:
+        """The VolumeAttachments of a node (the API has no field selector for it: all are listed)."""
+        items = await self._list(VOLUME_ATTACHMENT)
+        attachments = [VolumeAttachment.model_validate(item) for item in items]
+        return [attachment for attachment in attachments if attachment.spec.node_name == node_name]
+
+    async def get_persistent_volume_claim(self, namespace: str, name: str) -> PersistentVolumeClaim | None:
+        raw = await self._get(self._core.read_namespaced_persistent_volume_claim, name, namespace)
+        return None if raw is None else PersistentVolumeClaim.model_validate(raw)
+
     async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's data, base64-decoded; `InvalidError` (naming the Secret and key, never a value) when a
         value is not text."""
@@ -946,8 +959,9 @@ class KubernetesCluster:
     ) -> NodeClaim | None:
         """Read-modify-write of the status: `change` edits a NodeClaim's status in place; the result replaces
         the status with the resourceVersion as a precondition, and on a conflict `change` is made again on the
-        latest version. The first try starts from the version this client saw last, if any. None when the
-        NodeClaim is gone."""
+        latest version. The first try starts from the version this client saw last, if any. When `change`
+        changes nothing, nothing is written (a condition polled again costs no write). None when the NodeClaim
+        is gone."""
         raw = self._recall(NODECLAIM.kind, name)
         for _ in range(self._conflict_retries):
             if raw is None:
@@ -955,7 +969,11 @@ class KubernetesCluster:
                 if raw is None:
                     return None
             claim = NodeClaim.parse(raw)
+            before = claim.status.model_copy(deep=True)
             change(claim)
+            if claim.status == before:
+                self._remember(NODECLAIM.kind, raw)
+                return claim
             try:
                 replaced = await self._call(
                     self._custom.replace_cluster_custom_object_status,

@@ -147,6 +147,16 @@ class LifecycleActivities:
         )
         node = found.metadata.name if found is not None else request.node
         if found is None or node is None or not await register_node(self.cluster, node, request.labels):
+            await apply_condition(
+                self.cluster,
+                ConditionUpdate(
+                    name=request.nodeclaim,
+                    type="Registered",
+                    status="Unknown",
+                    reason="NodeNotFound",
+                    message="Node not registered with cluster",
+                ),
+            )
             return None
         if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
             self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))
@@ -170,4 +180,13 @@ class LifecycleActivities:
                 self.cluster, ConditionUpdate(name=request.nodeclaim, type="Initialized", status="True")
             )
             state.initialized = True
+        elif state.exists and not state.deleting and state.waiting_reason:
+            unknown = ConditionUpdate(
+                name=request.nodeclaim,
+                type="Initialized",
+                status="Unknown",
+                reason=state.waiting_reason,
+                message=state.waiting_message,
+            )
+            await apply_condition(self.cluster, unknown)
         return state

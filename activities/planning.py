@@ -159,6 +159,8 @@ def lifecycle_nodeclaim(
     nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
     uid = pool.metadata.uid if pool else ""
     nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements, uid)
+    if pool is not None:  # as Karpenter copies it, so that the NodeClaim says how long its drain may take
+        nodeclaim.spec.termination_grace_period = pool.spec.template.spec.termination_grace_period
     nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
     return nodeclaim
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import Event, Node, Pod
+from core.api.kube import Event, Node, PersistentVolumeClaim, Pod, VolumeAttachment
 from core.api.manifests import Manifests
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
@@ -50,6 +50,14 @@ class ClusterAPI(Protocol):
     async def get_nodeclaim(self, name: str) -> NodeClaim | None: ...
 
     async def list_pods_on_node(self, node_name: str) -> list[Pod]: ...
+
+    async def list_volume_attachments(self, node_name: str) -> list[VolumeAttachment]:
+        """The `storage.k8s.io/v1` VolumeAttachments whose spec.nodeName is the node."""
+        ...
+
+    async def get_persistent_volume_claim(
+        self, namespace: str, name: str
+    ) -> PersistentVolumeClaim | None: ...
 
     async def create_nodeclaim(self, nodeclaim: NodeClaim) -> NodeClaim:
         """Create it, or return the existing one with the same name."""

@@ -35,6 +35,8 @@ KNOWN_EPHEMERAL_TAINTS = (
 """Taints Kubernetes puts on a node that is not ready to run pods yet; Karpenter's initialization waits for
 them to go (kube-scheduler cannot bind pods until they do)."""
 TERMINATION_FINALIZER = "karpenter.sh/termination"
+TERMINATION_TIMESTAMP = "karpenter.sh/nodeclaim-termination-timestamp"
+"""When a NodeClaim's drain ends whatever blocks it: its deletion plus its terminationGracePeriod."""
 
 CAPACITY_TYPE_ON_DEMAND = "on-demand"
 CAPACITY_TYPE_SPOT = "spot"

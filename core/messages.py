@@ -142,6 +142,9 @@ class LifecycleSettings(BaseModel):
     """How often to look again when no event arrives: a backstop for a lost signal, since the controller signals
     every change of the Node the lifecycle waits on (each look is a workflow task and a call to the API server)."""
     drain_retry_seconds: float = 1.0
+    min_drain_seconds: float = 5.0
+    """Karpenter's MinDrainTime: a node counts as drained only this long after its drain began, so that pods
+    bound just before the disrupted taint landed are drained too."""
     launch_timeout_seconds: float = 300.0
     launch_heartbeat_seconds: float = 15.0
     """A launch that has not heartbeated for this long (it beats every second) is retried: its worker died, or lost
@@ -264,10 +267,15 @@ class NodeState(BaseModel):
     missing_resources: list[str] = Field(default_factory=list)
     deleting: bool = False
     initialized: bool = False
+    waiting_reason: str = ""
+    """Why it is not initialized yet, as Karpenter's Initialized condition says it (`NodeNotReady` ...)."""
+    waiting_message: str = ""
 
 
 class DrainResult(BaseModel):
     remaining: int
+    settle_seconds: float = 0.0
+    """Nothing is left, but the drain began less than `min_drain_seconds` ago: look again after this long."""
     evicted: list[str] = Field(default_factory=list)
     blocked: dict[str, str] = Field(default_factory=dict)
     """Pod key to why its eviction was refused (a PodDisruptionBudget)."""
@@ -328,6 +336,8 @@ class ActivityName(StrEnum):
     """Mark the NodeClaim deleting (its finalizer holds it) and taint its Node: Karpenter's start of termination."""
     PLAN_DISRUPTION = "plan_disruption"
     """Returns a `DisruptionPassRecord`: the history's account of one disruption pass."""
+    AWAIT_VOLUME_DETACHMENT = "await_volume_detachment"
+    """The VolumeAttachments a drained node still waits for, recorded as the NodeClaim's VolumesDetached."""
 
 
 class LaunchInput(BaseModel):
@@ -357,12 +367,36 @@ class InitializeInput(BaseModel):
 class TerminationStart(BaseModel):
     nodeclaim: str
     node: str
+    termination_grace_period_seconds: float | None = None
+    """The NodeClaim's terminationGracePeriod, for one whose spec does not carry it."""
+    termination_time: datetime | None = None
+    """When the drain ends regardless of the grace period (node repair: when it was decided), annotated so."""
 
 
 class DrainInput(BaseModel):
     node: str
     force: bool = False
     """The NodeClaim's terminationGracePeriod has elapsed: delete what is left, PDBs or not."""
+    nodeclaim: str = ""
+    """Whose Drained condition the drain keeps (none when empty)."""
+    min_drain_seconds: float = 0.0
+    """How long after its first pass the drain may end (`LifecycleSettings.min_drain_seconds`)."""
+
+
+class VolumeDetachmentInput(BaseModel):
+    nodeclaim: str
+    node: str
+    grace_elapsed: bool = False
+    """The drain deadline (terminationGracePeriod) has passed: stop waiting, whatever is attached."""
+    announced: list[str] = Field(default_factory=list)
+    """The attachments the previous pass waited for (an event says so when they change)."""
+
+
+class VolumeDetachmentResult(BaseModel):
+    pending: list[str] = Field(default_factory=list)
+    """The VolumeAttachments still to wait for; empty once they are gone or the wait was cut short."""
+    abandoned: list[str] = Field(default_factory=list)
+    """Those left attached because the terminationGracePeriod ran out."""
 
 
 # ------------------------------------------------------------------------------------------------ disruption

@@ -323,6 +323,12 @@ def drain_summary(node: str, force: bool, why: str = "terminationGracePeriod ela
     return f"drain {node}" + (f" (forced: {why})" if force else "")
 
 
+def volume_detachment_summary(node: str, grace_elapsed: bool) -> str:
+    if grace_elapsed:
+        return f"check volumes of {node} (terminationGracePeriod elapsed: no waiting)"
+    return f"wait for volumes to detach from {node}"
+
+
 def delete_instance_summary(nodeclaim: str, provider_id: str | None) -> str:
     if provider_id:
         return f"delete VM {vm_name(provider_id)} with its NIC and disk"

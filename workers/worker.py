@@ -113,9 +113,10 @@ def activities_for(
         kube.taint_for_termination,
         kube.begin_termination,
         kube.drain_node,
+        kube.await_volume_detachment,
         kube.delete_node,
         kube.delete_nodeclaim,
-        CloudActivities(metered).delete_instance,
+        CloudActivities(metered, cluster).delete_instance,
         *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),
         *maintenance,
     ]

@@ -44,6 +44,8 @@ with workflow.unsafe.imports_passed_through():
         TerminationReason,
         TerminationStart,
         UnavailableOffering,
+        VolumeDetachmentInput,
+        VolumeDetachmentResult,
     )
     from workflows import search_attributes as attributes
     from workflows.conventions import RETRY, log
@@ -62,6 +64,9 @@ WAKE_FROM_STEP = "wake-from-step"
 """Patch: a wait after registration's or initialization's step ends on a signal that arrived during the step
 (the Node's change it waits for can land while the step reads the Node); histories from before it waited for
 the next one."""
+VOLUME_DETACHMENT = "volume-detachment"
+"""Patch: after the drain, termination waits for the node's VolumeAttachments (histories from before it
+deleted the instance right after the drain)."""
 SPOT_INTERRUPTION = "SpotInterruption"
 """Why an interrupted offering is unavailable, in the provisioner's cache."""
 
@@ -330,14 +335,15 @@ class NodeClaimWorkflow:
         self._ended(self._termination or TerminationReason.NODECLAIM_DELETED, self._deletion or "")
         workflow.set_current_details(f"terminating: {self._deletion}")
         if self._disruption is not None:
-            await self._disrupted(
-                self._disruption.reason, f"disrupted by {self._disruption.command or 'a command'}"
-            )
+            # Karpenter's message is the reason itself.
+            await self._disrupted(self._disruption.reason, self._disruption.reason)
         await self._handle_interruption()
         node = self._node
         if node is not None and await self._begin_termination(node):
             log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
             await self._drain(node)
+            if workflow.patched(VOLUME_DETACHMENT):
+                await self._await_volume_detachment(node)
         await self._delete_instance()
         if node is not None:
             await self._activity(ActivityName.DELETE_NODE, node, summary=summaries.delete_node_summary(node))
@@ -380,9 +386,18 @@ class NodeClaimWorkflow:
                     ActivityName.TAINT_FOR_TERMINATION, node, bool, summaries.taint_summary(node)
                 )
             )
+        start = TerminationStart(
+            nodeclaim=self._claim.name,
+            node=node,
+            termination_grace_period_seconds=self._claim.termination_grace_period_seconds,
+            # Karpenter's node repair annotates the NodeClaim to be drained at once.
+            termination_time=self._drain_deadline()[0]
+            if self._termination is TerminationReason.UNHEALTHY
+            else None,
+        )
         tainted = await self._activity(
             ActivityName.BEGIN_TERMINATION,
-            TerminationStart(nodeclaim=self._claim.name, node=node),
+            start,
             bool,
             summaries.begin_termination_summary(self._claim.name, node),
         )
@@ -411,22 +426,60 @@ class NodeClaimWorkflow:
             force = deadline is not None and workflow.now() >= deadline
             result = await self._activity(
                 ActivityName.DRAIN_NODE,
-                DrainInput(node=node, force=force),
+                DrainInput(
+                    node=node,
+                    force=force,
+                    nodeclaim=self._claim.name,
+                    min_drain_seconds=self._settings.min_drain_seconds,
+                ),
                 DrainResult,
                 summaries.drain_summary(node, force, why),
             )
-            if result.remaining == 0:
+            if result.remaining == 0 and not result.settle_seconds:
                 return
-            if result.blocked:
+            if result.settle_seconds:
+                left = "no pod left, looking again for pods bound before the taint"
+            elif result.blocked:
                 pod, reason = next(iter(result.blocked.items()))
                 left = f"{len(result.blocked)} eviction(s) blocked, e.g. {pod}: {reason}"
             else:
                 left = f"{result.remaining} pod(s) left"
             workflow.set_current_details(f"draining {node}: {left}")
-            retry = timedelta(seconds=self._settings.drain_retry_seconds)
+            retry = timedelta(seconds=max(self._settings.drain_retry_seconds, result.settle_seconds))
             if deadline is not None and not force:
                 retry = max(min(retry, deadline - workflow.now()), timedelta(milliseconds=100))
             await self._drain_pause(retry, f"to drain {node} again ({left})")
+
+    async def _await_volume_detachment(self, node: str) -> None:
+        """Wait until the node's volumes are detached before its instance goes (Karpenter waits for the
+        VolumeAttachments of the drained pods), or until the drain deadline ends the wait."""
+        announced: list[str] = []
+        while True:
+            deadline, _ = self._drain_deadline()
+            elapsed = deadline is not None and workflow.now() >= deadline
+            result = await self._activity(
+                ActivityName.AWAIT_VOLUME_DETACHMENT,
+                VolumeDetachmentInput(
+                    nodeclaim=self._claim.name, node=node, grace_elapsed=elapsed, announced=announced
+                ),
+                VolumeDetachmentResult,
+                summaries.volume_detachment_summary(node, elapsed),
+            )
+            if result.abandoned:
+                log(
+                    "terminationGracePeriod elapsed, not waiting for volume detachment",
+                    Node=node,
+                    volumeattachments=", ".join(result.abandoned),
+                )
+            if not result.pending:
+                return
+            announced = result.pending
+            left = f"{len(result.pending)} volume attachment(s), e.g. {result.pending[0]}"
+            workflow.set_current_details(f"waiting for {left} to detach from {node}")
+            retry = timedelta(seconds=self._settings.drain_retry_seconds)
+            if deadline is not None:
+                retry = max(min(retry, deadline - workflow.now()), timedelta(milliseconds=100))
+            await self._drain_pause(retry, f"for {left} to detach from {node}")
 
     async def _drain_pause(self, pause: timedelta, what: str) -> None:
         """Sleep between drain passes; an interruption notice cuts it short (it may bring the deadline forward)."""

@@ -401,6 +401,36 @@ class PodDisruptionBudget(KubeModel):
     spec: PodDisruptionBudgetSpec = Field(default_factory=PodDisruptionBudgetSpec)
 
 
+# --- storage (what a terminating node waits for) ---------------------------------------------------------
+
+
+class VolumeAttachmentSource(KubeModel):
+    persistent_volume_name: str | None = None
+
+
+class VolumeAttachmentSpec(KubeModel):
+    attacher: str = ""
+    node_name: str = ""
+    source: VolumeAttachmentSource = Field(default_factory=VolumeAttachmentSource)
+
+
+class VolumeAttachment(KubeModel):
+    """`storage.k8s.io/v1` VolumeAttachment: a volume attached to a node, until the attach-detach controller
+    detaches it and deletes the object."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: VolumeAttachmentSpec = Field(default_factory=VolumeAttachmentSpec)
+
+
+class PersistentVolumeClaimSpec(KubeModel):
+    volume_name: str | None = None
+
+
+class PersistentVolumeClaim(KubeModel):
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PersistentVolumeClaimSpec = Field(default_factory=PersistentVolumeClaimSpec)
+
+
 # --- what the scheduler asks of a pod --------------------------------------------------------------------
 
 

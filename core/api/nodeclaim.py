@@ -16,6 +16,7 @@ from typing import Any, Literal, Self
 from pydantic import Field
 
 from core import labels
+from core.api.conditions import ConditionSet
 from core.api.kube import ResourceList
 from core.api.meta import ObjectMeta, StrictKubeModel, Taint
 from core.api.nodepool import ConditionedStatus, NodeClaimSpecFields, NodeClassReference, parse_manifest
@@ -134,3 +135,14 @@ class NodeClaim(StrictKubeModel):
     def is_true(self, condition_type: NodeClaimConditionType) -> bool:
         """Whether the status condition of this type is set and True."""
         return self.status.is_true(condition_type)
+
+
+NODECLAIM_CONDITIONS = ConditionSet(
+    root=NodeClaimConditionType.READY,
+    dependents=(
+        NodeClaimConditionType.LAUNCHED,
+        NodeClaimConditionType.REGISTERED,
+        NodeClaimConditionType.INITIALIZED,
+    ),
+)
+"""A NodeClaim is Ready when it is Launched, Registered and Initialized (Karpenter's condition set)."""

@@ -262,6 +262,16 @@ def _consolidate_after_left(pool: NodePool, claim: NodeClaim, now: datetime) -> 
     return left if left > timedelta(0) else None
 
 
+def is_consolidatable(pool: NodePool, claim: NodeClaim, now: datetime) -> bool:
+    """Karpenter's Consolidatable condition: consolidation is enabled, the NodeClaim initialized, and
+    consolidateAfter has passed since its last pod event (or its initialization)."""
+    return (
+        pool.spec.disruption.consolidate_after_duration is not None
+        and claim.is_true(NodeClaimConditionType.INITIALIZED)
+        and _consolidate_after_left(pool, claim, now) is None
+    )
+
+
 def _quiet(pool: NodePool, claim: NodeClaim, now: datetime) -> Reason | None:
     if pool.spec.disruption.consolidate_after_duration is None:
         return Reason(

@@ -66,15 +66,31 @@ def _version(text: str) -> str:
 
 def detect_drift(
     claim: NodeClaim,
-    node: Node,
+    node: Node | None,
+    pool: NodePool,
+    nodeclass: AKSNodeClass | None,
+    inputs: DriftInputs,
+    recorded: bool = True,
+) -> Drift | None:
+    """The first reason the node no longer matches its NodePool and AKSNodeClass, or None. With `recorded`,
+    a NodeClaim marked Drifted is drifted for the reason it records (the detail computed here when it is the
+    same reason); without, only what is computed here counts (what the Drifted condition is written from)."""
+    found = _compute_drift(claim, node, pool, nodeclass, inputs)
+    condition = claim.status.condition(NodeClaimConditionType.DRIFTED)
+    if not recorded or condition is None or condition.status != "True":
+        return found
+    if found is not None and found.reason == condition.reason:
+        return found
+    return Drift(condition.reason or "Drifted", condition.message or "the NodeClaim is marked Drifted")
+
+
+def _compute_drift(
+    claim: NodeClaim,
+    node: Node | None,
     pool: NodePool,
     nodeclass: AKSNodeClass | None,
     inputs: DriftInputs,
 ) -> Drift | None:
-    """The first reason the node no longer matches its NodePool and AKSNodeClass, or None."""
-    condition = claim.status.condition(NodeClaimConditionType.DRIFTED)
-    if condition is not None and condition.status == "True":
-        return Drift(condition.reason or "Drifted", condition.message or "the NodeClaim is marked Drifted")
     message = _hash_drift(
         f"NodePool {pool.name}",
         pool.metadata.annotations,
@@ -84,7 +100,8 @@ def detect_drift(
     )
     if message is not None:
         return Drift(DriftReason.NODEPOOL_DRIFTED, message)
-    current = Requirements.from_labels({**node.metadata.labels, **claim.labels})
+    node_labels = node.metadata.labels if node is not None else {}
+    current = Requirements.from_labels({**node_labels, **claim.labels})
     problem = current.compatible(pool.requirements(), frozenset())
     if problem is not None:
         return Drift(
@@ -101,7 +118,7 @@ def detect_drift(
         if message is not None:
             return Drift(DriftReason.NODECLASS_DRIFTED, message)
     target = inputs.kubernetes_version or (nodeclass.status.kubernetes_version if nodeclass else None)
-    running = node.status.node_info.kubelet_version
+    running = node.status.node_info.kubelet_version if node is not None else None
     if target and running and _version(target) != _version(running):
         return Drift(
             DriftReason.KUBERNETES_VERSION,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import yaml
 from prometheus_client import CollectorRegistry
 from temporalio.testing import ActivityEnvironment
 
@@ -25,11 +26,12 @@ from core.messages import (
     TaintCandidates,
 )
 from core.resources import parse_resources
-from tests.cluster import apply_examples, events
+from tests.cluster import EXAMPLES, apply_examples, events
 from tests.core.disruption.fixtures import NOW, bound, cluster, node_pair, nodepool, plan
 from workers.simulated_aks import SimulatedAks
 
 CATALOG = load_shipped_catalog("eastus")
+EXAMPLE_NODEPOOL = EXAMPLES / "nodepool.yaml"
 
 
 # --- pass records --------------------------------------------------------------------------------------------
@@ -229,3 +231,62 @@ async def test_the_plan_activity_plans_the_cluster_as_it_is(aks: SimulatedAks) -
         DisruptionPlanInput(cluster="test", previous_fingerprint=record.fingerprint),
     )
     assert again.unchanged
+
+
+async def test_the_plan_activity_keeps_the_drifted_and_consolidatable_conditions(aks: SimulatedAks) -> None:
+    await apply_examples(aks.kube)
+    [example] = [d for d in yaml.safe_load_all(EXAMPLE_NODEPOOL.read_text()) if d and d["kind"] == "NodePool"]
+
+    async def hashed(value: str) -> None:
+        example["metadata"]["annotations"] = {labels.NODEPOOL_HASH: value, labels.NODEPOOL_HASH_VERSION: "v3"}
+        await aks.kube.apply([example])
+
+    await hashed("2222")
+    old_hash = {labels.NODEPOOL_HASH: "1111", labels.NODEPOOL_HASH_VERSION: "v3"}
+    compatible = {  # with the example NodePool's requirements: only its hash says it drifted
+        labels.ARCH: "amd64",
+        labels.OS: "linux",
+        labels.CAPACITY_TYPE: "on-demand",
+        "karpenter.azure.com/sku-family": "D",
+    }
+    claim, node = node_pair(
+        "drifting", pool=example["metadata"]["name"], claim_annotations=old_hash, node_labels=compatible
+    )
+    await aks.kube.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                **node.model_dump(mode="json", by_alias=True, exclude_none=True),
+            },
+            {**claim.model_dump(mode="json", by_alias=True, exclude_none=True)},
+        ]
+    )
+
+    async def start(request: LifecycleInput) -> None:
+        return None
+
+    activities = DisruptionActivities(aks.kube, CATALOG, start)
+    automatic = DisruptionPlanInput(cluster="test")
+
+    await ActivityEnvironment().run(activities.plan_disruption, automatic)
+    marked = await aks.kube.get_nodeclaim(claim.name)
+    assert marked is not None
+    drifted, consolidatable = marked.status.condition("Drifted"), marked.status.condition("Consolidatable")
+    assert drifted is not None and (drifted.status, drifted.reason, drifted.message) == (
+        "True",
+        "NodePoolDrifted",
+        "NodePoolDrifted",
+    )
+    assert drifted.last_transition_time is not None
+    # Initialized a day ago (the fixture's status), past the example's consolidateAfter of 1m.
+    assert consolidatable is not None and (consolidatable.status, consolidatable.reason) == (
+        "True",
+        "Consolidatable",
+    )
+
+    await hashed("1111")
+    await ActivityEnvironment().run(activities.plan_disruption, automatic)
+    cleared = await aks.kube.get_nodeclaim(claim.name)
+    assert cleared is not None and cleared.status.condition("Drifted") is None
+    assert cleared.status.condition("Consolidatable") == consolidatable

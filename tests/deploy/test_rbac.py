@@ -118,6 +118,8 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "", "pods/eviction", "create", ""),
         (CLUSTER, "apps", "daemonsets", "list", ""),
         (CLUSTER, "policy", "poddisruptionbudgets", "list", ""),
+        (CLUSTER, "storage.k8s.io", "volumeattachments", "list", ""),
+        (CLUSTER, "", "persistentvolumeclaims", "get", ""),
         (CLUSTER, "events.k8s.io", "events", "create patch", ""),
         (token_namespace, "", "secrets", "get", token_name),
         (namespace, "coordination.k8s.io", "leases", "get update", LEASE),
@@ -133,6 +135,11 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 NOT_EXERCISED = {
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
     ("events.k8s.io", "events", "patch"): "an identical event repeated after its dedupe window",
+    (
+        "",
+        "persistentvolumeclaims",
+        "get",
+    ): "only when a terminating node has VolumeAttachments and pods that stay",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 

@@ -189,6 +189,10 @@ async def test_node_repair_replaces_a_node_not_ready_past_its_toleration(system:
     assert "Ready=" in result.reason and f"node {node} is unhealthy" in result.reason
     final = system.deleted_claim(claim)
     assert final is not None and condition(final, "DisruptionReason") == ("True", "Unhealthy")
+    # Drained at once, as Karpenter's repair annotates it: no later than the NodeClaim's deletion.
+    deleted = final.metadata.deletion_timestamp
+    assert deleted is not None
+    assert final.metadata.annotations[labels.TERMINATION_TIMESTAMP] <= f"{deleted:%Y-%m-%dT%H:%M:%SZ}"
     # Forceful: the first drain pass already deletes the pod, no eviction is asked for.
     calls = await activity_calls(lifecycle)
     drains = [

@@ -269,6 +269,7 @@ async def test_termination_grace_period_forces_the_drain_past_the_budget(system:
 KARPENTER_ORDER = [
     ActivityName.BEGIN_TERMINATION,
     ActivityName.DRAIN_NODE,
+    ActivityName.AWAIT_VOLUME_DETACHMENT,
     ActivityName.DELETE_INSTANCE,
     ActivityName.DELETE_NODE,
     ActivityName.DELETE_NODECLAIM,
@@ -413,6 +414,7 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
             f"mark NodeClaim {claim} deleting, taint {node} karpenter.sh/disrupted:NoSchedule",
         ),
         (ActivityName.DRAIN_NODE, f"drain {node}"),
+        (ActivityName.AWAIT_VOLUME_DETACHMENT, f"wait for volumes to detach from {node}"),
         (ActivityName.DELETE_INSTANCE, f"delete VM {node} with its NIC and disk"),
         (ActivityName.DELETE_NODE, f"delete Node {node}"),
         (ActivityName.DELETE_NODECLAIM, f"delete NodeClaim {claim} (remove its finalizer)"),
