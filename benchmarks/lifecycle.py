@@ -954,7 +954,7 @@ def side_figures(side: str, seen: Observed, first_pending: float, cpu: dict[str,
     """What the comparison table shows of a run beyond the latencies: when the last NodeClaim (the floor: the
     last Node) was seen created, and the CPU seconds of the side's own processes and of the simulation."""
     created = seen.nodes if side == "floor" else seen.claim_created
-    autoscaler = sum(cpu.get(name, 0.0) for name in AUTOSCALER[side])
+    autoscaler = float(sum(cpu.get(name, 0.0) for name in AUTOSCALER[side]))
     return {
         "first_pending_to_last_created": _since(first_pending, max(created.values(), default=None)),
         "autoscaler_cpu_seconds": round(autoscaler, 1),
