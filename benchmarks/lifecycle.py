@@ -37,6 +37,17 @@ signals the provisioner, which plans, creates the NodeClaims and starts their li
   verb and resource (from its /metrics), and bench pods deleted under the system (by the taint-eviction
   controller, say) with the node they ran on.
 
+`--peer karpenter` compares, at each N, three runs on the same pods, each on a fresh control plane started the
+same way, in a process of its own: Karpenter's kwok controller (`sigs.k8s.io/karpenter/kwok`, built once from
+the Go module proxy beside the other binaries), with Karpenter's own CRDs, a KWOKNodeClass, deploy/examples/'
+NodePool pointed at it and the emulated Azure's instance types (the shipped catalog) as its instance-types
+file; the floor, where this process creates one kwok Node (a Standard_D2s_v5's labels and size) the moment it
+sees each pod pending, with no autoscaler; and nodewright as above. It prints one row per side: seconds from
+the first pod pending to the last NodeClaim (the floor: Node) created and to the last pod Running, p50 and p99
+of pending -> created and -> Running, and the CPU seconds per NodeClaim of the autoscaler's own processes
+(Karpenter's; nodewright's worker, controller and Temporal); the emulated Azure and its node agents are the
+simulation, counted as neither side's. Then nodewright's figures over Karpenter's and over the floor's.
+
 Pods are `pinned` to one instance type by default (as the demo's `inflate` is); `--shape any` leaves the
 choice to the scheduler. Each run happens in a fresh process (and a fresh control plane), so that each peak
 is its own. A run that does not finish within its timeout (`--timeout`, 900 s) prints what it reached, and
@@ -46,6 +57,8 @@ process's log.
     python benchmarks/lifecycle.py                          # N = 200 and 1,000: tables and a profile
     python benchmarks/lifecycle.py --runs 200,1000,3000     # and 3,000 (make bench-lifecycle RUNS=...)
     python benchmarks/lifecycle.py --run 200 --shape any    # one run, JSON
+    python benchmarks/lifecycle.py --run 50 --peer karpenter  # Karpenter, the floor, nodewright at N = 50
+    python benchmarks/lifecycle.py --run 50 --side floor      # one run of the floor (or karpenter), JSON
 """
 
 from __future__ import annotations
@@ -95,11 +108,20 @@ with workflow.unsafe.imports_passed_through():
     from activities.kubeclient import KubernetesCluster, load_cluster
     from core.cluster import EventType as WatchEventType
     from core.errors import TransientError
+    from core.instancetypes.azure import azure_instance_types
+    from core.instancetypes.catalog import load_shipped_catalog
     from core.messages import PlanResult
     from simulator.aks_client import AksEmulatorClient
     from simulator.arm_tls import CA_FILE_NAME
     from workers.azure import emulator_environment
-    from workers.controlplane.run import ControlPlane, start_control_plane
+    from workers.controlplane.build import KARPENTER_VERSION, ensure_karpenter
+    from workers.controlplane.run import (
+        DEFAULT_CRDS,
+        KWOK_ANNOTATION,
+        KWOK_ANNOTATION_VALUE,
+        ControlPlane,
+        start_control_plane,
+    )
     from workers.processes import die_with_parent
     from workers.temporal_server import DevServer, free_port
     from workers.worker import STICKY_SECONDS, connect
@@ -129,6 +151,19 @@ MACHINE = "machine"
 SHOWN_EVICTIONS = 5
 SHOWN_REQUESTS = 12
 SHOWN_AUDITED = 40
+SIDES = ("nodewright", "karpenter", "floor")
+"""What provisions the nodes of a run: nodewright; Karpenter's kwok controller (`--peer karpenter`); or this
+process, which creates a Node the moment it sees a pod pending (the floor)."""
+PEERS = ("karpenter",)
+AUTOSCALER = {"nodewright": ("worker", "controller", "temporal"), "karpenter": ("karpenter",), "floor": ()}
+"""Each side's own processes, whose CPU counts as the autoscaler's."""
+SIMULATION = ("azure",)
+"""The emulated Azure and the node agents it runs: our simulation, counted as neither side's."""
+REGION = "eastus"
+"""The region of the emulated Azure, whose shipped catalog Karpenter's kwok provider gets as its instance types."""
+FLOOR_CONCURRENCY = 32
+FLOOR_NODE_CAPACITY = {"cpu": "2", "memory": "8Gi", "pods": "110"}
+"""A Standard_D2s_v5's size: what the floor's Nodes report."""
 
 
 # --- the trivial workflow: what the server and one worker do for three no-op activities -------------------
@@ -733,7 +768,7 @@ def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
 
 
 async def run_one(
-    count: int, shape: str, timeout: float, keep: bool = False, audit: bool = False
+    count: int, shape: str, timeout: float, keep: bool = False, audit: bool = False, side: str = SIDES[0]
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
@@ -742,12 +777,16 @@ async def run_one(
     logs = directory / "logs"
     logs.mkdir()
     try:
+        crds = karpenter_crds(directory) if side == "karpenter" else DEFAULT_CRDS
         plane = await asyncio.to_thread(
-            functools.partial(start_control_plane, audit_policy=AUDIT_POLICY if audit else None),
+            functools.partial(start_control_plane, crds=crds, audit_policy=AUDIT_POLICY if audit else None),
             directory / "control-plane",
         )
         try:
-            row = await _run_on(plane, directory, logs, count, shape, timeout)
+            if side == "nodewright":
+                row = await _run_on(plane, directory, logs, count, shape, timeout)
+            else:
+                row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
             window = row.pop("window")
             if audit:
                 row["audited_requests"] = audit_profile(plane.audit_log, *window)
@@ -866,6 +905,8 @@ async def _run_on(
     created_p50, created_p99 = p50_p99(to_created)
     running_p50, running_p99 = p50_p99(to_running)
     return {
+        "side": "nodewright",
+        **side_figures("nodewright", seen, first_pending, lifecycle_cpu),
         "pods": count,
         "shape": shape,
         "finished": not failure,
@@ -904,6 +945,353 @@ async def _run_on(
         "window": (started, started + elapsed),
         "cores": os.cpu_count(),
     }
+
+
+# --- the peer (Karpenter's kwok controller) and the floor (no autoscaler) -----------------------------------
+
+
+def side_figures(side: str, seen: Observed, first_pending: float, cpu: dict[str, float]) -> dict[str, Any]:
+    """What the comparison table shows of a run beyond the latencies: when the last NodeClaim (the floor: the
+    last Node) was seen created, and the CPU seconds of the side's own processes and of the simulation."""
+    created = seen.nodes if side == "floor" else seen.claim_created
+    autoscaler = float(sum(cpu.get(name, 0.0) for name in AUTOSCALER[side]))
+    return {
+        "first_pending_to_last_created": _since(first_pending, max(created.values(), default=None)),
+        "autoscaler_cpu_seconds": round(autoscaler, 1),
+        "autoscaler_cpu_seconds_per_nodeclaim": round(autoscaler / len(created), 3) if created else None,
+        "simulation_cpu_seconds": round(sum(cpu.get(name, 0.0) for name in SIMULATION), 1),
+    }
+
+
+def karpenter_crds(directory: Path) -> Path:
+    """Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay, CapacityBuffer, KWOKNodeClass), built once beside
+    the other binaries, and the AKSNodeClass CRD only because this process's watch lists that kind too."""
+    crds = directory / "karpenter-crds"
+    crds.mkdir()
+    for source in [
+        *sorted(ensure_karpenter().crds.glob("*.yaml")),
+        DEFAULT_CRDS / "karpenter.azure.com_aksnodeclasses.yaml",
+    ]:
+        shutil.copyfile(source, crds / source.name)
+    return crds
+
+
+def karpenter_instance_types(region: str = REGION) -> list[dict[str, Any]]:
+    """The emulated Azure's instance types (the region's shipped catalog, as nodewright's scheduler sees them) in
+    the format of Karpenter's kwok provider (its `INSTANCE_TYPES_FILE_PATH`), so both sides choose among the same
+    sizes, zones and prices."""
+    types = []
+    for instance_type in azure_instance_types(load_shipped_catalog(region)):
+        arch = sorted(instance_type.requirements.get("kubernetes.io/arch").values)
+        systems = sorted(instance_type.requirements.get("kubernetes.io/os").values) or ["linux"]
+        types.append(
+            {
+                "name": instance_type.name,
+                "architecture": arch[0] if arch else "amd64",
+                "operatingSystems": systems,
+                "resources": {
+                    name: f"{amount}m" if name == "cpu" else str(amount)
+                    for name, amount in instance_type.capacity.items()
+                },
+                "offerings": [
+                    {
+                        "Price": offering.price_micros / 1e6,
+                        "Available": offering.available,
+                        "Requirements": [
+                            {
+                                "key": "karpenter.sh/capacity-type",
+                                "operator": "In",
+                                "values": [offering.capacity_type],
+                            },
+                            {
+                                "key": "topology.kubernetes.io/zone",
+                                "operator": "In",
+                                "values": [offering.zone],
+                            },
+                        ],
+                    }
+                    for offering in instance_type.offerings
+                ],
+            }
+        )
+    return types
+
+
+def without_autoscaler_objects() -> list[dict[str, Any]]:
+    """deploy/examples/ without its NodePool and AKSNodeClass: the same DaemonSet and workloads on every side."""
+    return [document for document in examples() if document["kind"] not in ("NodePool", "AKSNodeClass")]
+
+
+def karpenter_objects() -> list[dict[str, Any]]:
+    """A KWOKNodeClass and deploy/examples/' NodePool pointed at it (its AKS-only requirements left out), then
+    the examples' other objects."""
+    nodepool = next(document for document in examples() if document["kind"] == "NodePool")
+    template = nodepool["spec"]["template"]["spec"]
+    template["nodeClassRef"] = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
+    template["requirements"] = [
+        requirement
+        for requirement in template.get("requirements", [])
+        if not requirement["key"].startswith("karpenter.azure.com/")
+    ]
+    nodeclass = {
+        "apiVersion": "karpenter.kwok.sh/v1alpha1",
+        "kind": "KWOKNodeClass",
+        "metadata": {"name": "default"},
+    }
+    return [nodeclass, nodepool, *without_autoscaler_objects()]
+
+
+def karpenter_environment(plane: ControlPlane, instance_types: Path) -> dict[str, str]:
+    """Karpenter run outside the cluster, as the issue's author ran it, on ports of its own."""
+    return {
+        "KUBECONFIG": str(plane.kubeconfig),
+        "SYSTEM_NAMESPACE": "kube-system",
+        "DISABLE_LEADER_ELECTION": "true",
+        "METRICS_PORT": str(free_port()),
+        "HEALTH_PROBE_PORT": str(free_port()),
+        "KARPENTER_SERVICE": "karpenter",
+        "KUBERNETES_MIN_VERSION": "1.19.0-0",
+        "INSTANCE_TYPES_FILE_PATH": str(instance_types),
+    }
+
+
+def floor_node(name: str) -> dict[str, Any]:
+    """A Node the plane's kwok keeps Ready, with the labels the bench pods need (a Standard_D2s_v5's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": PINNED_INSTANCE_TYPE,
+                "type": "kwok",
+            },
+        },
+        "status": {"capacity": FLOOR_NODE_CAPACITY, "allocatable": FLOOR_NODE_CAPACITY},
+    }
+
+
+async def make_floor_nodes(kube: KubernetesCluster, seen: Observed, count: int, made: dict[str, str]) -> None:
+    """One Node for each pod, created the moment the pod is seen pending (up to `FLOOR_CONCURRENCY` at once):
+    no planning, no cloud, no lifecycle. A pod created after the first Nodes can run on a Node made for another
+    pod without ever being pending; seen Running, it counts as one more pod to make a Node for, so the pod it
+    displaced gets one too. `made` maps each pod to its Node's name."""
+    semaphore = asyncio.Semaphore(FLOOR_CONCURRENCY)
+
+    async def create(name: str) -> None:
+        async with semaphore:
+            await kube.apply([floor_node(name)])
+
+    creating = []
+    while len(made) < count:
+        for pod in [*seen.pod_pending, *seen.pod_running]:
+            if pod not in made:
+                made[pod] = name = f"floor-{len(made)}"
+                creating.append(asyncio.create_task(create(name)))
+        await asyncio.sleep(0.05)
+    await asyncio.gather(*creating)
+
+
+async def nominations_or_placements(kube: KubernetesCluster) -> dict[str, list[str]]:
+    """The pods of each NodeClaim: from its Nominated events, and for a pod without one (Karpenter records at
+    most 5 a second, in bursts of 10) the NodeClaim of the Node it runs on."""
+    pods_of = await nominations(kube)
+    nominated = {pod for pods in pods_of.values() for pod in pods}
+    claim_of = {
+        str((claim.get("status") or {}).get("nodeName")): claim["metadata"]["name"]
+        for claim in await kube.list_objects("NodeClaim")
+    }
+    for pod in await kube.list_objects("Pod", "default", label_selector=f"app={APP}"):
+        key = f"default/{pod['metadata']['name']}"
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        if key not in nominated and node in claim_of:
+            pods_of.setdefault(claim_of[node], []).append(key)
+    return pods_of
+
+
+async def nodepool_ready(kube: KubernetesCluster) -> bool:
+    nodepool = await kube.get_object("NodePool", "default")
+    return _condition(nodepool or {}, "Ready").get("status") == "True"
+
+
+async def wait_until_settled(
+    side: str,
+    seen: Observed,
+    count: int,
+    timeout: float,
+    processes: dict[str, subprocess.Popen[bytes]],
+    plane: ControlPlane,
+) -> str:
+    """`wait_until_done` without Temporal: until `count` pods are Running (and, for Karpenter, `count`
+    NodeClaims Initialized). Returns "" when done, else why not."""
+    started = last_report = time.time()
+    claims = count if side == "karpenter" else 0
+    while len(seen.claim_initialized) < claims or seen.running < count:
+        await asyncio.sleep(0.25)
+        now = time.time()
+        for name, process in [*processes.items(), *plane.processes.items()]:
+            if process.poll() is not None:
+                return f"{name} exited with code {process.returncode}"
+        if now - started > timeout:
+            return f"not done within {timeout:g} s: {progress(seen)}"
+        if now - last_report >= PROGRESS_SECONDS:
+            last_report = now
+            print(f"{side} {now - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
+    return ""
+
+
+async def run_without_nodewright(
+    plane: ControlPlane, directory: Path, logs: Path, count: int, shape: str, timeout: float, side: str
+) -> dict[str, Any]:
+    """A run whose nodes come from Karpenter's kwok controller (`karpenter`) or from this process (`floor`), on
+    a control plane of its own started as nodewright's is; the same pods, watched and timed the same way."""
+    kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
+    async with kube, contextlib.AsyncExitStack() as stack:
+        pids = {name: plane.processes[name].pid for name in CONTROL_PLANE} | {"bench": os.getpid()}
+        processes: dict[str, subprocess.Popen[bytes]] = {}
+        if side == "karpenter":
+            await kube.apply(karpenter_objects())
+            instance_types = directory / "instance-types.json"
+            instance_types.write_text(json.dumps(karpenter_instance_types()))
+            binary = str(ensure_karpenter().binary)
+            karpenter = await stack.enter_async_context(
+                child_process([binary], logs / "karpenter.log", karpenter_environment(plane, instance_types))
+            )
+            processes["karpenter"] = karpenter
+            pids["karpenter"] = karpenter.pid
+            await until(
+                "Karpenter did not mark the NodePool Ready",
+                lambda: nodepool_ready(kube),
+                processes,
+                logs,
+            )
+        else:
+            await kube.apply(without_autoscaler_objects())
+        daemonset = await kube.get_object("DaemonSet", "log-agent", "kube-system")
+        version = int((daemonset or {}).get("metadata", {}).get("resourceVersion") or 0)
+        seen = Observed()
+        made: dict[str, str] = {}
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(observe(kube, version, seen))
+            await asyncio.sleep(CATCH_UP_SECONDS)
+            requests_before = await asyncio.to_thread(apiserver_requests, plane)
+            before = cpu_of(pids)
+            started = time.time()
+            await kube.apply([bench_deployment(count, shape)])
+            maker = group.create_task(make_floor_nodes(kube, seen, count, made)) if side == "floor" else None
+            failure = await wait_until_settled(side, seen, count, timeout, processes, plane)
+            cpu = others({name: value - before[name] for name, value in cpu_of(pids).items()})
+            elapsed = time.time() - started
+            rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+            requests = request_profile(requests_before, await asyncio.to_thread(apiserver_requests, plane))
+            print(f"{side} {time.time() - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
+            watcher.cancel()
+            if maker:
+                maker.cancel()
+        pods_of = await nominations_or_placements(kube) if side == "karpenter" else {}
+
+    if side == "floor":
+        pods_of = {node: [pod] for pod, node in made.items()}
+    created_at = seen.nodes if side == "floor" else seen.claim_created
+    first_pending = min(seen.pod_pending.values(), default=started)
+    to_created = [
+        created_at[claim] - seen.pod_pending[pod]
+        for claim, pods in pods_of.items()
+        if claim in created_at
+        for pod in pods
+        if pod in seen.pod_pending
+    ]
+    to_running = [
+        seen.pod_running[pod] - at for pod, at in seen.pod_pending.items() if pod in seen.pod_running
+    ]
+    created_p50, created_p99 = p50_p99(to_created)
+    running_p50, running_p99 = p50_p99(to_running)
+    return {
+        "side": side,
+        **side_figures(side, seen, first_pending, cpu),
+        "version": KARPENTER_VERSION if side == "karpenter" else None,
+        "pods": count,
+        "shape": shape,
+        "finished": not failure,
+        "failure": failure,
+        "pods_pending": len(seen.pod_pending),
+        "pods_running": seen.running,
+        "nodeclaims_created": len(seen.claim_created),
+        "nodeclaims_launched": len(seen.claim_launched),
+        "nodes": len(seen.nodes),
+        "nodeclaims_initialized": len(seen.claim_initialized),
+        "nominated_pods": sum(len(pods) for pods in pods_of.values()),
+        "pods_deleted": len(seen.pods_deleted),
+        "nodeclaims_deleted": len(seen.claims_deleted),
+        "apiserver_requests": requests,
+        "pending_to_created_p50": created_p50,
+        "pending_to_created_p99": created_p99,
+        "pending_to_running_p50": running_p50,
+        "pending_to_running_p99": running_p99,
+        "first_pending_to_last_initialized": _since(
+            first_pending, max(seen.claim_initialized.values(), default=None)
+        ),
+        "first_pending_to_last_running": _since(first_pending, max(seen.pod_running.values(), default=None)),
+        "peak_mb": rss,
+        "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in cpu.items()},
+        "lifecycle_seconds": round(elapsed, 1),
+        "window": (started, started + elapsed),
+        "cores": os.cpu_count(),
+    }
+
+
+def _ratio(numerator: Any, denominator: Any) -> str:
+    return f"{numerator / denominator:.2f}" if numerator is not None and denominator else "-"
+
+
+COMPARED = (
+    ("all created s", "first_pending_to_last_created"),
+    ("all running s", "first_pending_to_last_running"),
+    ("created p50", "pending_to_created_p50"),
+    ("p99", "pending_to_created_p99"),
+    ("running p50", "pending_to_running_p50"),
+    ("p99", "pending_to_running_p99"),
+    ("CPU s/claim", "autoscaler_cpu_seconds_per_nodeclaim"),
+)
+"""The comparison's columns: seconds from the first pod pending to the last NodeClaim (the floor: Node) seen
+created and to the last pod Running; per pod, pending -> its NodeClaim (Node) created and -> Running; CPU
+seconds of the autoscaler's own processes per NodeClaim."""
+
+
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    """One row per side and run, then nodewright's figures over Karpenter's and over the floor's."""
+    widths = [max(11, len(title) + 1) for title, _ in COMPARED]
+    print(
+        f"{'side':<22}{'pods':>5}{'claims':>7}"
+        + "".join(f"{title:>{width}}" for (title, _), width in zip(COMPARED, widths, strict=True))
+        + f"{'autoscaler CPU s':>17}{'simulation CPU s':>17}"
+    )
+    for count in sorted({row["pods"] for row in rows}):
+        by_side = {row["side"]: row for row in rows if row["pods"] == count}
+        for side in ("karpenter", "nodewright", "floor"):
+            if (row := by_side.get(side)) is None:
+                continue
+            name = f"karpenter v{row['version']}" if side == "karpenter" else side
+            claims = row["nodes"] if side == "floor" else row["nodeclaims_created"]
+            print(
+                f"{name + ('' if row['finished'] else ' (unfinished)'):<22}{count:>5}{claims:>7}"
+                + "".join(f"{row[key]!s:>{width}}" for (_, key), width in zip(COMPARED, widths, strict=True))
+                + f"{row['autoscaler_cpu_seconds']!s:>17}{row['simulation_cpu_seconds']!s:>17}"
+            )
+        ours = by_side.get("nodewright")
+        for other in ("karpenter", "floor"):
+            if ours and (theirs := by_side.get(other)):
+                print(
+                    f"{'nodewright / ' + other:<22}{'':>12}"
+                    + "".join(
+                        f"{_ratio(ours[key], theirs[key]):>{width}}"
+                        for (_, key), width in zip(COMPARED, widths, strict=True)
+                    )
+                )
 
 
 def _since(origin: float, moment: float | None) -> float | None:
@@ -985,6 +1373,63 @@ def print_profile(row: dict[str, Any]) -> None:
     print(f"  CPU s, lifecycles: {_fields(row['cpu_seconds_lifecycle'])}")
 
 
+def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -> dict[str, Any] | None:
+    """One run in a fresh process (so that each peak is its own): its figures, or None if it printed none."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--run",
+            str(count),
+            "--side",
+            side,
+            "--shape",
+            args.shape,
+            "--timeout",
+            str(args.timeout),
+            *(["--keep"] if args.keep else []),
+            *(["--audit"] if args.audit else []),
+        ],
+        check=False,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    # Temporal's core writes its warnings (payloads over 512 KB) to stdout too: the figures are the last line.
+    lines = done.stdout.strip().splitlines()
+    try:
+        row: dict[str, Any] = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        print(
+            f"the {side} run of {count} pods failed (exit code {done.returncode}) without figures",
+            file=sys.stderr,
+        )
+        return None
+    return row
+
+
+def compare(counts: list[int], args: argparse.Namespace) -> None:
+    """`--peer karpenter`: for each N, Karpenter's run, the floor's and nodewright's, each on a fresh control
+    plane in a process of its own; the comparison, then nodewright's tables and profile."""
+    ensure_karpenter()  # built once (minutes) before any run's clock starts
+    rows: list[dict[str, Any]] = []
+    for count in counts:
+        for side in (args.peer, "floor", "nodewright"):
+            row = run_in_process(count, args, side)
+            if row is None:
+                if rows:
+                    print_comparison(rows)
+                sys.exit(1)
+            rows.append(row)
+    print_comparison(rows)
+    ours = [row for row in rows if row["side"] == "nodewright"]
+    print()
+    print_tables(ours)
+    for row in ours:
+        print_profile(row)
+    if not all(row["finished"] for row in rows):
+        sys.exit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1010,42 +1455,34 @@ def main() -> None:
         action="store_true",
         help="keep each run's directory (control plane state, every process's log)",
     )
+    parser.add_argument(
+        "--peer",
+        choices=PEERS,
+        help=f"compare with Karpenter v{KARPENTER_VERSION}'s kwok controller and with the floor (Nodes made by "
+        "this process, no autoscaler), each on a fresh control plane, at N = --run or each of --runs",
+    )
+    parser.add_argument(
+        "--side",
+        choices=SIDES,
+        default=SIDES[0],
+        help="with --run (and no --peer): what provisions the nodes",
+    )
     args = parser.parse_args()
+    if args.peer:
+        compare([args.run] if args.run else [int(count) for count in args.runs.split(",")], args)
+        return
     if args.run:
-        row = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep, args.audit))
-        print(json.dumps(row))
-        sys.exit(0 if row["finished"] else 1)
-    rows = []
+        one = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep, args.audit, args.side))
+        print(json.dumps(one))
+        sys.exit(0 if one["finished"] else 1)
+    rows: list[dict[str, Any]] = []
     for count in (int(count) for count in args.runs.split(",")):
-        done = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--run",
-                str(count),
-                "--shape",
-                args.shape,
-                "--timeout",
-                str(args.timeout),
-                *(["--keep"] if args.keep else []),
-                *(["--audit"] if args.audit else []),
-            ],
-            check=False,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        # Temporal's core writes its warnings (payloads over 512 KB) to stdout too: the figures are the last line.
-        lines = done.stdout.strip().splitlines()
-        try:
-            rows.append(json.loads(lines[-1]))
-        except (IndexError, json.JSONDecodeError):
-            print(
-                f"the run of {count} pods failed (exit code {done.returncode}) without figures",
-                file=sys.stderr,
-            )
+        row = run_in_process(count, args)
+        if row is None:
             if rows:
                 print_tables(rows)
             sys.exit(1)
+        rows.append(row)
     print_tables(rows)
     for row in rows:
         print_profile(row)

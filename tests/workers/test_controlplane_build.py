@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from workers.cli import main
-from workers.controlplane.build import BINARIES, Binaries, BuildError, binaries_dir, ensure_binaries
+from workers.controlplane.build import (
+    BINARIES,
+    KARPENTER_CRDS,
+    Binaries,
+    BuildError,
+    binaries_dir,
+    ensure_binaries,
+    ensure_karpenter,
+    karpenter_dir,
+)
 
 
 def test_without_go_the_build_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,4 +80,37 @@ def test_a_complete_cache_is_used_without_go(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     lines: list[str] = []
     assert ensure_binaries(tmp_path, progress=lines.append) == binaries
+    assert lines == []
+
+
+def test_karpenter_is_no_part_of_the_control_plane_binaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make binaries` (ensure_binaries) never builds the benchmark's peer: a complete cache without Karpenter is
+    complete, and nothing is built (there is no Go to build with)."""
+    _fill(binaries_dir(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    ensure_binaries(tmp_path, progress=lambda line: None)
+    assert not karpenter_dir(tmp_path).complete()
+    assert not karpenter_dir(tmp_path).directory.exists()
+
+
+def test_without_go_the_karpenter_build_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    lines: list[str] = []
+    with pytest.raises(BuildError, match=r"Go is not installed"):
+        ensure_karpenter(tmp_path, progress=lines.append)
+    assert lines[0].startswith("building Karpenter v")
+
+
+def test_a_cached_karpenter_is_used_without_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    karpenter = karpenter_dir(tmp_path)
+    for path in [karpenter.binary, *(karpenter.crds / Path(name).name for name in KARPENTER_CRDS)]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    lines: list[str] = []
+    assert ensure_karpenter(tmp_path, progress=lines.append) == karpenter
     assert lines == []

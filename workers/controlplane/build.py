@@ -6,6 +6,10 @@ their replaces against published versions. kwok and helm (for the chart's tests)
 land in
 `<cache>/bin/<versions>/`, never in the repository; a complete directory is reused as it is, and a directory that
 lacks one binary builds only that one.
+
+Karpenter's kwok controller (the lifecycle benchmark's peer) is an optional build, on first use by
+`ensure_karpenter` (or `python -m workers.controlplane.build --karpenter`), into `<cache>/bin/karpenter-<version>/`
+with its CRDs; `ensure_binaries` never builds it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
 HELM_VERSION = "3.22.0"
+KARPENTER_VERSION = "1.14.1"
+"""Karpenter's kwok controller, the peer of `benchmarks/lifecycle.py --peer karpenter` (an optional build, not
+part of `ensure_binaries`). v1.14.1 is the newest v1.14 patch the machine's Go 1.26.8 builds: v1.14.3 requires
+go 1.26.10, and the build runs with GOTOOLCHAIN=local."""
+KARPENTER_CRDS = (
+    "kwok/charts/crds/karpenter.sh_nodepools.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeclaims.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeoverlays.yaml",
+    "kwok/charts/crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
+    "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
+)
+"""Karpenter's own CRDs for its kwok provider (paths in the `sigs.k8s.io/karpenter` module)."""
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 BINARIES = (*KUBERNETES_COMMANDS, "etcd", "kwok", "helm")
 KWOK_STAGES = (
@@ -221,8 +237,81 @@ def _build_all(go: str, binaries: Binaries, progress: Callable[[str], None]) -> 
     progress(f"control plane binaries ready in {directory}")
 
 
+@dataclass(frozen=True, slots=True)
+class KarpenterBinary:
+    """Karpenter's kwok controller and its CRDs, built from the module `sigs.k8s.io/karpenter`."""
+
+    directory: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.directory / "karpenter-kwok"
+
+    @property
+    def crds(self) -> Path:
+        return self.directory / "crds"
+
+    def complete(self) -> bool:
+        return self.binary.is_file() and all(
+            (self.crds / Path(name).name).is_file() for name in KARPENTER_CRDS
+        )
+
+
+def karpenter_dir(root: Path | None = None) -> KarpenterBinary:
+    return KarpenterBinary((root or cache_root()) / "bin" / f"karpenter-{KARPENTER_VERSION}")
+
+
+def _build_karpenter(go: str, env: dict[str, str], work: Path, out: KarpenterBinary) -> None:
+    module = f"sigs.k8s.io/karpenter@v{KARPENTER_VERSION}"
+    (work / "go.mod").write_text(
+        f"module nodewright.local/karpenter\n\ngo 1.24\n\nrequire sigs.k8s.io/karpenter v{KARPENTER_VERSION}\n"
+    )
+    (work / "tools.go").write_text(
+        '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/karpenter/kwok"\n'
+    )
+    _run([go, "mod", "tidy"], work, env)
+    _run([go, "build", "-o", str(out.binary), "sigs.k8s.io/karpenter/kwok"], work, env)
+    source = Path(json.loads(_run([go, "mod", "download", "-json", module], work, env))["Dir"])
+    out.crds.mkdir(exist_ok=True)
+    for name in KARPENTER_CRDS:
+        if not (source / name).is_file():
+            raise BuildError(f"{module}: no CRD {name} under {source}")
+        shutil.copyfile(source / name, out.crds / Path(name).name)
+
+
+def ensure_karpenter(
+    root: Path | None = None, progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
+) -> KarpenterBinary:
+    """Karpenter's kwok controller, built first if it is not cached (a few minutes once on 2 cores)."""
+    karpenter = karpenter_dir(root)
+    if karpenter.complete():
+        return karpenter
+    karpenter.directory.mkdir(parents=True, exist_ok=True)
+    with (karpenter.directory.parent / f"{karpenter.directory.name}.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another process's build of Karpenter into {karpenter.directory}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not karpenter.complete():
+            progress(
+                f"building Karpenter v{KARPENTER_VERSION}'s kwok controller from the Go module proxy into "
+                f"{karpenter.directory} (a few minutes, once)"
+            )
+            env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+            with tempfile.TemporaryDirectory(prefix="nodewright-build-karpenter-") as scratch:
+                _build_karpenter(_go(), env, Path(scratch), karpenter)
+            if not karpenter.complete():
+                raise BuildError(f"the build finished but {karpenter.directory} is incomplete")
+            progress(f"Karpenter ready in {karpenter.directory}")
+    return karpenter
+
+
 if __name__ == "__main__":
     try:
+        if sys.argv[1:] == ["--karpenter"]:
+            print(ensure_karpenter().directory)
+            sys.exit(0)
         print(ensure_binaries().directory)
     except BuildError as error:
         print(f"error: {error}", file=sys.stderr)
