@@ -308,7 +308,9 @@ class DisruptionActivities:
                 nodeclaim=decision,
                 settings=request.lifecycle or LifecycleSettings(),
             )
-            made.append((lifecycle_nodeclaim(lifecycle, pool, replacement.requirements), lifecycle))
+            made.append(
+                (lifecycle_nodeclaim(lifecycle, pool, replacement.requirements, nodeclasses), lifecycle)
+            )
         await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _ in made])
         existing = {claim.name for claim in snapshot.nodeclaims}  # a retry finds its NodeClaims: not counted
         for nodeclaim, lifecycle in made:

@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import logging
 import string
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -21,6 +21,8 @@ from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.hashes import nodeclaim_hash_annotations
 from core.api.kube import pod_key
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -136,14 +138,20 @@ def planned(
 
 
 def lifecycle_nodeclaim(
-    lifecycle: LifecycleInput, pool: NodePool | None, requirements: list[dict[str, object]]
+    lifecycle: LifecycleInput,
+    pool: NodePool | None,
+    requirements: list[dict[str, object]],
+    nodeclasses: Mapping[str, AKSNodeClass] | None = None,
 ) -> NodeClaim:
     """The NodeClaim object of a planned lifecycle (from provisioning or a disruption's replacement), carrying
-    its lifecycle input so that a retry can start the lifecycle an earlier attempt did not."""
+    its lifecycle input so that a retry can start the lifecycle an earlier attempt did not, and the static-drift
+    hashes of its NodePool and AKSNodeClass (`core.api.hashes`) as they are now."""
     nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
     uid = pool.metadata.uid if pool else ""
     nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements, uid)
     nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
+    owner_class = (nodeclasses or {}).get(nodeclass)
+    nodeclaim.metadata.annotations.update(nodeclaim_hash_annotations(pool, owner_class))
     return nodeclaim
 
 
@@ -235,6 +243,7 @@ class PlanningActivities:
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(pod_event(entry.pod, "FailedScheduling", message, warning=True))
         pools = {pool.name: pool for pool in manifests.nodepools}
+        nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
         info = activity.info() if activity.in_activity() else None
         run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
         key = plan_key(run, request.batch)
@@ -260,7 +269,7 @@ class PlanningActivities:
                 settings=request.lifecycle or LifecycleSettings(),
                 provisioner_workflow_id=request.provisioner_workflow_id or None,
             )
-            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements)
+            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements, nodeclasses)
             nodeclaim.metadata.labels[PLAN_LABEL] = key
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))

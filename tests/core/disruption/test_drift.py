@@ -8,6 +8,7 @@ from typing import Any
 
 from core import labels as wk
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.hashes import nodeclaim_hash_annotations, nodeclass_stamp, nodepool_stamp
 from core.api.manifests import Manifests
 from core.disruption.commands import BlockReason, Decision, Method
 from core.disruption.drift import NODECLASS_HASH, NODECLASS_HASH_VERSION, DriftInputs
@@ -131,6 +132,53 @@ def test_an_aksnodeclass_hash_change_drifts_its_nodes() -> None:
     [command] = plan(snapshot, methods={Method.DRIFT}).commands
     assert command.candidates[0].detail is not None
     assert command.candidates[0].detail.startswith("NodeClassDrift: AKSNodeClass default changed")
+
+
+def test_a_template_label_added_drifts_nodes_stamped_before_and_names_the_field() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool()
+    after.spec.template.metadata.labels["tier"] = "gold"
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    pairs = [
+        busy("old", claim_annotations=stamped),
+        busy("new", claim_annotations=nodeclaim_hash_annotations(after, None)),
+    ]
+    result = plan(cluster([after], pairs, [heavy("old"), heavy("new", app="api")]), methods={Method.DRIFT})
+    assert disrupted(result) == [["old"]]
+    assert result.commands[0].candidates[0].detail == (
+        "NodePoolDrifted: NodePool default template changed: spec.template.metadata.labels "
+        f"({wk.NODEPOOL_HASH} {stamped[wk.NODEPOOL_HASH]} -> {nodepool_stamp(after).hash})"
+    )
+
+
+def test_a_requirement_change_is_not_a_hash_drift() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool(
+        requirements=[{"key": wk.CAPACITY_TYPE, "operator": "In", "values": ["on-demand", "spot"]}]
+    )
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    result = plan(
+        cluster([after], [busy("a", claim_annotations=stamped)], [heavy("a")]), methods={Method.DRIFT}
+    )
+    assert result.commands == ()
+
+
+def test_an_aksnodeclass_spec_edit_names_the_field() -> None:
+    before = AKSNodeClass.model_validate({"metadata": {"name": "default"}})
+    stamped = nodeclaim_hash_annotations(nodepool(), before)
+    after = nodeclass_stamp(AKSNodeClass.model_validate({"spec": {"osDiskSizeGB": 64}}))
+    snapshot = with_nodeclass(
+        cluster([nodepool()], [busy("a", claim_annotations=stamped)], [heavy("a")]),
+        metadata={"name": "default", "annotations": after.owner_annotations()},
+        spec={"osDiskSizeGB": 64, "tags": {"team": "web"}},
+    )
+    [command] = plan(snapshot, methods={Method.DRIFT}).commands
+    assert command.candidates[0].detail is not None
+    assert command.candidates[0].detail.startswith(
+        "NodeClassDrift: AKSNodeClass default spec changed: spec.osDiskSizeGB (karpenter.azure.com/aksnodeclass-hash"
+    )
 
 
 def test_empty_drifted_nodes_go_together_and_first() -> None:
