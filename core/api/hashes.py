@@ -133,10 +133,10 @@ def nodeclass_stamp(nodeclass: AKSNodeClass) -> HashStamp:
 
 def nodeclaim_hash_annotations(pool: NodePool | None, nodeclass: AKSNodeClass | None) -> dict[str, str]:
     """What a new NodeClaim carries so that a later change to its NodePool or AKSNodeClass drifts it."""
-    stamps = [
-        stamp(owner) for stamp, owner in ((nodepool_stamp, pool), (nodeclass_stamp, nodeclass)) if owner
-    ]
-    return {key: value for stamp in stamps for key, value in stamp.nodeclaim_annotations().items()}
+    annotations = nodepool_stamp(pool).nodeclaim_annotations() if pool else {}
+    if nodeclass is not None:
+        annotations.update(nodeclass_stamp(nodeclass).nodeclaim_annotations())
+    return annotations
 
 
 def format_fields(fields: Mapping[str, str]) -> str:
