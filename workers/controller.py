@@ -11,6 +11,7 @@
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
+- A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -43,6 +44,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -189,6 +191,8 @@ class Controller:
             }
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
+        elif event.kind in HASHED_KINDS and event.type is not EventType.DELETED:
+            await reconcile_hash(self.cluster, event.kind, event.object)
 
     def _pod(self, event: WatchEvent) -> None:
         pod = Pod.model_validate(event.object)

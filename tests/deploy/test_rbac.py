@@ -102,15 +102,15 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
     """Everything nodewright's ServiceAccount may do, rule by rule; a new permission is a change here.
 
     Cluster-wide: read what the controller watches and the planners snapshot; write NodeClaims (their status
-    through the subresource), Nodes (registration, taints, deletion), evictions and, past a NodeClaim's
-    terminationGracePeriod, pod deletions; create events. Namespaced: the one bootstrap token Secret, and the
-    controller's own Lease in the release namespace."""
+    through the subresource), NodePool and AKSNodeClass annotations (the drift hashes), Nodes (registration,
+    taints, deletion), evictions and, past a NodeClaim's terminationGracePeriod, pod deletions; create events.
+    Namespaced: the one bootstrap token Secret, and the controller's own Lease in the release namespace."""
     token_namespace, token_name = token_secret.split("/")
     rows = [
-        (CLUSTER, "karpenter.sh", "nodepools", "get list watch", ""),
+        (CLUSTER, "karpenter.sh", "nodepools", "get list watch patch", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims", "get list watch create patch delete", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims/status", "update", ""),
-        (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch", ""),
+        (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch patch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
         (CLUSTER, "", "pods/eviction", "create", ""),
