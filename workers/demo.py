@@ -38,7 +38,13 @@ from core.messages import (
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root
-from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
+from workers.demo_disruption import (
+    WEB_REPLICAS,
+    consolidation_steps,
+    drift_step,
+    dry_run_step,
+    template_drift_step,
+)
 from workers.demo_interruption import spot_eviction_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
@@ -94,6 +100,7 @@ async def walk_through(self: Walkthrough) -> None:
     self.victim = victim.name
     await spot_eviction_step(self, 7)
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
+    await template_drift_step(self, 9)
 
 
 @contextlib.asynccontextmanager

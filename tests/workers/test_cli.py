@@ -258,4 +258,7 @@ def test_plan_disruption_names_the_nodepool_template_field_that_drifted(tmp_path
     code, out, err = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z")
     assert code == 0, err
     assert "disrupting via drift delete, terminating 1 nodes (1 pods) general-bbbbb" in out
-    assert "\n    general-bbbbb: NodePoolDrifted: NodePool general template changed: spec.template.metadata.labels (" in out
+    assert (
+        "\n    general-bbbbb: NodePoolDrifted: NodePool general template changed: spec.template.metadata.labels ("
+        in out
+    )
