@@ -141,18 +141,23 @@ def lifecycle_nodeclaim(
     lifecycle: LifecycleInput,
     pool: NodePool | None,
     requirements: list[dict[str, object]],
-    nodeclasses: Mapping[str, AKSNodeClass] | None = None,
+    hashes: Mapping[str, str] | None = None,
 ) -> NodeClaim:
     """The NodeClaim object of a planned lifecycle (from provisioning or a disruption's replacement), carrying
     its lifecycle input so that a retry can start the lifecycle an earlier attempt did not, and the static-drift
-    hashes of its NodePool and AKSNodeClass (`core.api.hashes`) as they are now."""
+    hashes of its NodePool and AKSNodeClass as they are now (`drift_hashes`)."""
     nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
     uid = pool.metadata.uid if pool else ""
     nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements, uid)
     nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
-    owner_class = (nodeclasses or {}).get(nodeclass)
-    nodeclaim.metadata.annotations.update(nodeclaim_hash_annotations(pool, owner_class))
+    nodeclaim.metadata.annotations.update(hashes or {})
     return nodeclaim
+
+
+def drift_hashes(pool: NodePool | None, nodeclasses: Mapping[str, AKSNodeClass]) -> dict[str, str]:
+    """The hash annotations (`core.api.hashes`) a new NodeClaim of this NodePool is created with."""
+    nodeclass = nodeclasses.get(pool.spec.template.spec.node_class_ref.name) if pool else None
+    return nodeclaim_hash_annotations(pool, nodeclass)
 
 
 CONCURRENT_CALLS = 32
@@ -258,6 +263,7 @@ class PlanningActivities:
                 ]
             )
         decisions: list[tuple[NodeClaim, LifecycleInput, list[str]]] = []
+        hashes: dict[str, dict[str, str]] = {}
         launched = [c for c in results.nodeclaims if c.launch_candidates]
         for index, claim in enumerate(launched):
             pool = pools.get(claim.nodepool)
@@ -269,7 +275,9 @@ class PlanningActivities:
                 settings=request.lifecycle or LifecycleSettings(),
                 provisioner_workflow_id=request.provisioner_workflow_id or None,
             )
-            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements, nodeclasses)
+            if claim.nodepool not in hashes:  # once per NodePool, not per NodeClaim
+                hashes[claim.nodepool] = drift_hashes(pool, nodeclasses)
+            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements, hashes[claim.nodepool])
             nodeclaim.metadata.labels[PLAN_LABEL] = key
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))
