@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.catalog_source import CatalogSource
+from activities.drift_marks import mark_drifted
 from activities.kube import DISRUPTED, kube_event
 from activities.metrics import Metrics, default_metrics
 from activities.planning import (
@@ -35,6 +36,7 @@ from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.budgets import BudgetStatus
+from core.disruption.drift import drift_marks
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
@@ -248,6 +250,8 @@ class DisruptionActivities:
             snapshot = await self.cluster.snapshot()
             now = datetime.now(UTC)
             plan = await asyncio.to_thread(plan_disruption, snapshot, self.instance_types(), options, now)
+            if request.mode is DisruptionMode.AUTOMATIC:
+                await mark_drifted(self.cluster, drift_marks(snapshot, options.drift))
         if request.mode is DisruptionMode.AUTOMATIC and not request.nodepools:
             self.metrics.set_allowed_disruptions(plan.budgets)
         return pass_record(plan, now, request.previous_fingerprint)

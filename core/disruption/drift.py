@@ -20,6 +20,7 @@ from core import labels
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import HashStamp, changed_fields, is_hash_drifted, nodeclass_stamp, nodepool_stamp
 from core.api.kube import Node
+from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.scheduling.requirements import Requirements
@@ -84,10 +85,12 @@ def detect_drift(
     pool: NodePool,
     nodeclass: AKSNodeClass | None,
     inputs: DriftInputs,
+    use_condition: bool = True,
 ) -> Drift | None:
-    """The first reason the node no longer matches its NodePool and AKSNodeClass, or None."""
+    """The first reason the node no longer matches its NodePool and AKSNodeClass, or None. With
+    `use_condition`, a `Drifted=True` condition on the NodeClaim settles it (its reason is the drift's)."""
     condition = claim.status.condition(NodeClaimConditionType.DRIFTED)
-    if condition is not None and condition.status == "True":
+    if use_condition and condition is not None and condition.status == "True":
         return Drift(condition.reason or "Drifted", condition.message or "the NodeClaim is marked Drifted")
     message = _hash_drift(
         f"NodePool {pool.name}",
@@ -135,3 +138,38 @@ def detect_drift(
             f"node image {image} is not among the current images of AKSNodeClass {nodeclass_name}",
         )
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class DriftMark:
+    """A change to a NodeClaim's `Drifted` condition: set it True with the drift's reason and message, or (drift
+    None) remove it."""
+
+    nodeclaim: str
+    drift: Drift | None
+
+
+def drift_marks(manifests: Manifests, inputs: DriftInputs) -> list[DriftMark]:
+    """The `Drifted` conditions to change, as Karpenter's NodeClaim disruption controller keeps them: a launched
+    NodeClaim of a known NodePool, with its Node, is marked with the first drift found (without reading the
+    condition itself), and unmarked once it no longer drifts. NodeClaims being deleted are left alone."""
+    pools = {pool.name: pool for pool in manifests.nodepools}
+    nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
+    nodes = {node.metadata.name: node for node in manifests.nodes}
+    marks: list[DriftMark] = []
+    for claim in manifests.nodeclaims:
+        pool = pools.get(claim.nodepool_name or "")
+        node = nodes.get(claim.node_name or "")
+        launched = claim.is_true(NodeClaimConditionType.LAUNCHED)
+        if pool is None or node is None or not launched or claim.metadata.deletion_timestamp is not None:
+            continue
+        nodeclass = nodeclasses.get(claim.node_class_ref.name)
+        drift = detect_drift(claim, node, pool, nodeclass, inputs, use_condition=False)
+        condition = claim.status.condition(NodeClaimConditionType.DRIFTED)
+        if drift is None and condition is not None:
+            marks.append(DriftMark(claim.name, None))
+        elif drift is not None and (
+            condition is None or condition.status != "True" or condition.reason != drift.reason
+        ):
+            marks.append(DriftMark(claim.name, drift))
+    return marks

@@ -36,6 +36,8 @@ def documents(**edits: Any) -> list[dict[str, Any]]:
     for document in found:
         if document["kind"] == "NodePool":
             document["spec"]["disruption"]["consolidateAfter"] = "Never"
+            if "budgets" in edits:
+                document["spec"]["disruption"]["budgets"] = edits["budgets"]
             if "pool_labels" in edits:
                 document["spec"]["template"].setdefault("metadata", {})["labels"] = edits["pool_labels"]
         if document["kind"] == "AKSNodeClass" and "nodeclass_spec" in edits:
@@ -48,10 +50,10 @@ async def annotations(system: System, kind: str, name: str = "default") -> dict[
     return dict(((found or {}).get("metadata") or {}).get("annotations") or {})
 
 
-async def one_running_node(system: System) -> NodeClaim:
+async def one_running_node(system: System, **edits: Any) -> NodeClaim:
     """The controller running, the examples applied and stamped, one pinned pod provisioned: its NodeClaim."""
     system.start_controller()
-    await system.kube.apply(documents())
+    await system.kube.apply(documents(**edits))
     for kind, key in (("NodePool", labels.NODEPOOL_HASH), ("AKSNodeClass", labels.NODECLASS_HASH)):
 
         async def stamped(kind: str = kind, key: str = key) -> bool:
@@ -155,4 +157,29 @@ async def test_a_new_hash_version_restamps_the_nodeclaims_and_drifts_none(system
 
     status = await eventually(lambda: passes(4), timeout=60, what="four disruption passes")
     assert status.results == []
+    assert [c.name for c in await system.nodeclaims()] == [claim.name]
+
+
+async def test_a_drifted_nodeclaim_held_by_its_budget_is_marked_drifted_until_the_edit_is_undone(
+    system: System,
+) -> None:
+    no_drift = [{"nodes": "0", "reasons": ["Drifted"]}]
+    claim = await one_running_node(system, budgets=no_drift)
+    await start_disruption(system)
+
+    await system.kube.apply(documents(budgets=no_drift, pool_labels={"tier": "gold"}))
+
+    async def drifted(expected: bool) -> NodeClaim | None:
+        found = await system.nodeclaim(claim.name)
+        marked = found is not None and found.status.condition("Drifted") is not None
+        return found if marked == expected else None
+
+    marked = await eventually(lambda: drifted(True), timeout=60, what="the NodeClaim marked Drifted")
+    condition = marked.status.condition("Drifted")
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("True", "NodePoolDrifted")
+    assert condition.message.startswith("NodePool default template changed: spec.template.metadata.labels (")
+
+    await system.kube.apply(documents(budgets=no_drift))
+    await eventually(lambda: drifted(False), timeout=60, what="the Drifted condition removed")
     assert [c.name for c in await system.nodeclaims()] == [claim.name]

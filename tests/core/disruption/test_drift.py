@@ -11,7 +11,7 @@ from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import nodeclaim_hash_annotations, nodeclass_stamp, nodepool_stamp
 from core.api.manifests import Manifests
 from core.disruption.commands import BlockReason, Decision, Method
-from core.disruption.drift import NODECLASS_HASH, NODECLASS_HASH_VERSION, DriftInputs
+from core.disruption.drift import NODECLASS_HASH, NODECLASS_HASH_VERSION, DriftInputs, drift_marks
 from tests.core.disruption.fixtures import (
     NOW,
     blocked,
@@ -268,3 +268,31 @@ def test_with_a_termination_grace_period_pods_that_block_eviction_are_not_made_r
     ]
     detail = command.candidates[0].detail or ""
     assert "default/guarded" in detail and "default/web-0" in detail and "terminationGracePeriod" in detail
+
+
+def test_drift_marks_set_the_drifted_condition_update_its_reason_and_remove_it_when_gone() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool()
+    after.spec.template.metadata.labels["tier"] = "gold"
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    pairs = [
+        busy("fresh", claim_annotations=stamped),
+        busy("marked", claim_annotations=stamped, drifted="NodePoolDrifted"),
+        busy("other-reason", claim_annotations=stamped, drifted="ImageDrift"),
+        busy("deleting", claim_annotations=stamped, deleting=True),
+    ]
+    marks = {mark.nodeclaim: mark.drift for mark in drift_marks(cluster([after], pairs), DriftInputs())}
+    assert set(marks) == {"claim-fresh", "claim-other-reason"}
+    assert all(drift is not None and drift.reason == "NodePoolDrifted" for drift in marks.values())
+    assert marks["claim-fresh"] is not None
+    assert marks["claim-fresh"].message.startswith(
+        "NodePool default template changed: spec.template.metadata.labels"
+    )
+
+    before.metadata.annotations.update(nodepool_stamp(before).owner_annotations())
+    reverted = drift_marks(cluster([before], pairs), DriftInputs())
+    assert {(mark.nodeclaim, mark.drift) for mark in reverted} == {
+        ("claim-marked", None),
+        ("claim-other-reason", None),
+    }
