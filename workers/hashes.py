@@ -11,6 +11,7 @@ never stops the controller.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from core.api.aksnodeclass import AKSNodeClass
@@ -48,7 +49,8 @@ async def reconcile_hash(cluster: ClusterAPI, kind: str, manifest: dict[str, Any
         return False
 
 
-def _parse(kind: str, manifest: dict[str, Any]) -> tuple[ObjectMeta, HashStamp, Any]:
+def _parse(kind: str, manifest: dict[str, Any]) -> tuple[ObjectMeta, HashStamp, Callable[[NodeClaim], bool]]:
+    """The owner's metadata, its current stamp, and which NodeClaims it owns."""
     if kind == "NodePool":
         pool = NodePool.parse(manifest)
         return pool.metadata, nodepool_stamp(pool), lambda claim: claim.nodepool_name == pool.name
