@@ -59,7 +59,7 @@ async def one_running_node(system: System, **edits: Any) -> NodeClaim:
         async def stamped(kind: str = kind, key: str = key) -> bool:
             return key in await annotations(system, kind)
 
-        await eventually(stamped, what=f"the {kind} stamped")
+        await eventually(stamped, timeout=60, what=f"the {kind} stamped")
     await system.kube.apply([deployment("web", 1, node_selector=pinned())])
     await eventually(lambda: system.running("web", 1), timeout=60, what="the web pod running")
     [claim] = await system.nodeclaims()
@@ -145,9 +145,13 @@ async def test_a_new_hash_version_restamps_the_nodeclaims_and_drifts_none(system
         held = found.metadata.annotations if found else {}
         return found if held.get(labels.NODEPOOL_HASH_VERSION) == NODEPOOL_HASH_VERSION else None
 
-    stamped = await eventually(restamped, what="the NodeClaim re-stamped")
+    stamped = await eventually(restamped, timeout=60, what="the NodeClaim re-stamped")
     assert stamped.metadata.annotations[labels.NODEPOOL_HASH] == current[labels.NODEPOOL_HASH]
-    assert await annotations(system, "NodePool") == current
+
+    async def pool_restamped() -> bool:
+        return await annotations(system, "NodePool") == current
+
+    await eventually(pool_restamped, timeout=60, what="the NodePool stamped at the current version")
 
     handle = await start_disruption(system)
 
@@ -155,7 +159,7 @@ async def test_a_new_hash_version_restamps_the_nodeclaims_and_drifts_none(system
         status = await handle.query(DisruptionWorkflow.plan)
         return status if status.passes >= count else None
 
-    status = await eventually(lambda: passes(4), timeout=60, what="four disruption passes")
+    status = await eventually(lambda: passes(4), timeout=120, what="four disruption passes")
     assert status.results == []
     assert [c.name for c in await system.nodeclaims()] == [claim.name]
 
