@@ -24,6 +24,7 @@ from activities.metrics import Metrics, default_metrics
 from activities.planning import (
     LifecycleStarter,
     concurrently,
+    drift_hashes,
     lifecycle_nodeclaim,
     nodeclaim_suffix,
     planned,
@@ -331,7 +332,8 @@ class DisruptionActivities:
                 nodeclaim=decision,
                 settings=request.lifecycle or LifecycleSettings(),
             )
-            made.append((lifecycle_nodeclaim(lifecycle, pool, replacement.requirements), lifecycle))
+            hashes = drift_hashes(pool, nodeclasses)
+            made.append((lifecycle_nodeclaim(lifecycle, pool, replacement.requirements, hashes), lifecycle))
         await concurrently([self.cluster.create_nodeclaim(nodeclaim) for nodeclaim, _ in made])
         existing = {claim.name for claim in snapshot.nodeclaims}  # a retry finds its NodeClaims: not counted
         for nodeclaim, lifecycle in made:

@@ -1059,6 +1059,18 @@ class KubernetesCluster:
         )
         return None if raw is None else NodeClaim.parse(raw)
 
+    async def annotate(self, kind: str, name: str, annotations: dict[str, str]) -> bool:
+        """Set annotations on a NodePool or an AKSNodeClass (a merge patch of those keys alone); False when it
+        is gone."""
+        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS}[kind]
+        body = {"metadata": {"annotations": annotations}}
+        patch = self._custom.patch_cluster_custom_object
+        try:
+            await self._call(patch, *resource.custom, name, body, _content_type=MERGE_PATCH)
+        except NotFoundError:
+            return False
+        return True
+
     async def patch_node(
         self,
         name: str,

@@ -21,6 +21,8 @@ from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
 from core import labels
+from core.api.aksnodeclass import AKSNodeClass
+from core.api.hashes import nodeclaim_hash_annotations
 from core.api.kube import pod_key
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
@@ -152,17 +154,28 @@ def planned(
 
 
 def lifecycle_nodeclaim(
-    lifecycle: LifecycleInput, pool: NodePool | None, requirements: list[dict[str, object]]
+    lifecycle: LifecycleInput,
+    pool: NodePool | None,
+    requirements: list[dict[str, object]],
+    hashes: Mapping[str, str] | None = None,
 ) -> NodeClaim:
     """The NodeClaim object of a planned lifecycle (from provisioning or a disruption's replacement), carrying
-    its lifecycle input so that a retry can start the lifecycle an earlier attempt did not."""
+    its lifecycle input so that a retry can start the lifecycle an earlier attempt did not, and the static-drift
+    hashes of its NodePool and AKSNodeClass as they are now (`drift_hashes`)."""
     nodeclass = pool.spec.template.spec.node_class_ref.name if pool else ""
     uid = pool.metadata.uid if pool else ""
     nodeclaim = nodeclaim_object(lifecycle.nodeclaim, nodeclass, requirements, uid)
     if pool is not None:  # as Karpenter copies it, so that the NodeClaim says how long its drain may take
         nodeclaim.spec.termination_grace_period = pool.spec.template.spec.termination_grace_period
     nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = lifecycle.model_dump_json()
+    nodeclaim.metadata.annotations.update(hashes or {})
     return nodeclaim
+
+
+def drift_hashes(pool: NodePool | None, nodeclasses: Mapping[str, AKSNodeClass]) -> dict[str, str]:
+    """The hash annotations (`core.api.hashes`) a new NodeClaim of this NodePool is created with."""
+    nodeclass = nodeclasses.get(pool.spec.template.spec.node_class_ref.name) if pool else None
+    return nodeclaim_hash_annotations(pool, nodeclass)
 
 
 CONCURRENT_CALLS = 32
@@ -253,6 +266,7 @@ class PlanningActivities:
                 pod_event(entry.pod, FAILED_SCHEDULING, message, warning=True, uid=uids.get(entry.pod))
             )
         pools = {pool.name: pool for pool in manifests.nodepools}
+        nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
         info = activity.info() if activity.in_activity() else None
         run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
         key = plan_key(run, request.batch)
@@ -267,6 +281,7 @@ class PlanningActivities:
                 ]
             )
         decisions: list[tuple[NodeClaim, LifecycleInput, list[str]]] = []
+        hashes: dict[str, dict[str, str]] = {}
         launched = [c for c in results.nodeclaims if c.launch_candidates]
         for index, claim in enumerate(launched):
             pool = pools.get(claim.nodepool)
@@ -285,7 +300,9 @@ class PlanningActivities:
                 settings=request.lifecycle or LifecycleSettings(),
                 provisioner_workflow_id=request.provisioner_workflow_id or None,
             )
-            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements)
+            if claim.nodepool not in hashes:  # once per NodePool, not per NodeClaim
+                hashes[claim.nodepool] = drift_hashes(pool, nodeclasses)
+            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements, hashes[claim.nodepool])
             nodeclaim.metadata.labels[PLAN_LABEL] = key
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))

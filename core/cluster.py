@@ -78,6 +78,12 @@ class ClusterAPI(Protocol):
         remove_finalizers: list[str] | None = None,
     ) -> NodeClaim | None: ...
 
+    async def annotate(self, kind: str, name: str, annotations: dict[str, str]) -> bool:
+        """Set these annotations on the NodePool or AKSNodeClass of this name; False when it is gone."""
+        ...
+
+    async def list_nodeclaims(self) -> list[NodeClaim]: ...
+
     async def patch_node(
         self,
         name: str,

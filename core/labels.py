@@ -46,6 +46,8 @@ CAPACITY_TYPES = (CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RES
 # Azure provider (karpenter.azure.com) and AKS (kubernetes.azure.com)
 AZURE_DOMAIN = "karpenter.azure.com"
 AKS_DOMAIN = "kubernetes.azure.com"
+NODECLASS_HASH = "karpenter.azure.com/aksnodeclass-hash"
+NODECLASS_HASH_VERSION = "karpenter.azure.com/aksnodeclass-hash-version"
 SKU_NAME = "karpenter.azure.com/sku-name"
 SKU_FAMILY = "karpenter.azure.com/sku-family"
 SKU_SERIES = "karpenter.azure.com/sku-series"

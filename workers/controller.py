@@ -13,6 +13,7 @@
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
 - It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
+- A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -48,6 +49,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
 from workflows.disruption import DisruptionWorkflow, disruption_id
@@ -207,6 +209,8 @@ class Controller:
             self._nodeclass(event)
             if event.type is not EventType.DELETED:
                 await self._nodeclass_status(AKSNodeClass.parse(event.object))
+        if event.kind in HASHED_KINDS and event.type is not EventType.DELETED:
+            await reconcile_hash(self.cluster, event.kind, event.object)
 
     async def _nodeclass_status(self, nodeclass: AKSNodeClass) -> None:
         """`status.localDNSState`, as the AKS provider's status controller resolves `localDNS.mode`, at once (the

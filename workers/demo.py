@@ -39,7 +39,13 @@ from core.messages import (
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root, ensure_binaries
-from workers.demo_disruption import WEB_REPLICAS, consolidation_steps, drift_step, dry_run_step
+from workers.demo_disruption import (
+    WEB_REPLICAS,
+    consolidation_steps,
+    drift_step,
+    dry_run_step,
+    template_drift_step,
+)
 from workers.demo_interruption import spot_eviction_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
@@ -95,8 +101,9 @@ async def walk_through(self: Walkthrough) -> None:
     self.victim = victim.name
     await spot_eviction_step(self, 7)
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
+    await template_drift_step(self, 9)
 
-    self.say("9. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("10. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:

@@ -130,3 +130,49 @@ async def dry_run_step(walk: Walkthrough, client: Any, cluster: str, task_queue:
         cluster=cluster, mode=DisruptionMode.MANUAL, dry_run=True, settings=DisruptionSettings()
     )
     await consolidate(client, task_queue, request, False, "table", walk.out, lambda question: "n")
+
+
+TEMPLATE_LABEL = ("team", "storefront")
+"""The label the template-drift step adds to the NodePool template."""
+
+
+async def template_drift_step(walk: Walkthrough, number: int) -> None:
+    """Add a label to the NodePool template: its hash changes, so static drift replaces every node, one at a time
+    within the budget, with one carrying the label."""
+    sim = walk.sim
+    key, value = TEMPLATE_LABEL
+    walk.say(
+        f"{number}. Add the label {key}={value} to the NodePool template: karpenter.sh/nodepool-hash changes, "
+        "so drift replaces the nodes one at a time (budget 1 node)"
+    )
+    before = {
+        claim.name: claim.metadata.annotations.get(labels.NODEPOOL_HASH)
+        for claim in await sim.list_nodeclaims()
+    }
+    await _patch(walk, "nodepool", {"spec": {"template": {"metadata": {"labels": {key: value}}}}})
+    most_leaving = 0
+
+    async def relabelled() -> bool:
+        nonlocal most_leaving
+        current = await sim.list_nodeclaims()
+        most_leaving = max(
+            most_leaving, sum(claim.metadata.deletion_timestamp is not None for claim in current)
+        )
+        return (
+            bool(current)
+            and not before.keys() & {claim.name for claim in current}
+            and all(claim.labels.get(key) == value for claim in current)
+            and await walk.running("storefront", WEB_REPLICAS)
+        )
+
+    await walk.until(f"every node replaced by one labelled {key}={value}", relabelled)
+    old_hashes = sorted({h for h in before.values() if h})
+    pool = await sim.get_nodepool("default")
+    new_hash = pool.metadata.annotations.get(labels.NODEPOOL_HASH) if pool else None
+    print(
+        f"{len(before)} node(s) replaced (NodePool hash {', '.join(old_hashes)} -> {new_hash}); at most "
+        f"{most_leaving} NodeClaim(s) were being deleted at once.",
+        file=walk.out,
+        flush=True,
+    )
+    await walk.kubectl("get", "nodeclaims", "-L", key)

@@ -107,7 +107,7 @@ class DisruptionSpan(BaseModel):
     outcome: str
     """"kept" or "chosen"."""
     reasons: list[str] = Field(default_factory=list)
-    """Why it was kept."""
+    """Why it was kept; when chosen, the node's detail (which field drifted, when it expired)."""
     method: str = ""
     reason: str = ""
     """Karpenter's disruption reason of the command that chose it."""
@@ -462,13 +462,15 @@ def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> 
         )
 
     for command in record.commands:
-        if any(about(candidate.node, candidate.nodeclaim) for candidate in command.candidates):
+        chosen = [c for c in command.candidates if about(c.node, c.nodeclaim)]
+        if chosen:
             return span(
                 "chosen",
                 method=command.method,
                 reason=command.reason,
                 command=command.message,
                 savings_per_hour=round(dollars(command.savings_micros), 6),
+                reasons=[c.detail for c in chosen if c.detail],
             )
     for repair in record.repairs:
         if about(repair.node, repair.nodeclaim):
@@ -683,6 +685,8 @@ def render_text(story: Story, out: TextIO) -> None:
             print(
                 f"  {when}  chosen ({passes}, {span.method}, {span.reason}{saves}): {span.command}", file=out
             )
+            for detail in span.reasons:
+                print(f"    {detail}", file=out)
 
     print("\nRemoval", file=out)
     removal = story.removal

@@ -88,6 +88,9 @@ def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO
         print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
         for command in plan.commands:
             print(f"  {command.message}", file=out)
+            for candidate in command.candidates:
+                if candidate.detail:
+                    print(f"    {candidate.node}: {candidate.detail}", file=out)
     else:
         print("Disruption commands: none", file=out)
     if plan.kept:

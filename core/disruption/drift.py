@@ -2,27 +2,30 @@
 
 The checks run in the order Karpenter and the AKS provider run them, and the first that fires is the
 reason: the NodeClaim's own Drifted condition (set by the drift controller), the NodePool template hash,
-the NodePool requirements, the AKSNodeClass hash, the Kubernetes version, then the node image. Hashes are
-compared only when both sides carry one of the same hash version, so that a new hash version does not
-drift every node at once. The target Kubernetes version and node images come from the AKSNodeClass
+the NodePool requirements, the AKSNodeClass hash, the Kubernetes version, then the node image. Hashes
+(`core.api.hashes`) are compared only when both sides carry one of the same hash version, so that a new hash
+version does not drift every node at once; the message names the fields that changed when the NodeClaim
+recorded them. The target Kubernetes version and node images come from the AKSNodeClass
 status, unless the caller passes newer ones in `DriftInputs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.hashes import HashStamp, changed_fields, is_hash_drifted, nodeclass_stamp, nodepool_stamp
 from core.api.kube import Node
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.scheduling.requirements import Requirements
 
-NODECLASS_HASH = "karpenter.azure.com/aksnodeclass-hash"
-NODECLASS_HASH_VERSION = "karpenter.azure.com/aksnodeclass-hash-version"
+NODECLASS_HASH = labels.NODECLASS_HASH
+NODECLASS_HASH_VERSION = labels.NODECLASS_HASH_VERSION
 
 
 class DriftReason(StrEnum):
@@ -50,14 +53,25 @@ class Drift:
 
 
 def _hash_drift(
-    owner: str, annotations: Mapping[str, str], claim: NodeClaim, key: str, version: str
+    owner: str,
+    part: str,
+    annotations: Mapping[str, str],
+    claim: NodeClaim,
+    keys: tuple[str, str],
+    stamp: Callable[[], HashStamp],
 ) -> str | None:
-    wanted, have = annotations.get(key), claim.metadata.annotations.get(key)
-    if wanted is None or have is None or wanted == have:
+    """Why the owner's hash annotation (`keys`: hash and version) no longer matches the NodeClaim's, naming the
+    changed fields when the NodeClaim recorded them (against the owner's `stamp` as it is now); None when it
+    matches."""
+    have = claim.metadata.annotations
+    hash_key, version_key = keys
+    if not is_hash_drifted(annotations, have, hash_key, version_key):
         return None
-    if annotations.get(version) != claim.metadata.annotations.get(version):
-        return None
-    return f"{owner} changed since the node was launched ({key} {have} -> {wanted})"
+    hashes = f"{hash_key} {have[hash_key]} -> {annotations[hash_key]}"
+    fields = changed_fields(have, stamp())
+    if fields:
+        return f"{owner} {part} changed: {', '.join(fields)} ({hashes})"
+    return f"{owner} changed since the node was launched ({hashes})"
 
 
 def _version(text: str) -> str:
@@ -93,16 +107,18 @@ def _compute_drift(
 ) -> Drift | None:
     message = _hash_drift(
         f"NodePool {pool.name}",
+        "template",
         pool.metadata.annotations,
         claim,
-        labels.NODEPOOL_HASH,
-        labels.NODEPOOL_HASH_VERSION,
+        (labels.NODEPOOL_HASH, labels.NODEPOOL_HASH_VERSION),
+        partial(nodepool_stamp, pool),
     )
     if message is not None:
         return Drift(DriftReason.NODEPOOL_DRIFTED, message)
+    # Karpenter checks the template's requirements alone: its labels are in the hash.
     node_labels = node.metadata.labels if node is not None else {}
     current = Requirements.from_labels({**node_labels, **claim.labels})
-    problem = current.compatible(pool.requirements(), frozenset())
+    problem = current.compatible(pool.spec.template.spec.requirement_set(), frozenset())
     if problem is not None:
         return Drift(
             DriftReason.REQUIREMENTS_DRIFTED, f"node labels no longer satisfy NodePool {pool.name}: {problem}"
@@ -110,10 +126,11 @@ def _compute_drift(
     if nodeclass is not None:
         message = _hash_drift(
             f"AKSNodeClass {nodeclass.name}",
+            "spec",
             nodeclass.metadata.annotations,
             claim,
-            NODECLASS_HASH,
-            NODECLASS_HASH_VERSION,
+            (NODECLASS_HASH, NODECLASS_HASH_VERSION),
+            partial(nodeclass_stamp, nodeclass),
         )
         if message is not None:
             return Drift(DriftReason.NODECLASS_DRIFTED, message)

@@ -102,16 +102,17 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
     """Everything nodewright's ServiceAccount may do, rule by rule; a new permission is a change here.
 
     Cluster-wide: read what the controller watches and the planners snapshot; write NodeClaims (their status
-    through the subresource), AKSNodeClass status (`localDNSState`), Nodes (registration, taints, deletion),
-    evictions and, past a NodeClaim's terminationGracePeriod, pod deletions; create events. Namespaced: the one
-    bootstrap token Secret, and the controller's own Lease in the release namespace."""
+    through the subresource), NodePool and AKSNodeClass status (resources, nodes, conditions, `localDNSState`),
+    NodePool and AKSNodeClass annotations (the drift hashes), Nodes (registration, taints, deletion), evictions
+    and, past a NodeClaim's terminationGracePeriod, pod deletions; create events. Namespaced: the one bootstrap
+    token Secret, and the controller's own Lease in the release namespace."""
     token_namespace, token_name = token_secret.split("/")
     rows = [
-        (CLUSTER, "karpenter.sh", "nodepools", "get list watch", ""),
+        (CLUSTER, "karpenter.sh", "nodepools", "get list watch patch", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims", "get list watch create patch delete", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims/status", "update", ""),
         (CLUSTER, "karpenter.sh", "nodepools/status", "patch", ""),
-        (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch", ""),
+        (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch patch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses/status", "patch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
@@ -363,6 +364,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "patch nodepools.karpenter.sh --subresource=status",
             "patch aksnodeclasses.karpenter.azure.com --subresource=status",
             "get aksnodeclasses.karpenter.azure.com",
+            "patch nodepools.karpenter.sh",
+            "patch aksnodeclasses.karpenter.azure.com",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
             "patch events.events.k8s.io -n default",
@@ -384,9 +387,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "create nodes",
             "update nodes",
             "create nodepools.karpenter.sh",
-            "patch nodepools.karpenter.sh",
             "update nodepools.karpenter.sh --subresource=status",
-            "patch aksnodeclasses.karpenter.azure.com",
+            "update aksnodeclasses.karpenter.azure.com",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",

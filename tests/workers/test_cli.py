@@ -12,6 +12,8 @@ import yaml
 
 from core.instancetypes.catalog import load_shipped_catalog
 from tests.builders import configured_nodeclass_spec
+from core.api.hashes import nodeclaim_hash_annotations, nodepool_stamp
+from core.api.nodepool import NodePool
 from workers.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -417,3 +419,21 @@ def test_a_pod_allowing_both_architectures_gets_amd64_when_the_status_has_amd64_
     )
     code, table, _ = run("schedule", "-f", manifests)
     assert code == 0 and f"Instance types left out of NodePool default ({len(left_out)}):" in table
+
+
+def test_plan_disruption_names_the_nodepool_template_field_that_drifted(tmp_path: Path) -> None:
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "snapshots" / "cluster.yaml").read_text()))
+    [pool] = [d for d in documents if d and d["kind"] == "NodePool"]
+    launched = nodeclaim_hash_annotations(NodePool.parse(pool), None)
+    for claim in (d for d in documents if d and d["kind"] == "NodeClaim"):
+        claim["metadata"].setdefault("annotations", {}).update(launched)
+    pool["spec"]["template"].setdefault("metadata", {})["labels"] = {"tier": "gold"}
+    pool["metadata"]["annotations"] = nodepool_stamp(NodePool.parse(pool)).owner_annotations()
+    snapshot = write(tmp_path, "cluster.yaml", yaml.safe_dump_all(documents))
+    code, out, err = run("plan-disruption", "-f", snapshot, "--now", "2026-11-22T10:00:00Z")
+    assert code == 0, err
+    assert "disrupting via drift delete, terminating 1 nodes (1 pods) general-bbbbb" in out
+    assert (
+        "\n    general-bbbbb: NodePoolDrifted: NodePool general template changed: spec.template.metadata.labels ("
+        in out
+    )

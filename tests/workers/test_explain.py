@@ -49,7 +49,16 @@ from tests.workflows.conftest import (
 )
 from workers.cli import main
 from workers.controlplane.run import ControlPlane
-from workers.explain import DisruptionSpan, Explainer, ExplainError, Story, explain, render_text
+from workers.explain import (
+    DisruptionSpan,
+    Explainer,
+    ExplainError,
+    Pass,
+    Story,
+    disruption_spans,
+    explain,
+    render_text,
+)
 from workflows.nodeclaim import NodeClaimWorkflow
 
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -355,3 +364,47 @@ def test_explain_says_when_temporal_is_unreachable(monkeypatch: pytest.MonkeyPat
 
     assert main(["explain", "nodeclaim", "default-abcde"], io.StringIO(), err) == 1
     assert err.getvalue().startswith(f"error: cannot reach Temporal at 127.0.0.1:{port}")
+
+
+def test_a_drifted_node_is_explained_with_the_field_that_changed() -> None:
+    detail = (
+        "NodePoolDrifted: NodePool default template changed: spec.template.metadata.labels "
+        "(karpenter.sh/nodepool-hash 1 -> 2)"
+    )
+    command = DisruptionCommand(
+        method="drift",
+        reason="Drifted",
+        decision="replace",
+        candidates=[DisruptedCandidate(node="n", nodeclaim="n", nodepool="default", pods=1, detail=detail)],
+        message="disrupting via drift replace, terminating 1 nodes (n)",
+    )
+    record = DisruptionPassRecord(at=T0, commands=[command])
+    [span] = disruption_spans([Pass(workflow_id="disruption/c", record=record)], "n", "n")
+    assert (span.outcome, span.reasons) == ("chosen", [detail])
+    created = {
+        "at": T0,
+        "cluster": "c",
+        "nodepool": "default",
+        "reason": "",
+        "pods": [],
+        "pod_count": 0,
+        "requests": {},
+        "instance_types": "",
+        "options": [],
+        "batch": 0,
+        "planned_by": None,
+    }
+    story = Story(
+        nodeclaim="n",
+        node="n",
+        workflow_id="nodeclaim/n",
+        run_id="r",
+        status="Running",
+        phase=None,
+        closed_at=None,
+        created=created,  # type: ignore[arg-type]
+        disruption=[span],
+    )
+    text = io.StringIO()
+    render_text(story, text)
+    assert f"disrupting via drift replace, terminating 1 nodes (n)\n    {detail}\n" in text.getvalue()

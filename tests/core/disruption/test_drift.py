@@ -8,8 +8,10 @@ from typing import Any
 
 from core import labels as wk
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.hashes import nodeclaim_hash_annotations, nodeclass_stamp, nodepool_stamp
 from core.api.manifests import Manifests
 from core.disruption.commands import BlockReason, Decision, Method
+from core.disruption.conditions import disruption_conditions
 from core.disruption.drift import NODECLASS_HASH, NODECLASS_HASH_VERSION, DriftInputs
 from tests.core.disruption.fixtures import (
     NOW,
@@ -133,6 +135,53 @@ def test_an_aksnodeclass_hash_change_drifts_its_nodes() -> None:
     assert command.candidates[0].detail.startswith("NodeClassDrift: AKSNodeClass default changed")
 
 
+def test_a_template_label_added_drifts_nodes_stamped_before_and_names_the_field() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool()
+    after.spec.template.metadata.labels["tier"] = "gold"
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    pairs = [
+        busy("old", claim_annotations=stamped),
+        busy("new", claim_annotations=nodeclaim_hash_annotations(after, None)),
+    ]
+    result = plan(cluster([after], pairs, [heavy("old"), heavy("new", app="api")]), methods={Method.DRIFT})
+    assert disrupted(result) == [["old"]]
+    assert result.commands[0].candidates[0].detail == (
+        "NodePoolDrifted: NodePool default template changed: spec.template.metadata.labels "
+        f"({wk.NODEPOOL_HASH} {stamped[wk.NODEPOOL_HASH]} -> {nodepool_stamp(after).hash})"
+    )
+
+
+def test_a_requirement_change_is_not_a_hash_drift() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool(
+        requirements=[{"key": wk.CAPACITY_TYPE, "operator": "In", "values": ["on-demand", "spot"]}]
+    )
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    result = plan(
+        cluster([after], [busy("a", claim_annotations=stamped)], [heavy("a")]), methods={Method.DRIFT}
+    )
+    assert result.commands == ()
+
+
+def test_an_aksnodeclass_spec_edit_names_the_field() -> None:
+    before = AKSNodeClass.model_validate({"metadata": {"name": "default"}})
+    stamped = nodeclaim_hash_annotations(nodepool(), before)
+    after = nodeclass_stamp(AKSNodeClass.model_validate({"spec": {"osDiskSizeGB": 64}}))
+    snapshot = with_nodeclass(
+        cluster([nodepool()], [busy("a", claim_annotations=stamped)], [heavy("a")]),
+        metadata={"name": "default", "annotations": after.owner_annotations()},
+        spec={"osDiskSizeGB": 64, "tags": {"team": "web"}},
+    )
+    [command] = plan(snapshot, methods={Method.DRIFT}).commands
+    assert command.candidates[0].detail is not None
+    assert command.candidates[0].detail.startswith(
+        "NodeClassDrift: AKSNodeClass default spec changed: spec.osDiskSizeGB (karpenter.azure.com/aksnodeclass-hash"
+    )
+
+
 def test_empty_drifted_nodes_go_together_and_first() -> None:
     pool = nodepool(annotations=NEW_HASH, consolidate_after="Never")
     pairs = [busy(name, claim_annotations=OLD_HASH) for name in ("busy", "idle-1", "idle-2")]
@@ -220,3 +269,29 @@ def test_with_a_termination_grace_period_pods_that_block_eviction_are_not_made_r
     ]
     detail = command.candidates[0].detail or ""
     assert "default/guarded" in detail and "default/web-0" in detail and "terminationGracePeriod" in detail
+
+
+def test_the_drifted_condition_follows_a_template_edit_and_goes_when_it_is_undone() -> None:
+    before = nodepool()
+    stamped = nodeclaim_hash_annotations(before, None)
+    after = nodepool()
+    after.spec.template.metadata.labels["tier"] = "gold"
+    after.metadata.annotations.update(nodepool_stamp(after).owner_annotations())
+    pairs = [
+        busy("fresh", claim_annotations=stamped),
+        busy("marked", claim_annotations=stamped, drifted="NodePoolDrifted"),
+        busy("other-reason", claim_annotations=stamped, drifted="ImageDrift"),
+        busy("deleting", claim_annotations=stamped, deleting=True),
+    ]
+
+    def drifted(manifests: Manifests) -> dict[str, str | None]:
+        changes = disruption_conditions(manifests, DriftInputs(), NOW)
+        return {c.nodeclaim: c.reason for c in changes if c.type is NodeClaimConditionType.DRIFTED}
+
+    assert drifted(cluster([after], pairs)) == {
+        "claim-fresh": "NodePoolDrifted",
+        "claim-marked": "NodePoolDrifted",  # its message becomes the reason, as Karpenter writes it
+        "claim-other-reason": "NodePoolDrifted",
+    }
+    before.metadata.annotations.update(nodepool_stamp(before).owner_annotations())
+    assert drifted(cluster([before], pairs)) == {"claim-marked": None, "claim-other-reason": None}
