@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from core import labels
 from core.api.aksnodeclass import AKSNodeClass
 from core.messages import DisruptionInput, DisruptionMode, DisruptionSettings
 from workers.consolidate import consolidate

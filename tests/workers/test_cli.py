@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from core.instancetypes.catalog import load_shipped_catalog
-from tests.builders import configured_nodeclass_spec
 from core.api.hashes import nodeclaim_hash_annotations, nodepool_stamp
 from core.api.nodepool import NodePool
+from core.instancetypes.catalog import load_shipped_catalog
+from tests.builders import configured_nodeclass_spec
 from workers.cli import main
 
 ROOT = Path(__file__).parents[2]

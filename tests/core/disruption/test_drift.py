@@ -10,6 +10,7 @@ from core import labels as wk
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import nodeclaim_hash_annotations, nodeclass_stamp, nodepool_stamp
 from core.api.manifests import Manifests
+from core.api.nodeclaim import NodeClaimConditionType
 from core.disruption.commands import BlockReason, Decision, Method
 from core.disruption.conditions import disruption_conditions
 from core.disruption.drift import NODECLASS_HASH, NODECLASS_HASH_VERSION, DriftInputs
