@@ -346,6 +346,13 @@ class StatusWrites:
     async def patch_nodeclass_status(self, name: str, status: dict[str, Any]) -> None:
         self.writes.append((name, status))
 
+    async def annotate(self, kind: str, name: str, annotations: dict[str, str]) -> bool:
+        """The drift hash stamps the controller also writes; not what this fake records."""
+        return True
+
+    async def list_nodeclaims(self) -> list[Any]:
+        return []
+
 
 def _nodeclass(name: str, mode: str | None, state: str | None) -> dict[str, Any]:
     spec = builders.configured_nodeclass_spec()
