@@ -23,6 +23,7 @@ from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.overlay import OverlayPool, OverlayVerdict, apply_overlays
 from core.instancetypes.types import InstanceType
 from core.resources import min_each, parse_resources
 from core.scheduling import nominations
@@ -84,6 +85,8 @@ class SchedulingSnapshot:
     rescheduled: int = 0
     """How many of `pending` are bound to a Node being deleted (with `reschedule_deleting`)."""
     notes: list[str] = field(default_factory=list)
+    overlays: dict[str, OverlayVerdict] = field(default_factory=dict)
+    """Each NodeOverlay's verdict, by name (`core.instancetypes.overlay`)."""
 
 
 def merge(parts: Sequence[Manifests]) -> Manifests:
@@ -98,6 +101,7 @@ def merge(parts: Sequence[Manifests]) -> Manifests:
             "nodes",
             "daemonsets",
             "pdbs",
+            "nodeoverlays",
             "problems",
             "ignored",
             "warnings",
@@ -210,6 +214,19 @@ def _unbound(pod: Pod) -> Pod:
     return pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": None})})
 
 
+def _overlay(snapshot: SchedulingSnapshot, manifests: Manifests) -> None:
+    """Apply the NodeOverlays to every pool's instance types; say which ones are not in force and why."""
+    pools = [OverlayPool(pool.name, pool.labels) for pool in snapshot.nodepools]
+    result = apply_overlays(manifests.nodeoverlays, pools, snapshot.instance_types)
+    snapshot.instance_types = result.instance_types
+    snapshot.overlays = result.verdicts
+    snapshot.notes.extend(
+        f"NodeOverlay {name}: not applied ({verdict.reason}: {verdict.message})"
+        for name, verdict in sorted(result.verdicts.items())
+        if not verdict.valid
+    )
+
+
 def build_snapshot(
     manifests: Manifests,
     provider: InstanceTypeProvider,
@@ -238,6 +255,8 @@ def build_snapshot(
             )
         snapshot.nodepools.append(_nodepool(pool))
         snapshot.instance_types[pool.name] = provider(nodeclass)
+    if manifests.nodeoverlays:
+        _overlay(snapshot, manifests)
 
     known_nodes = {node.metadata.name for node in manifests.nodes}
     bound: dict[str, list[Pod]] = {name: [] for name in known_nodes}

@@ -208,12 +208,19 @@ def test_names_are_karpenters() -> None:
     assert DEFINITIONS["AKSNodeClass"]["metadata"]["name"] == "aksnodeclasses.karpenter.azure.com"
     assert names["AKSNodeClass"]["shortNames"] == ["aksnc", "aksncs"]
     assert "shortNames" not in names["NodePool"] and "shortNames" not in names["NodeClaim"]
+    assert DEFINITIONS["NodeOverlay"]["metadata"]["name"] == "nodeoverlays.karpenter.sh"
+    assert names["NodeOverlay"]["shortNames"] == ["overlays"]
     for kind, name in names.items():
-        assert name["categories"] == ["karpenter", "nap"]
+        assert name["categories"] == (["karpenter"] if kind == "NodeOverlay" else ["karpenter", "nap"])
         assert name["listKind"] == f"{kind}List"
         assert name["singular"] == kind.lower()
     versions = {kind: [v["name"] for v in d["spec"]["versions"]] for kind, d in DEFINITIONS.items()}
-    assert versions == {"NodePool": ["v1"], "NodeClaim": ["v1"], "AKSNodeClass": ["v1beta1", "v1alpha2"]}
+    assert versions == {
+        "NodePool": ["v1"],
+        "NodeClaim": ["v1"],
+        "AKSNodeClass": ["v1beta1", "v1alpha2"],
+        "NodeOverlay": ["v1alpha1"],
+    }
 
 
 def columns(kind: str) -> list[tuple[str, str, str, int]]:
