@@ -20,6 +20,7 @@ from activities.heartbeat import heartbeating
 from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
+from activities.nodeoverlay_status import write_nodeoverlay_statuses
 from core import labels
 from core.api.kube import pod_key
 from core.api.nodeclaim import NodeClaim
@@ -27,6 +28,7 @@ from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.overlay import OVERLAY_ANNOTATIONS
 from core.instancetypes.types import dollars
 from core.messages import (
     MAX_RECORDED_PODS,
@@ -120,6 +122,7 @@ def planned(
                 zone=launch.offering.zone,
                 capacity_type=launch.offering.capacity_type,
                 price_micros=launch.offering.price_micros,
+                price_overlay=launch.offering.price_overlay,
             )
             for launch in claim.launch_candidates[:max_candidates]
         ],
@@ -200,6 +203,8 @@ class PlanningActivities:
             reschedule_deleting=True,
             now=now,
         )
+        if manifests.nodeoverlays:
+            await write_nodeoverlay_statuses(self.cluster, manifests.nodeoverlays, snapshot.overlays, now)
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
         results = SchedulingResults()
         if snapshot.pending:
@@ -243,6 +248,9 @@ class PlanningActivities:
             )
             nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements)
             nodeclaim.metadata.labels[PLAN_LABEL] = key
+            nodeclaim.metadata.annotations.update(
+                {name: value for name, value in claim.annotations.items() if name in OVERLAY_ANNOTATIONS}
+            )
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created

@@ -327,7 +327,8 @@ _FIELD_EXTRAS: dict[tuple[type[BaseModel], str], Schema] = {
             *(
                 _rule(condition, message)
                 for condition, message in _restricted_label_rules("self", nodepool=False)
-                if message in (_DOMAIN_RESTRICTED % labels.AZURE_DOMAIN, _DOMAIN_RESTRICTED % labels.AKS_DOMAIN)
+                if message
+                in (_DOMAIN_RESTRICTED % labels.AZURE_DOMAIN, _DOMAIN_RESTRICTED % labels.AKS_DOMAIN)
             ),
         ],
     },
@@ -473,7 +474,10 @@ _MODEL_EXTRAS: dict[type[BaseModel], Schema] = {
     },
     NodeOverlaySpec: {
         "x-kubernetes-validations": [
-            _rule("!has(self.price) || !has(self.priceAdjustment)", "cannot set both 'price' and 'priceAdjustment'")
+            _rule(
+                "!has(self.price) || !has(self.priceAdjustment)",
+                "cannot set both 'price' and 'priceAdjustment'",
+            )
         ]
     },
     KubeletConfiguration: {

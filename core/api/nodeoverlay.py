@@ -77,7 +77,9 @@ class NodeOverlayRequirement(StrictKubeModel):
         elif self.key not in _ALLOWED_KARPENTER_KEYS and prefix.endswith(labels.KARPENTER_DOMAIN):
             problems.append((("key",), f'label domain "{labels.KARPENTER_DOMAIN}" is restricted'))
         if self.operator in (NodeSelectorOperator.IN, NodeSelectorOperator.NOT_IN) and not self.values:
-            problems.append((("values",), f"requirements with operator '{self.operator}' must have a value defined"))
+            problems.append(
+                (("values",), f"requirements with operator '{self.operator}' must have a value defined")
+            )
         if self.operator in _BOUND_OPERATORS and (
             len(self.values) != 1 or not _NON_NEGATIVE_INTEGER.fullmatch(self.values[0])
         ):
@@ -100,7 +102,9 @@ class NodeOverlayRequirement(StrictKubeModel):
             problems.append(f"key {self.key} with operator {self.operator} must not have values")
         if self.operator not in _BOUND_OPERATORS:
             problems.extend(
-                f"key {self.key}: {problem}" for value in self.values if (problem := label_value_problem(value))
+                f"key {self.key}: {problem}"
+                for value in self.values
+                if (problem := label_value_problem(value))
             )
         return problems
 
@@ -175,5 +179,6 @@ class NodeOverlay(StrictKubeModel):
 
     def runtime_problems(self) -> list[str]:
         """What Karpenter's runtime validation refuses: restricted keys, bad values, restricted capacity."""
-        return [problem for requirement in self.spec.requirements for problem in requirement.runtime_problems()]
-
+        return [
+            problem for requirement in self.spec.requirements for problem in requirement.runtime_problems()
+        ]

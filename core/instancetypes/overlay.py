@@ -32,6 +32,7 @@ PRICE_OVERLAY_APPLIED = "karpenter.sh/price-overlay-applied"
 """NodeClaim annotation ("true") when an overlay set the price of one of its instance types' offerings."""
 CAPACITY_OVERLAY_APPLIED = "karpenter.sh/capacity-overlay-applied"
 """NodeClaim annotation ("true") when an overlay added capacity to one of its instance types."""
+OVERLAY_ANNOTATIONS = (PRICE_OVERLAY_APPLIED, CAPACITY_OVERLAY_APPLIED)
 
 
 def adjusted_price_micros(price_micros: int, change: str) -> int:
@@ -89,9 +90,7 @@ def precedence(overlays: Sequence[NodeOverlay]) -> list[NodeOverlay]:
     return sorted(overlays, key=lambda overlay: (overlay.weight_or_zero, overlay.name), reverse=True)
 
 
-def _selected(
-    overlay: Requirements, pool: OverlayPool, instance_type: InstanceType
-) -> list[int]:
+def _selected(overlay: Requirements, pool: OverlayPool, instance_type: InstanceType) -> list[int]:
     """The indexes of the offerings of `instance_type` in `pool` that the overlay's requirements select."""
     known = Requirements.from_labels({**pool.labels, labels.NODEPOOL: pool.name})
     known.add(*instance_type.requirements)

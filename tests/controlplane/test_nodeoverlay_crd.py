@@ -81,7 +81,9 @@ INVALID = {
 
 
 @pytest.mark.parametrize("manifest", VALID.values(), ids=VALID.keys())
-def test_the_api_server_accepts_a_valid_overlay(control_plane: ControlPlane, manifest: dict[str, Any]) -> None:
+def test_the_api_server_accepts_a_valid_overlay(
+    control_plane: ControlPlane, manifest: dict[str, Any]
+) -> None:
     assert model_accepts(manifest)
     assert dry_run(control_plane, manifest) is None
 

@@ -113,6 +113,8 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "karpenter.sh", "nodepools/status", "patch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses/status", "patch", ""),
+        (CLUSTER, "karpenter.sh", "nodeoverlays", "get list watch", ""),
+        (CLUSTER, "karpenter.sh", "nodeoverlays/status", "patch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
         (CLUSTER, "", "pods/eviction", "create", ""),
@@ -132,6 +134,10 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 
 NOT_EXERCISED = {
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
+    ("karpenter.sh", "nodeoverlays", "get"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays", "list"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays", "watch"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays/status", "patch"): "only with the NodeOverlay feature gate on",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
@@ -355,6 +361,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "patch nodepools.karpenter.sh --subresource=status",
             "patch aksnodeclasses.karpenter.azure.com --subresource=status",
             "get aksnodeclasses.karpenter.azure.com",
+            "list nodeoverlays.karpenter.sh",
+            "patch nodeoverlays.karpenter.sh --subresource=status",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
             f"get secrets/{token} -n {token_namespace}",
@@ -378,6 +386,7 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "patch nodepools.karpenter.sh",
             "update nodepools.karpenter.sh --subresource=status",
             "patch aksnodeclasses.karpenter.azure.com",
+            "patch nodeoverlays.karpenter.sh",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",

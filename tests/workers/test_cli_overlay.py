@@ -98,7 +98,9 @@ def test_plan_disruption_savings_follow_the_overlay_prices(
     assert savings(str(SNAPSHOT), doubled) == pytest.approx(plain)
 
 
-def test_an_invalid_overlay_is_an_error_naming_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_invalid_overlay_is_an_error_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FEATURE_GATES", "NodeOverlay=true")
     manifests = write(
         tmp_path,

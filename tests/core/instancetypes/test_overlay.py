@@ -53,7 +53,9 @@ POOLS = [OverlayPool("default", {"team": "web"})]
 SMALL = req("node.kubernetes.io/instance-type", "In", "small")
 
 
-def prices(result_types: dict[str, list[InstanceType]], pool: str = "default") -> dict[tuple[str, str, str], int]:
+def prices(
+    result_types: dict[str, list[InstanceType]], pool: str = "default"
+) -> dict[tuple[str, str, str], int]:
     return {
         (it.name, o.zone, o.capacity_type): o.price_micros for it in result_types[pool] for o in it.offerings
     }
@@ -77,7 +79,9 @@ def test_price_and_price_adjustment(change: str, expected: int) -> None:
 
 
 def test_a_price_overlay_changes_only_the_offerings_it_selects() -> None:
-    spot_small = overlay("spot", SMALL, req("karpenter.sh/capacity-type", "In", "spot"), priceAdjustment="-50%")
+    spot_small = overlay(
+        "spot", SMALL, req("karpenter.sh/capacity-type", "In", "spot"), priceAdjustment="-50%"
+    )
     result = apply_overlays([spot_small], POOLS, types())
     assert prices(result.instance_types) == {
         ("small", "z1", "on-demand"): 1_000_000,
@@ -120,7 +124,9 @@ def test_equal_weight_price_overlays_conflict_and_the_name_later_in_the_alphabet
     assert [o.name for o in precedence([first, second])] == ["beta", "alpha"]
     assert result.verdicts["beta"] == OverlayVerdict(True)
     assert result.verdicts["alpha"] == OverlayVerdict(False, "Conflict", "conflict with another overlay")
-    assert {price for (name, _, _), price in prices(result.instance_types).items() if name == "small"} == {200_000}
+    assert {price for (name, _, _), price in prices(result.instance_types).items() if name == "small"} == {
+        200_000
+    }
 
 
 def test_a_conflicting_overlay_is_applied_nowhere() -> None:
@@ -137,7 +143,9 @@ def test_a_conflicting_overlay_is_applied_nowhere() -> None:
 def test_capacity_adds_extended_resources_and_is_resolved_apart_from_price() -> None:
     price = overlay("price", SMALL, price="0.2", weight=3)
     gpus = overlay("gpus", SMALL, capacity={"example.com/gpu": "2"}, weight=3)
-    more = overlay("more", req("kubernetes.io/os", "Exists"), capacity={"example.com/gpu": "1", "example.com/fpga": "1"})
+    more = overlay(
+        "more", req("kubernetes.io/os", "Exists"), capacity={"example.com/gpu": "1", "example.com/fpga": "1"}
+    )
     result = apply_overlays([price, gpus, more], POOLS, types())
     small, large = result.instance_types["default"]
     assert small.capacity["example.com/gpu"] == 2 and small.capacity["example.com/fpga"] == 1
