@@ -266,6 +266,13 @@ def test_kubectl_get_aksnodeclasses_shows_the_providers_columns() -> None:
     assert columns("AKSNodeClass") == [READY, AGE, ("ImageFamily", ".spec.imageFamily", "string", 1)]
 
 
+def test_the_nodeoverlay_crd_is_structural_with_karpenters_columns() -> None:
+    schema = DEFINITIONS["NodeOverlay"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert structural_problems(schema) == []
+    assert schema["properties"]["spec"]["required"] == ["requirements"]
+    assert columns("NodeOverlay") == [READY, AGE, ("Weight", ".spec.weight", "integer", 1)]
+
+
 def test_defaults_live_under_spec_only() -> None:
     for kind, schema in SCHEMAS.items():
         for path, node in nodes(schema):
