@@ -98,9 +98,10 @@ def creation_reason(claim: NewNodeClaim) -> str:
         return f"{head}: no offering available"
     first = claim.launch_candidates[0]
     price = dollars(first.offering.price_micros)
+    overlay = first.offering.price_overlay
     return (
         f"{head}: {first.instance_type} {first.offering.capacity_type} in {first.offering.zone} "
-        f"at ${price:.4f}/h"
+        f"at ${price:.4f}/h" + (f" (price adjusted by overlay {overlay})" if overlay else "")
     )
 
 

@@ -64,6 +64,7 @@ async def test_provisioning_launches_the_family_an_overlay_made_cheapest(aks: Si
     first = lifecycle.nodeclaim.launch_candidates[0]
     # Equal weights: the name later in the alphabet ("cheap-e") wins, "also-e" conflicts.
     assert first.price_overlay == "cheap-e"
+    assert lifecycle.nodeclaim.reason.endswith("/h (price adjusted by overlay cheap-e)")
     families = {it.name: it.requirements.get(labels.SKU_FAMILY).any() for it in azure_provider(catalog)(None)}
     assert families[first.instance_type] == "E"
     assert first.price_micros < unadjusted.price_micros
