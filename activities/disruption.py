@@ -21,6 +21,7 @@ from activities.catalog_source import CatalogSource
 from activities.heartbeat import heartbeating
 from activities.kube import DISRUPTED, clear_nodeclaim_condition, kube_event, mark_nodeclaim
 from activities.metrics import Metrics, default_metrics
+from activities.nodeoverlay_status import write_nodeoverlay_statuses
 from activities.planning import (
     LifecycleStarter,
     concurrently,
@@ -64,7 +65,7 @@ from core.scheduling.inputs import SchedulingOptions
 from core.scheduling.instancetypeset import InstanceTypeSet, ResourceAxes
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim, launch_order
-from core.scheduling.snapshot import InstanceTypeProvider, azure_provider
+from core.scheduling.snapshot import InstanceTypeProvider, azure_provider, build_snapshot
 
 CONSOLIDATION_METHODS = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
 """What manual consolidation runs (`nodewright consolidate`)."""
@@ -257,6 +258,8 @@ class DisruptionActivities:
             plan = await asyncio.to_thread(plan_disruption, snapshot, self.instance_types(), options, now)
             if automatic:
                 await self._mark_nodeclaims(disruption_conditions(snapshot, options.drift, now))
+            if snapshot.nodeoverlays:
+                await write_nodeoverlay_statuses(self.cluster, snapshot.nodeoverlays, plan.overlays, now)
         if automatic:
             self.metrics.set_allowed_disruptions(plan.budgets)
         return pass_record(plan, now, request.previous_fingerprint)
@@ -304,6 +307,10 @@ class DisruptionActivities:
         snapshot = await self.cluster.snapshot()
         pools = {pool.name: pool for pool in snapshot.nodepools}
         nodeclasses = {nodeclass.name: nodeclass for nodeclass in snapshot.nodeclasses}
+        # With NodeOverlays, the prices the plan compared (`build_snapshot` applies them to every pool).
+        overlaid = (
+            build_snapshot(snapshot, self.instance_types()).instance_types if snapshot.nodeoverlays else {}
+        )
         command = request.command
         made = []
         for index, replacement in enumerate(command.replacements):
@@ -314,7 +321,9 @@ class DisruptionActivities:
                     type="NodePoolNotFound",
                     non_retryable=True,
                 )
-            types = self.instance_types()(nodeclasses.get(pool.spec.template.spec.node_class_ref.name))
+            types = overlaid.get(pool.name) or self.instance_types()(
+                nodeclasses.get(pool.spec.template.spec.node_class_ref.name)
+            )
             launches = replacement_launches(types, replacement, request.max_launch_candidates)
             if not launches:
                 raise ApplicationError(

@@ -175,6 +175,8 @@ PDB = Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
 NODEPOOL = Resource("NodePool", "karpenter.sh/v1", "nodepools")
 NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
 NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
+NODEOVERLAY = Resource("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays")
+"""Read only with the NodeOverlay feature gate on (`KubernetesCluster.node_overlays`)."""
 LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 VOLUME_ATTACHMENT = Resource("VolumeAttachment", "storage.k8s.io/v1", "volumeattachments")
 
@@ -699,9 +701,11 @@ class KubernetesCluster:
             VOLUME_ATTACHMENT.kind: self._storage.list_volume_attachment,
             **{
                 resource.kind: functools.partial(self._custom.list_cluster_custom_object, *resource.custom)
-                for resource in (NODEPOOL, NODECLAIM, NODECLASS)
+                for resource in (NODEPOOL, NODECLAIM, NODECLASS, NODEOVERLAY)
             },
         }
+        self.node_overlays = False
+        """Whether snapshots include NodeOverlays (Karpenter's NodeOverlay feature gate)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -834,7 +838,8 @@ class KubernetesCluster:
 
     async def snapshot(self) -> Manifests:
         """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
-        lists = await asyncio.gather(*(self._list(resource) for resource in SNAPSHOT_KINDS))
+        kinds = (*SNAPSHOT_KINDS, NODEOVERLAY) if self.node_overlays else SNAPSHOT_KINDS
+        lists = await asyncio.gather(*(self._list(resource) for resource in kinds))
         # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
         # unchanged since the last snapshot are not parsed again.
         return await asyncio.to_thread(self._parse_snapshot, [item for items in lists for item in items])
@@ -917,9 +922,9 @@ class KubernetesCluster:
     # --- ClusterAPI: writes ------------------------------------------------------------------------------
 
     async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
-        """A merge patch of the status subresource of a NodePool or AKSNodeClass, with the resourceVersion as
-        its precondition."""
-        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS}[kind]
+        """A merge patch of the status subresource of a NodePool, AKSNodeClass or NodeOverlay, with the
+        resourceVersion as its precondition."""
+        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS, NODEOVERLAY.kind: NODEOVERLAY}[kind]
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         try:
             await self._call(

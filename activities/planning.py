@@ -20,6 +20,7 @@ from activities.heartbeat import heartbeating
 from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
+from activities.nodeoverlay_status import write_nodeoverlay_statuses
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import nodeclaim_hash_annotations
@@ -31,6 +32,7 @@ from core.cluster import ClusterAPI
 from core.events import FAILED_SCHEDULING, NOMINATED
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.overlay import OVERLAY_ANNOTATIONS
 from core.instancetypes.types import dollars
 from core.messages import (
     MAX_RECORDED_PODS,
@@ -106,9 +108,10 @@ def creation_reason(claim: NewNodeClaim) -> str:
         return f"{head}: no offering available"
     first = claim.launch_candidates[0]
     price = dollars(first.offering.price_micros)
+    overlay = first.offering.price_overlay
     return (
         f"{head}: {first.instance_type} {first.offering.capacity_type} in {first.offering.zone} "
-        f"at ${price:.4f}/h"
+        f"at ${price:.4f}/h" + (f" (price adjusted by overlay {overlay})" if overlay else "")
     )
 
 
@@ -136,6 +139,7 @@ def planned(
                 zone=launch.offering.zone,
                 capacity_type=launch.offering.capacity_type,
                 price_micros=launch.offering.price_micros,
+                price_overlay=launch.offering.price_overlay,
             )
             for launch in claim.launch_candidates[:max_candidates]
         ],
@@ -247,6 +251,8 @@ class PlanningActivities:
             reschedule_deleting=True,
             now=now,
         )
+        if manifests.nodeoverlays:
+            await write_nodeoverlay_statuses(self.cluster, manifests.nodeoverlays, snapshot.overlays, now)
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
         results = SchedulingResults()
         if snapshot.pending:
@@ -304,6 +310,9 @@ class PlanningActivities:
                 hashes[claim.nodepool] = drift_hashes(pool, nodeclasses)
             nodeclaim = lifecycle_nodeclaim(lifecycle, pool, claim.requirements, hashes[claim.nodepool])
             nodeclaim.metadata.labels[PLAN_LABEL] = key
+            nodeclaim.metadata.annotations.update(
+                {name: value for name, value in claim.annotations.items() if name in OVERLAY_ANNOTATIONS}
+            )
             nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
             decisions.append((nodeclaim, lifecycle, claim.pods))
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created

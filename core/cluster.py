@@ -131,7 +131,7 @@ class ClusterAPI(Protocol):
         ...
 
     async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
-        """Merge `status` into the status of the NodePool or AKSNodeClass `name`, if it is still at
+        """Merge `status` into the status of the NodePool, AKSNodeClass or NodeOverlay `name`, if it is still at
         `resource_version`; False when it changed meanwhile or is gone (whoever wrote it recomputes from the
         newer version)."""
         ...

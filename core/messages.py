@@ -22,6 +22,8 @@ class OfferingChoice(BaseModel):
     zone: str
     capacity_type: str
     price_micros: int
+    price_overlay: str | None = None
+    """The NodeOverlay that set this price, None for the provider's own."""
 
 
 class UnavailableOffering(BaseModel):

@@ -110,6 +110,8 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
     past, are reported on `err`."""
     manifests = read_manifests(args.filename)
     provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    if manifests.nodeoverlays and not karpenter_settings()[0].node_overlay:
+        manifests.ignore_node_overlays()
     for problem in manifests.problems:
         print(f"error: {problem}", file=err)
     for warning in manifests.warnings:

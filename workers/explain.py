@@ -68,6 +68,8 @@ class Option(BaseModel):
     zone: str
     capacity_type: str
     price_per_hour: float
+    price_overlay: str | None = None
+    """The NodeOverlay that set the price, if one did."""
 
 
 class Creation(BaseModel):
@@ -93,6 +95,7 @@ class LaunchAttempt(BaseModel):
     capacity_type: str
     price_per_hour: float
     launched: bool
+    price_overlay: str | None = None
     error: str = ""
     """The error kind and message of a failed attempt."""
 
@@ -306,6 +309,7 @@ async def nodeclaim_story(
                     zone=o.zone,
                     capacity_type=o.capacity_type,
                     price_per_hour=_option_price(o.price_micros),
+                    price_overlay=o.price_overlay,
                 )
                 for o in claim.launch_candidates
             ],
@@ -329,6 +333,7 @@ async def nodeclaim_story(
                 capacity_type=offering.capacity_type,
                 price_per_hour=_option_price(offering.price_micros),
                 launched=call.result is not None,
+                price_overlay=offering.price_overlay,
             )
             if call.result is not None:
                 story.provider_id = (await decoder.one(call.result, LaunchResult)).provider_id
@@ -610,6 +615,10 @@ def _dollars(price: float) -> str:
     return f"${price:.4f}/h"
 
 
+def _overlaid(overlay: str | None) -> str:
+    return f", price adjusted by overlay {overlay}" if overlay else ""
+
+
 def render_text(story: Story, out: TextIO) -> None:
     """A readable timeline: creation, launch, disruption passes, removal."""
     created = story.created
@@ -645,7 +654,7 @@ def render_text(story: Story, out: TextIO) -> None:
         print(f"    requests: {', '.join(f'{k} {v}' for k, v in created.requests.items())}", file=out)
     if created.options:
         options = ", ".join(
-            f"{o.instance_type}/{o.zone}/{o.capacity_type} {_dollars(o.price_per_hour)}"
+            f"{o.instance_type}/{o.zone}/{o.capacity_type} {_dollars(o.price_per_hour)}{_overlaid(o.price_overlay)}"
             for o in created.options[:5]
         )
         others = len(created.options) - 5
@@ -658,7 +667,7 @@ def render_text(story: Story, out: TextIO) -> None:
     print("\nLaunch", file=out)
     for attempt in story.launches:
         offering = f"{attempt.instance_type} {attempt.capacity_type} in {attempt.zone}"
-        offering += f" ({_dollars(attempt.price_per_hour)})"
+        offering += f" ({_dollars(attempt.price_per_hour)}{_overlaid(attempt.price_overlay)})"
         if attempt.launched:
             line(attempt.at, f"launched {offering}, provider-id {story.provider_id}")
         else:

@@ -49,7 +49,7 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
     process (its User-Agent is `nodewright/<part>`); `ClusterConfigError` when it cannot be read. The
     connection is checked by the caller, on its event loop."""
     extra = {} if threads is None else {"threads": threads}
-    return load_cluster(
+    cluster = load_cluster(
         settings.kubeconfig,
         settings.kube_context,
         qps=settings.kube_qps,
@@ -57,6 +57,8 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
         user_agent=f"{USER_AGENT}/{part}",
         **extra,
     )
+    cluster.node_overlays = settings.gates.node_overlay
+    return cluster
 
 
 @dataclass

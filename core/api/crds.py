@@ -1,4 +1,4 @@
-"""The CustomResourceDefinitions of NodePool, NodeClaim and AKSNodeClass, generated from the API models.
+"""The CustomResourceDefinitions of NodePool, NodeClaim, AKSNodeClass and NodeOverlay, generated from the API models.
 
 The pydantic models in `core.api` are the one source of truth for what a valid object is. This module walks
 their fields and writes the structural OpenAPI v3 schema the API server needs: types, required fields, enums,
@@ -54,6 +54,14 @@ from core.api.aksnodeclass import (
 from core.api.kube import Quantity
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
+from core.api.nodeoverlay import (
+    PRICE,
+    PRICE_ADJUSTMENT,
+    RESTRICTED_CAPACITY,
+    NodeOverlay,
+    NodeOverlayRequirement,
+    NodeOverlaySpec,
+)
 from core.api.nodepool import (
     _BOUND_OPERATORS,
     _BUDGET_DURATION,
@@ -196,6 +204,9 @@ def _restricted_label_rules(key: str, nodepool: bool) -> list[tuple[str, str]]:
     return rules
 
 
+_DOMAIN_RESTRICTED = 'label domain "%s" is restricted'
+
+
 def _requirement_rules() -> list[Schema]:
     """The operator rules of one requirement (`NodeSelectorRequirementWithMinValues._rule_problems`)."""
     bounds, valueless = _list(_BOUND_OPERATORS), _list(_VALUELESS_OPERATORS)
@@ -302,6 +313,53 @@ _FIELD_EXTRAS: dict[tuple[type[BaseModel], str], Schema] = {
     (NodeSelectorRequirementWithMinValues, "values"): {
         "items": {"maxLength": _LABEL_VALUE_MAX_LENGTH, "pattern": _REQUIREMENT_VALUE},
         "x-kubernetes-list-type": "atomic",
+    },
+    (NodeOverlayRequirement, "key"): {
+        "pattern": _QUALIFIED_NAME,
+        "x-kubernetes-validations": [
+            _rule(
+                f"self in {_list((labels.CAPACITY_TYPE, labels.NODEPOOL))} || "
+                f"!self.split('/')[0].endsWith({_literal(labels.KARPENTER_DOMAIN)})",
+                f'label domain "{labels.KARPENTER_DOMAIN}" is restricted',
+            ),
+            _rule(f"self != {_literal(labels.HOSTNAME)}", f'label "{labels.HOSTNAME}" is restricted'),
+            # The AKS provider's copy of the CRD also keeps its own two domains to their well-known keys.
+            *(
+                _rule(condition, message)
+                for condition, message in _restricted_label_rules("self", nodepool=False)
+                if message
+                in (_DOMAIN_RESTRICTED % labels.AZURE_DOMAIN, _DOMAIN_RESTRICTED % labels.AKS_DOMAIN)
+            ),
+        ],
+    },
+    (NodeOverlayRequirement, "values"): {
+        "items": {"maxLength": _LABEL_VALUE_MAX_LENGTH, "pattern": _LABEL_VALUE},
+        "x-kubernetes-list-type": "atomic",
+    },
+    (NodeOverlaySpec, "requirements"): {
+        "x-kubernetes-list-type": "atomic",
+        "x-kubernetes-validations": [
+            _rule(
+                "self.all(x, x.operator != 'NotIn' || (has(x.values) && size(x.values) != 0))",
+                "requirements with operator 'NotIn' must have a value defined",
+            ),
+            _rule(
+                "self.all(x, x.operator != 'In' || (has(x.values) && size(x.values) != 0))",
+                "requirements with operator 'In' must have a value defined",
+            ),
+            _rule(
+                f"self.all(x, !(x.operator in {_list(_BOUND_OPERATORS)}) || (has(x.values) && "
+                f"size(x.values) == 1 && x.values[0].matches({_literal(_whole(_NON_NEGATIVE_INTEGER.pattern))})))",
+                "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value",
+            ),
+        ],
+    },
+    (NodeOverlaySpec, "price"): {"pattern": _whole(PRICE.pattern)},
+    (NodeOverlaySpec, "price_adjustment"): {"pattern": _whole(PRICE_ADJUSTMENT.pattern)},
+    (NodeOverlaySpec, "capacity"): {
+        "x-kubernetes-validations": [
+            _rule(f"self.all(x, !(x in {_list(RESTRICTED_CAPACITY)}))", "invalid resource restricted")
+        ]
     },
     (Taint, "key"): {"pattern": _QUALIFIED_NAME},
     (Taint, "value"): {"maxLength": _LABEL_VALUE_MAX_LENGTH, "pattern": _LABEL_VALUE},
@@ -412,6 +470,14 @@ _MODEL_EXTRAS: dict[type[BaseModel], Schema] = {
                 "'weight' is not supported on static NodePools",
                 "weight",
             ),
+        ]
+    },
+    NodeOverlaySpec: {
+        "x-kubernetes-validations": [
+            _rule(
+                "!has(self.price) || !has(self.priceAdjustment)",
+                "cannot set both 'price' and 'priceAdjustment'",
+            )
         ]
     },
     KubeletConfiguration: {
@@ -777,8 +843,18 @@ RESOURCES = (
         columns=(_READY, _AGE, Column("ImageFamily", ".spec.imageFamily", priority=1)),
         short_names=("aksnc", "aksncs"),
     ),
+    Resource(
+        NodeOverlay,
+        group=labels.KARPENTER_DOMAIN,
+        kind="NodeOverlay",
+        plural="nodeoverlays",
+        versions=("v1alpha1",),
+        columns=(_READY, _AGE, Column("Weight", ".spec.weight", "integer", priority=1)),
+        short_names=("overlays",),
+        categories=("karpenter",),
+    ),
 )
-"""The three CRDs nodewright reads, in the order they are installed."""
+"""The CRDs nodewright reads, in the order they are installed."""
 
 
 def custom_resource_definitions() -> list[Schema]:

@@ -34,6 +34,7 @@ from core.api.kube import (
 )
 from core.api.meta import InvalidObjectError, KubeModel, ObjectMeta, OwnerReference, problems_of
 from core.api.nodeclaim import NodeClaim
+from core.api.nodeoverlay import NodeOverlay
 from core.api.nodepool import NodePool
 from core.api.unread import unread_fields
 
@@ -64,11 +65,21 @@ class Manifests:
     nodes: list[Node] = field(default_factory=list)
     daemonsets: list[DaemonSet] = field(default_factory=list)
     pdbs: list[PodDisruptionBudget] = field(default_factory=list)
+    nodeoverlays: list[NodeOverlay] = field(default_factory=list)
+    """Read only where the NodeOverlay feature gate is on (`ignore_node_overlays` otherwise)."""
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     """Objects of kinds nodewright does not read, as `Kind/name`."""
     warnings: list[str] = field(default_factory=list)
     """With `check_unread`: each kind and field that was read past, naming the source, the object and the field."""
+
+    def ignore_node_overlays(self) -> None:
+        """Drop the NodeOverlays read, with a warning naming each: the NodeOverlay feature gate is off."""
+        self.warnings.extend(
+            f"NodeOverlay {overlay.name}: the NodeOverlay feature gate is off (FEATURE_GATES); ignored"
+            for overlay in self.nodeoverlays
+        )
+        self.nodeoverlays.clear()
 
 
 def load_yaml(text: str, source: str) -> list[Any]:
@@ -126,12 +137,14 @@ _LISTS = {
     "Node": "nodes",
     "DaemonSet": "daemonsets",
     "PodDisruptionBudget": "pdbs",
+    "NodeOverlay": "nodeoverlays",
 }
 """Which list of `Manifests` holds each kind that is kept (workloads become pods)."""
 
 _CRDS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any]]] = {
     ("karpenter.sh", "NodePool"): (("karpenter.sh/v1",), NodePool.parse),
     ("karpenter.sh", "NodeClaim"): (("karpenter.sh/v1",), NodeClaim.parse),
+    ("karpenter.sh", "NodeOverlay"): (("karpenter.sh/v1alpha1",), NodeOverlay.parse),
     ("karpenter.azure.com", "AKSNodeClass"): (
         ("karpenter.azure.com/v1beta1", "karpenter.azure.com/v1alpha2"),
         AKSNodeClass.parse,

@@ -31,6 +31,7 @@ from core.disruption.repair import RefusedRepair, Repair, RepairPlan, plan_repai
 from core.disruption.replacements import Catalog
 from core.disruption.simulation import Sandbox
 from core.disruption.state import PlanState
+from core.instancetypes.overlay import OverlayVerdict
 from core.instancetypes.types import dollars
 from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
 
@@ -78,6 +79,8 @@ class DisruptionPlan:
     notes: tuple[str, ...]
     repairs: RepairPlan = field(default_factory=RepairPlan)
     """Node repair's decisions, when the options ask for it: forceful, outside budgets and validation."""
+    overlays: dict[str, OverlayVerdict] = field(default_factory=dict)
+    """Each NodeOverlay's verdict, by name, as the plan applied them (`core.instancetypes.overlay`)."""
 
     @property
     def savings_micros(self) -> int:
@@ -154,4 +157,5 @@ def plan_disruption(
         budgets=tuple(state.budgets.statuses()),
         notes=tuple(notes),
         repairs=repairs,
+        overlays=scheduling.overlays,
     )

@@ -30,6 +30,8 @@ class Offering:
     available: bool
     requirements: Requirements
     """Single-valued requirements: zone, capacity type, and any provider keys (placement scope, priority)."""
+    price_overlay: str | None = None
+    """The NodeOverlay that set this price (`core.instancetypes.overlay`), None for the provider's own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,8 @@ class InstanceType:
     offerings: tuple[Offering, ...]
     capacity: Resources
     overhead: Overhead = field(default_factory=Overhead)
+    capacity_overlays: tuple[str, ...] = ()
+    """The NodeOverlays that added extended resources to `capacity`."""
 
     def allocatable(self) -> Resources:
         """Capacity minus overhead, never below zero."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from core import labels
 from core.api.meta import Taint
+from core.instancetypes.overlay import overlay_annotations
 from core.instancetypes.types import InstanceType
 from core.resources import NODES, PODS, Resources
 from core.scheduling.inputs import NodePoolSpec, NodeSnapshot, SchedulingOptions
@@ -655,6 +656,7 @@ class Simulation:
         if any(requirement.min_values is not None for requirement in requirements):
             relaxed = bool(unmet_min_values(types, claim.mask, requirements))
             annotations[labels.MIN_VALUES_RELAXED] = "true" if relaxed else "false"
+        annotations.update(overlay_annotations([types.types[row] for row in ordered]))
         launches = launch_order(types, ordered, requirements)
         offered = types.offering_mask(requirements) & np.isin(types.offering_type, ordered)
         capacity_types = sorted(

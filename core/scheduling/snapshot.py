@@ -25,6 +25,7 @@ from core.api.nodepool import NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.images import NodeImages, bootable
+from core.instancetypes.overlay import OverlayPool, OverlayVerdict, apply_overlays
 from core.instancetypes.types import InstanceType
 from core.resources import min_each, parse_resources
 from core.scheduling import nominations
@@ -93,6 +94,8 @@ class SchedulingSnapshot:
     rescheduled: int = 0
     """How many of `pending` are bound to a Node being deleted (with `reschedule_deleting`)."""
     notes: list[str] = field(default_factory=list)
+    overlays: dict[str, OverlayVerdict] = field(default_factory=dict)
+    """Each NodeOverlay's verdict, by name (`core.instancetypes.overlay`)."""
 
 
 def merge(parts: Sequence[Manifests]) -> Manifests:
@@ -107,6 +110,7 @@ def merge(parts: Sequence[Manifests]) -> Manifests:
             "nodes",
             "daemonsets",
             "pdbs",
+            "nodeoverlays",
             "problems",
             "ignored",
             "warnings",
@@ -227,6 +231,23 @@ def _unbound(pod: Pod) -> Pod:
     return pod.model_copy(update={"spec": pod.spec.model_copy(update={"node_name": None})})
 
 
+def _overlay(snapshot: SchedulingSnapshot, manifests: Manifests) -> None:
+    """Apply the NodeOverlays to every pool's instance types; say which ones are not in force and why."""
+    pools = [OverlayPool(pool.name, pool.labels) for pool in snapshot.nodepools]
+    # Every listed type (existing nodes are priced from them too), then the bootable ones taken from those.
+    result = apply_overlays(manifests.nodeoverlays, pools, snapshot.listed_instance_types)
+    snapshot.listed_instance_types = result.instance_types
+    for name, types in snapshot.instance_types.items():
+        kept = {it.name for it in types}
+        snapshot.instance_types[name] = [it for it in result.instance_types.get(name, []) if it.name in kept]
+    snapshot.overlays = result.verdicts
+    snapshot.notes.extend(
+        f"NodeOverlay {name}: not applied ({verdict.reason}: {verdict.message})"
+        for name, verdict in sorted(result.verdicts.items())
+        if not verdict.valid
+    )
+
+
 def build_snapshot(
     manifests: Manifests,
     provider: InstanceTypeProvider,
@@ -268,6 +289,8 @@ def build_snapshot(
         if wanted:
             snapshot.left_out[pool.name] = wanted
             snapshot.notes.append(f"NodePool {pool.name}: {left_out_summary(wanted)}")
+    if manifests.nodeoverlays:
+        _overlay(snapshot, manifests)
 
     known_nodes = {node.metadata.name for node in manifests.nodes}
     bound: dict[str, list[Pod]] = {name: [] for name in known_nodes}

@@ -114,6 +114,8 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "karpenter.sh", "nodepools/status", "patch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses", "get list watch patch", ""),
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses/status", "patch", ""),
+        (CLUSTER, "karpenter.sh", "nodeoverlays", "get list watch", ""),
+        (CLUSTER, "karpenter.sh", "nodeoverlays/status", "patch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
         (CLUSTER, "", "pods/eviction", "create", ""),
@@ -141,6 +143,10 @@ NOT_EXERCISED = {
         "persistentvolumeclaims",
         "get",
     ): "only when a terminating node has VolumeAttachments and pods that stay",
+    ("karpenter.sh", "nodeoverlays", "get"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays", "list"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays", "watch"): "only with the NodeOverlay feature gate on",
+    ("karpenter.sh", "nodeoverlays/status", "patch"): "only with the NodeOverlay feature gate on",
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
@@ -366,6 +372,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "get aksnodeclasses.karpenter.azure.com",
             "patch nodepools.karpenter.sh",
             "patch aksnodeclasses.karpenter.azure.com",
+            "list nodeoverlays.karpenter.sh",
+            "patch nodeoverlays.karpenter.sh --subresource=status",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
             "patch events.events.k8s.io -n default",
@@ -389,6 +397,7 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "create nodepools.karpenter.sh",
             "update nodepools.karpenter.sh --subresource=status",
             "update aksnodeclasses.karpenter.azure.com",
+            "patch nodeoverlays.karpenter.sh",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",

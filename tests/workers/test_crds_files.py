@@ -32,6 +32,7 @@ def test_the_files_are_karpenters_names_and_read_back_as_the_definitions() -> No
     assert sorted(files) == [
         "karpenter.azure.com_aksnodeclasses.yaml",
         "karpenter.sh_nodeclaims.yaml",
+        "karpenter.sh_nodeoverlays.yaml",
         "karpenter.sh_nodepools.yaml",
     ]
     assert [yaml.safe_load(text) for text in files.values()] == custom_resource_definitions()

@@ -208,12 +208,19 @@ def test_names_are_karpenters() -> None:
     assert DEFINITIONS["AKSNodeClass"]["metadata"]["name"] == "aksnodeclasses.karpenter.azure.com"
     assert names["AKSNodeClass"]["shortNames"] == ["aksnc", "aksncs"]
     assert "shortNames" not in names["NodePool"] and "shortNames" not in names["NodeClaim"]
+    assert DEFINITIONS["NodeOverlay"]["metadata"]["name"] == "nodeoverlays.karpenter.sh"
+    assert names["NodeOverlay"]["shortNames"] == ["overlays"]
     for kind, name in names.items():
-        assert name["categories"] == ["karpenter", "nap"]
+        assert name["categories"] == (["karpenter"] if kind == "NodeOverlay" else ["karpenter", "nap"])
         assert name["listKind"] == f"{kind}List"
         assert name["singular"] == kind.lower()
     versions = {kind: [v["name"] for v in d["spec"]["versions"]] for kind, d in DEFINITIONS.items()}
-    assert versions == {"NodePool": ["v1"], "NodeClaim": ["v1"], "AKSNodeClass": ["v1beta1", "v1alpha2"]}
+    assert versions == {
+        "NodePool": ["v1"],
+        "NodeClaim": ["v1"],
+        "AKSNodeClass": ["v1beta1", "v1alpha2"],
+        "NodeOverlay": ["v1alpha1"],
+    }
 
 
 def columns(kind: str) -> list[tuple[str, str, str, int]]:
@@ -257,6 +264,13 @@ def test_kubectl_get_nodepools_shows_karpenters_columns() -> None:
 
 def test_kubectl_get_aksnodeclasses_shows_the_providers_columns() -> None:
     assert columns("AKSNodeClass") == [READY, AGE, ("ImageFamily", ".spec.imageFamily", "string", 1)]
+
+
+def test_the_nodeoverlay_crd_is_structural_with_karpenters_columns() -> None:
+    schema = DEFINITIONS["NodeOverlay"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert structural_problems(schema) == []
+    assert schema["properties"]["spec"]["required"] == ["requirements"]
+    assert columns("NodeOverlay") == [READY, AGE, ("Weight", ".spec.weight", "integer", 1)]
 
 
 def test_defaults_live_under_spec_only() -> None:
