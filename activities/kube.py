@@ -122,7 +122,11 @@ def _key(pod: Pod) -> str:
 async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
     """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone."""
 
+    nodepool = ""
+
     def change(claim: NodeClaim) -> None:
+        nonlocal nodepool
+        nodepool = claim.labels.get(labels.NODEPOOL, "")
         status = claim.status
         now = datetime.now(UTC)
         previous = status.condition(update.type)
@@ -162,8 +166,14 @@ async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
         await cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
     if update.event_reason:
         warning = update.event_type == "Warning"
-        event = kube_event("NodeClaim", update.name, update.event_reason, update.message, warning=warning)
+        message = update.event_message or update.message
+        event = kube_event("NodeClaim", update.name, update.event_reason, message, warning=warning)
         await cluster.record_event(event)
+        if update.nodepool_event and nodepool:
+            message = f"NodeClaim {update.name} event: {message}"
+            await cluster.record_event(
+                kube_event("NodePool", nodepool, update.event_reason, message, warning=warning)
+            )
     return True
 
 
@@ -287,6 +297,17 @@ class KubeActivities:
             await self.cluster.delete_node(node)
         except NotFoundError:
             return
+
+    @activity.defn(name=ActivityName.DELETE_UNREGISTERED_NODE)
+    async def delete_unregistered_node(self, provider_id: str) -> str | None:
+        """Delete the Node with this providerID, if any: its instance is gone, and its NodeClaim ended before it
+        registered (it joined while the NodeClaim was being deleted). Karpenter leaves such a Node to the cloud
+        node lifecycle controller; here nothing else would remove it. Returns its name."""
+        node = await self.cluster.find_node_by_provider_id(provider_id)
+        if node is None:
+            return None
+        await self.delete_node(node.metadata.name)
+        return node.metadata.name
 
     @activity.defn(name=ActivityName.DELETE_NODECLAIM)
     async def delete_nodeclaim(self, name: str) -> None:

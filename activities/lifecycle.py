@@ -7,6 +7,8 @@ how many NodeClaims per second one worker and server can bring up.
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 
 from activities.catalog_source import CatalogSource
@@ -32,6 +34,10 @@ from core.messages import (
 )
 from core.resources import format_resources
 
+logger = logging.getLogger(__name__)
+
+LAUNCH_FAILED = "LaunchFailed"
+"""Karpenter's reason on the Launched condition of a launch that failed."""
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
 
@@ -92,7 +98,10 @@ class LifecycleActivities:
         try:
             instance = await self.cloud.create(launch)
         except CloudError as error:
-            raise launch_failure(error, offering) from error
+            failure = launch_failure(error, offering)
+            if not failure.non_retryable:
+                await self._launch_failing(request.nodeclaim, str(error))
+            raise failure from error
         result = LaunchResult(
             name=instance.name,
             provider_id=instance.provider_id,
@@ -120,6 +129,17 @@ class LifecycleActivities:
             ),
         )
         return result
+
+    async def _launch_failing(self, nodeclaim: str, message: str) -> None:
+        """Karpenter's `Launched=Unknown` with reason `LaunchFailed` while a launch is retried (until its timeout);
+        best effort: the launch's own error is what counts."""
+        update = ConditionUpdate(
+            name=nodeclaim, type="Launched", status="Unknown", reason=LAUNCH_FAILED, message=message
+        )
+        try:
+            await apply_condition(self.cluster, update)
+        except Exception as error:
+            logger.warning("could not record the failed launch on NodeClaim %s: %s", nodeclaim, error)
 
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:

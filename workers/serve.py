@@ -173,7 +173,7 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
     from core.messages import ProvisionerInput
-    from workers.consolidate import disruption_input
+    from workers.consolidate import disruption_input, lifecycle_settings
     from workers.controller import Controller
     from workers.leader import LeaderElectionConfig, LeaderElector
 
@@ -198,6 +198,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
                 cluster=settings.cluster_name,
                 batch_idle_seconds=settings.batch_idle_seconds,
                 batch_max_seconds=settings.batch_max_seconds,
+                lifecycle=lifecycle_settings(settings),
             ),
             settings.task_queue,
             disruption=disruption_input(settings),

@@ -114,6 +114,7 @@ def activities_for(
         kube.begin_termination,
         kube.drain_node,
         kube.delete_node,
+        kube.delete_unregistered_node,
         kube.delete_nodeclaim,
         CloudActivities(metered).delete_instance,
         *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),
