@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -119,14 +120,19 @@ def _key(pod: Pod) -> str:
     return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
 
 
-async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
-    """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone."""
+async def apply_condition(
+    cluster: ClusterAPI, update: ConditionUpdate, unless: Callable[[NodeClaim], bool] | None = None
+) -> bool:
+    """Set one NodeClaim condition (and any status fields given), keeping Ready in step; False when it is gone.
+    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces)."""
 
     nodepool = ""
 
     def change(claim: NodeClaim) -> None:
         nonlocal nodepool
         nodepool = claim.labels.get(labels.NODEPOOL, "")
+        if unless is not None and unless(claim):
+            return
         status = claim.status
         now = datetime.now(UTC)
         previous = status.condition(update.type)

@@ -17,6 +17,7 @@ from activities.kube import apply_condition, node_state, register_node
 from activities.metrics import Metrics, default_metrics
 from core import labels
 from core.api.meta import Taint, TaintEffect
+from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider, LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import CloudError, NotFoundError
@@ -132,12 +133,18 @@ class LifecycleActivities:
 
     async def _launch_failing(self, nodeclaim: str, message: str) -> None:
         """Karpenter's `Launched=Unknown` with reason `LaunchFailed` while a launch is retried (until its timeout);
-        best effort: the launch's own error is what counts."""
+        never over a verdict (an attempt that outlived its timeout must not undo the lifecycle's Launched=False).
+        Best effort: the launch's own error is what counts."""
         update = ConditionUpdate(
             name=nodeclaim, type="Launched", status="Unknown", reason=LAUNCH_FAILED, message=message
         )
+
+        def decided(claim: NodeClaim) -> bool:
+            launched = claim.status.condition("Launched")
+            return launched is not None and launched.status != "Unknown"
+
         try:
-            await apply_condition(self.cluster, update)
+            await apply_condition(self.cluster, update, unless=decided)
         except Exception as error:
             logger.warning("could not record the failed launch on NodeClaim %s: %s", nodeclaim, error)
 
