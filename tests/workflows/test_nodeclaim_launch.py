@@ -25,6 +25,7 @@ from tests.workflows.conftest import (
     pinned,
     planned_claim,
 )
+from workers.explain import explain
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow
 
@@ -83,6 +84,12 @@ async def test_an_invalid_launch_is_launched_false_with_warnings_and_its_pods_go
     [on_pool] = await events(system.kube, "AsyncProvisioningError", {"default"})
     assert (on_pool["type"], on_pool["regarding"]["kind"]) == ("Warning", "NodePool")
     assert on_pool["note"] == f"NodeClaim {first} event: Failed to register: {failure.message}"
+    story = await explain(system.client, "nodeclaim", first)
+    assert story.failure == f"Launched=False (LaunchFailed): {failure.message}"
+    assert story.removal is not None
+    assert (story.removal.cause, story.removal.termination_reason) == (result.reason, "LaunchFailed")
+    [attempt] = story.launches
+    assert not attempt.launched and attempt.error.endswith(failure.message), attempt
     unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
     assert [(u.instance_type, u.zone, u.capacity_type, u.reason, u.nodeclass) for u in unavailable] == [
         (INSTANCE_TYPE, failure.zone, "on-demand", "Invalid", "default")
