@@ -147,6 +147,9 @@ class LifecycleSettings(BaseModel):
     launch_timeout_seconds: float = 300.0
     """Karpenter's liveness `LaunchTimeout`: a NodeClaim not launched this long after its lifecycle started is
     deleted (every attempt and retry shares it)."""
+    launch_attempt_timeout_seconds: float | None = None
+    """Start-to-close timeout of one launch attempt (an attempt lost with its worker is retried after it); None:
+    whatever is left of the launch timeout."""
     activity_timeout_seconds: float = 30.0
     """Start-to-close timeout of every other lifecycle activity (a dead worker's activity is retried after it)."""
 

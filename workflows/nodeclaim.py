@@ -190,7 +190,7 @@ class NodeClaimWorkflow:
                         startup_taints=claim.startup_taints,
                     ),
                     result_type=LaunchResult,
-                    start_to_close_timeout=left,
+                    start_to_close_timeout=self._attempt_timeout(left),
                     schedule_to_close_timeout=left if liveness else None,
                     retry_policy=RETRY,
                     summary=summaries.launch_summary(offering),
@@ -559,6 +559,11 @@ class NodeClaimWorkflow:
         if self._provisioner_given is not None:
             return self._provisioner_given
         return provisioner_id(self._cluster) if workflow.patched(CLUSTER_PROVISIONER) else None
+
+    def _attempt_timeout(self, left: timedelta) -> timedelta:
+        """One launch attempt's timeout: the attempt timeout when set, never past the launch's deadline."""
+        attempt = self._settings.launch_attempt_timeout_seconds
+        return left if attempt is None else min(left, timedelta(seconds=attempt))
 
     def _activity_timeout(self) -> timedelta:
         return timedelta(seconds=self._settings.activity_timeout_seconds)

@@ -86,7 +86,7 @@ def provisioner_input(cluster: str) -> ProvisionerInput:
             registration_ttl_seconds=120,
             poll_seconds=1,
             drain_retry_seconds=1,
-            launch_timeout_seconds=5,
+            launch_attempt_timeout_seconds=5,
             activity_timeout_seconds=5,
         ),
     )

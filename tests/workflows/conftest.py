@@ -60,7 +60,11 @@ PAUSE = "mcr.microsoft.com/oss/kubernetes/pause:3.6"
 """The image of every test pod (kwok runs no containers, but the API server requires an image)."""
 CATALOG = load_shipped_catalog("eastus")
 FAST = LifecycleSettings(
-    registration_ttl_seconds=3, poll_seconds=1, drain_retry_seconds=1, launch_timeout_seconds=30
+    registration_ttl_seconds=3,
+    poll_seconds=1,
+    drain_retry_seconds=1,
+    launch_timeout_seconds=120,
+    launch_attempt_timeout_seconds=30,
 )
 INSTANCE_TYPE = "Standard_D2s_v5"
 """A small amd64 size the example NodePool allows, on-demand in eastus-1..3 and without a zone ("0")."""
