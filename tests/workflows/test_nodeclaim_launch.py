@@ -160,6 +160,13 @@ async def test_a_nodeclaim_deleted_during_its_launch_leaves_no_node_vm_or_nic(sy
     assert await system.gone(claim.name, node)
     assert await nics(system) == []
     assert await system.kube.list_nodes() == []
+    story = await explain(system.client, "nodeclaim", claim.name)
+    assert story.removal is not None
+    assert [step.what for step in story.removal.steps] == [
+        "instance deleted",
+        f"node {node} deleted (it joined after all)",
+        "NodeClaim deleted (finalizer removed)",
+    ]
 
 
 async def _nic_requested(system: System) -> bool:
