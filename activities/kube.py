@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -204,10 +205,19 @@ async def clear_nodeclaim_condition(cluster: ClusterAPI, name: str, condition_ty
     return await cluster.change_nodeclaim_status(name, change)
 
 
-async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
-    """Set one NodeClaim condition (and any status fields given), see `set_condition`; False when it is gone."""
+async def apply_condition(
+    cluster: ClusterAPI, update: ConditionUpdate, unless: Callable[[NodeClaim], bool] | None = None
+) -> bool:
+    """Set one NodeClaim condition (and any status fields given), see `set_condition`; False when it is gone.
+    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces)."""
+
+    nodepool = ""
 
     def change(claim: NodeClaim) -> None:
+        nonlocal nodepool
+        nodepool = claim.labels.get(labels.NODEPOOL, "")
+        if unless is not None and unless(claim):
+            return
         status = claim.status
         set_condition(claim, update.type, update.status, update.reason, update.message)
         if update.provider_id is not None:
@@ -227,8 +237,14 @@ async def apply_condition(cluster: ClusterAPI, update: ConditionUpdate) -> bool:
         await cluster.patch_nodeclaim_metadata(update.name, labels=update.labels)
     if update.event_reason:
         warning = update.event_type == "Warning"
-        event = kube_event("NodeClaim", update.name, update.event_reason, update.message, warning=warning)
+        message = update.event_message or update.message
+        event = kube_event("NodeClaim", update.name, update.event_reason, message, warning=warning)
         await cluster.record_event(event)
+        if update.nodepool_event and nodepool:
+            message = f"NodeClaim {update.name} event: {message}"
+            await cluster.record_event(
+                kube_event("NodePool", nodepool, update.event_reason, message, warning=warning)
+            )
     return True
 
 
@@ -478,6 +494,17 @@ class KubeActivities:
             await self.cluster.delete_node(node)
         except NotFoundError:
             return
+
+    @activity.defn(name=ActivityName.DELETE_UNREGISTERED_NODE)
+    async def delete_unregistered_node(self, provider_id: str) -> str | None:
+        """Delete the Node with this providerID, if any: its instance is gone, and its NodeClaim ended before it
+        registered (it joined while the NodeClaim was being deleted). Karpenter leaves such a Node to the cloud
+        node lifecycle controller; here nothing else would remove it. Returns its name."""
+        node = await self.cluster.find_node_by_provider_id(provider_id)
+        if node is None:
+            return None
+        await self.delete_node(node.metadata.name)
+        return node.metadata.name
 
     @activity.defn(name=ActivityName.DELETE_NODECLAIM)
     async def delete_nodeclaim(self, name: str) -> None:

@@ -7,6 +7,8 @@ how many NodeClaims per second one worker and server can bring up.
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 
 from activities.azure.nodeclass import ClusterNodeClasses
@@ -17,6 +19,7 @@ from activities.kube import apply_condition, node_state, register_node
 from activities.metrics import Metrics, default_metrics
 from core import labels
 from core.api.meta import Taint, TaintEffect
+from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider, LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import CloudError, NotFoundError
@@ -35,6 +38,10 @@ from core.messages import (
 from core.resources import format_resources
 from core.scheduling.snapshot import azure_provider
 
+logger = logging.getLogger(__name__)
+
+LAUNCH_FAILED = "LaunchFailed"
+"""Karpenter's reason on the Launched condition of a launch that failed."""
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
 
@@ -108,7 +115,10 @@ class LifecycleActivities:
             async with heartbeating():  # a worker that dies mid-launch is noticed in a heartbeat timeout
                 instance = await self.cloud.create(launch)
         except CloudError as error:
-            raise launch_failure(error, offering) from error
+            failure = launch_failure(error, offering)
+            if not failure.non_retryable:
+                await self._launch_failing(request.nodeclaim, str(error))
+            raise failure from error
         result = LaunchResult(
             name=instance.name,
             provider_id=instance.provider_id,
@@ -136,6 +146,23 @@ class LifecycleActivities:
             ),
         )
         return result
+
+    async def _launch_failing(self, nodeclaim: str, message: str) -> None:
+        """Karpenter's `Launched=Unknown` with reason `LaunchFailed` while a launch is retried (until its timeout);
+        never over a verdict (an attempt that outlived its timeout must not undo the lifecycle's Launched=False).
+        Best effort: the launch's own error is what counts."""
+        update = ConditionUpdate(
+            name=nodeclaim, type="Launched", status="Unknown", reason=LAUNCH_FAILED, message=message
+        )
+
+        def decided(claim: NodeClaim) -> bool:
+            launched = claim.status.condition("Launched")
+            return launched is not None and launched.status != "Unknown"
+
+        try:
+            await apply_condition(self.cluster, update, unless=decided)
+        except Exception as error:
+            logger.warning("could not record the failed launch on NodeClaim %s: %s", nodeclaim, error)
 
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:

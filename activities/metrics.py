@@ -141,7 +141,10 @@ class DisruptedReason(StrEnum):
     DRIFTED = "drifted"
     EXPIRED = "expired"
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
+    LAUNCH_TIMEOUT = "launch_timeout"
     REGISTRATION_TIMEOUT = "registration_timeout"
+    ASYNC_PROVISIONING = "async_provisioning"
+    """The AKS provider's reason for a NodeClaim deleted because its instance's creation failed."""
     INTERRUPTED = "interrupted"
     UNHEALTHY = "unhealthy"
 
@@ -174,6 +177,8 @@ def snake_case(text: str) -> str:
 def disrupted_reason(update: ConditionUpdate) -> str | None:
     """The disruption a NodeClaim condition update records, if any: the `DisruptionReason` condition a
     disruption command sets, and the launch and registration failures Karpenter counts as disruptions."""
+    if update.disrupted:
+        return update.disrupted
     if update.type == "DisruptionReason" and update.status == "True":
         return snake_case(update.reason)
     if update.type == "Launched" and update.status == "False" and update.reason == "LaunchFailed":
@@ -230,7 +235,8 @@ class Metrics:
         self.nodeclaims_disrupted = Counter(
             "karpenter_nodeclaims_disrupted_total",
             "NodeClaims disrupted, by reason (underutilized, empty, drifted, expired, interrupted, unhealthy, "
-            "insufficient_capacity, registration_timeout), NodePool, capacity type, consolidation policy and termination mode.",
+            "insufficient_capacity, launch_timeout, registration_timeout, async_provisioning), NodePool, "
+            "capacity type, consolidation policy and termination mode.",
             ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
             registry=registry,
         )

@@ -44,6 +44,7 @@ from core.messages import (
     PlanInput,
     PlannedNodeClaim,
     PlanResult,
+    UnavailableOffering,
 )
 from core.resources import format_resources
 from core.scheduling.inputs import SchedulingOptions
@@ -154,6 +155,7 @@ def planned(
         batch=batch,
         expire_after_seconds=_seconds(pool, "expire"),
         termination_grace_period_seconds=_seconds(pool, "grace"),
+        nodeclass=pool.spec.template.spec.node_class_ref.name if pool else "",
     )
 
 
@@ -241,13 +243,10 @@ class PlanningActivities:
     async def _plan(self, request: PlanInput) -> PlanResult:
         manifests = await self.cluster.snapshot()
         now = datetime.now(UTC)
-        unavailable = {
-            (u.instance_type, u.zone, u.capacity_type) for u in request.unavailable if u.until > now
-        }
         snapshot = await asyncio.to_thread(
             build_snapshot,
             manifests,
-            self._provider(frozenset(unavailable)),
+            self._unavailable_aware(request.unavailable, now),
             reschedule_deleting=True,
             now=now,
         )
@@ -384,6 +383,23 @@ class PlanningActivities:
             },
             unschedulable_count=len(results.unschedulable),
         )
+
+    def _unavailable_aware(
+        self, unavailable: Sequence[UnavailableOffering], now: datetime
+    ) -> InstanceTypeProvider:
+        """Instance types without the offerings ruled out for every NodeClass, and for a NodeClass the ones ruled
+        out for it alone (a launch of its own failed)."""
+        live = [u for u in unavailable if u.until > now]
+        everywhere = frozenset((u.instance_type, u.zone, u.capacity_type) for u in live if not u.nodeclass)
+        scoped: dict[str, set[tuple[str, str, str]]] = {}
+        for u in live:
+            if u.nodeclass:
+                scoped.setdefault(u.nodeclass, set()).add((u.instance_type, u.zone, u.capacity_type))
+        common = self._provider(everywhere)
+        if not scoped:
+            return common
+        own = {name: self._provider(everywhere | offerings) for name, offerings in scoped.items()}
+        return lambda nodeclass: own.get(nodeclass.metadata.name if nodeclass else "", common)(nodeclass)
 
     def _provider(self, unavailable: frozenset[tuple[str, str, str]]) -> InstanceTypeProvider:
         # Building instance types from the catalog takes a tenth of a second; plans mostly repeat the same

@@ -27,13 +27,17 @@ class OfferingChoice(BaseModel):
 
 
 class UnavailableOffering(BaseModel):
-    """An offering a capacity or quota error ruled out, until `until`."""
+    """An offering a launch failure ruled out, until `until`: for every NodeClass (capacity, quota), or only for
+    the NodeClaims of `nodeclass` (a launch that failed for a reason of its own, e.g. an image the size cannot
+    boot)."""
 
     instance_type: str
     zone: str
     capacity_type: str
     until: datetime
     reason: str = ""
+    nodeclass: str = ""
+    """The AKSNodeClass it is unavailable for; empty: for all."""
 
 
 class PlanInput(BaseModel):
@@ -75,6 +79,8 @@ class PlannedNodeClaim(BaseModel):
     """The provisioner batch that planned it."""
     expire_after_seconds: float | None = None
     termination_grace_period_seconds: float | None = None
+    nodeclass: str = ""
+    """Its NodePool's AKSNodeClass: a launch failure of its own rules the offering out for it alone."""
 
 
 class NodeClaimSummary(BaseModel):
@@ -148,6 +154,11 @@ class LifecycleSettings(BaseModel):
     """Karpenter's MinDrainTime: a node counts as drained only this long after its drain began, so that pods
     bound just before the disrupted taint landed are drained too."""
     launch_timeout_seconds: float = 300.0
+    """Karpenter's liveness `LaunchTimeout`: a NodeClaim not launched this long after its lifecycle started is
+    deleted (every attempt and retry shares it)."""
+    launch_attempt_timeout_seconds: float | None = None
+    """Start-to-close timeout of one launch attempt (an attempt lost with its worker is retried after it); None:
+    whatever is left of the launch timeout."""
     launch_heartbeat_seconds: float = 15.0
     """A launch that has not heartbeated for this long (it beats every second) is retried: its worker died, or lost
     it, and a retry finds the VM an earlier attempt created by its name."""
@@ -223,6 +234,8 @@ class TerminationReason(StrEnum):
     """No Node registered within the registration TTL (Karpenter's liveness check)."""
     LAUNCH_FAILED = "LaunchFailed"
     """No offering could be launched."""
+    LAUNCH_TIMEOUT = "LaunchTimeout"
+    """Not launched within the launch timeout (Karpenter's liveness check)."""
     INTERRUPTED = "Interrupted"
     """Azure is evicting its Spot VM (a Preempt Scheduled Event): drained by the event's deadline."""
     UNHEALTHY = "Unhealthy"
@@ -298,6 +311,13 @@ class ConditionUpdate(BaseModel):
     """When set, also record a Kubernetes Event on the NodeClaim with this reason and `message`."""
     event_type: str = "Normal"
     image_id: str | None = None
+    event_message: str = ""
+    """The event's message, when it is not `message`."""
+    nodepool_event: bool = False
+    """Record the event on the NodeClaim's NodePool too."""
+    disrupted: str = ""
+    """The `nodeclaims_disrupted_total` reason this update records, when it is not the one its condition implies
+    (`activities.metrics.disrupted_reason`)."""
 
 
 class LifecycleStatus(BaseModel):
@@ -334,6 +354,9 @@ class ActivityName(StrEnum):
     DELETE_NODE = "delete_node"
     DELETE_NODECLAIM = "delete_nodeclaim"
     DELETE_INSTANCE = "delete_instance"
+    DELETE_UNREGISTERED_NODE = "delete_unregistered_node"
+    """Delete the Node an instance registered after its lifecycle stopped waiting for it (the cloud node lifecycle
+    controller's part, once the instance is gone)."""
     BEGIN_TERMINATION = "begin_termination"
     """Mark the NodeClaim deleting (its finalizer holds it) and taint its Node: Karpenter's start of termination."""
     PLAN_DISRUPTION = "plan_disruption"

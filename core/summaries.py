@@ -406,6 +406,20 @@ def registration_timed_out(provider_id: str, ttl_seconds: float) -> str:
     return f"registration TTL ({duration(ttl_seconds)}) expired: no Node registered with providerID {provider_id}"
 
 
+def launch_timed_out(timeout_seconds: float) -> str:
+    return f"launch timeout ({duration(timeout_seconds)}) expired: no instance was launched"
+
+
+def launch_error(failure: LaunchFailure) -> str:
+    """A launch that failed for a reason of its own (not capacity or quota), with the offering and the error."""
+    where = f" {failure.zone}" if zonal(failure.zone) else ", no zone"
+    return f"launch failed: {failure.instance_type} {failure.capacity_type}{where}: {failure.message}"
+
+
+def delete_unregistered_node_summary(provider_id: str) -> str:
+    return f"delete any Node of VM {vm_name(provider_id)} that registered after all"
+
+
 def launch_failed(failures: Sequence[LaunchFailure]) -> str:
     """Every offering tried with its kind of error, and the last error's message."""
     if not failures:

@@ -25,6 +25,7 @@ from core.messages import (
     DisruptionMode,
     DisruptionSettings,
     DisruptionStatus,
+    LifecycleSettings,
 )
 from workers.settings import Settings
 from workers.tables import render_disruption_table
@@ -46,9 +47,21 @@ def disruption_settings(settings: Settings) -> DisruptionSettings:
     )
 
 
+def lifecycle_settings(settings: Settings) -> LifecycleSettings:
+    """The NodeClaim lifecycles' liveness from the process settings (their other waits keep their defaults)."""
+    return LifecycleSettings(
+        registration_ttl_seconds=settings.registration_ttl_seconds,
+        launch_timeout_seconds=settings.launch_timeout_seconds,
+    )
+
+
 def disruption_input(settings: Settings) -> DisruptionInput:
     """The automatic disruption loop the controller starts."""
-    return DisruptionInput(cluster=settings.cluster_name, settings=disruption_settings(settings))
+    return DisruptionInput(
+        cluster=settings.cluster_name,
+        settings=disruption_settings(settings),
+        lifecycle=lifecycle_settings(settings),
+    )
 
 
 def add_consolidate_parser(commands: Any) -> None:

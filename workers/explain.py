@@ -372,6 +372,9 @@ async def nodeclaim_story(
                 blocked = f"drain: {len(drain.blocked)} eviction(s) blocked, e.g. {pod}: {why}"
                 if not removal.steps or removal.steps[-1].what != blocked:
                     removal.steps.append(Step(at=ended, what=blocked))
+        elif call.name == ActivityName.DELETE_UNREGISTERED_NODE and call.result is not None:
+            if late := await decoder.one(call.result, str):
+                removal.steps.append(Step(at=ended, what=f"node {late} deleted (it joined after all)"))
         elif call.name in _DELETIONS and call.result is not None:
             removal.steps.append(Step(at=ended, what=_DELETIONS[call.name]))
     if events.result is not None:

@@ -213,11 +213,15 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
 
 
 def provisioner_input(settings: Settings) -> ProvisionerInput:
-    """The provisioner the controller starts, with the batching window and minValues policy of the settings."""
+    """The provisioner the controller starts, with the batching window, lifecycle timeouts and minValues policy of
+    the settings."""
+    from workers.consolidate import lifecycle_settings
+
     return ProvisionerInput(
         cluster=settings.cluster_name,
         batch_idle_seconds=settings.batch_idle_seconds,
         batch_max_seconds=settings.batch_max_seconds,
+        lifecycle=lifecycle_settings(settings),
         min_values_policy=settings.min_values_policy,
     )
 

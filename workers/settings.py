@@ -118,6 +118,11 @@ class Settings(BaseSettings):
     batch_idle_seconds: float = Field(default=1.0, gt=0)
     batch_max_seconds: float = Field(default=10.0, gt=0)
     registration_ttl_seconds: float = Field(default=900.0, gt=0)
+    """A launched NodeClaim whose Node has not registered this long after the launch is deleted (Karpenter's
+    15 min)."""
+    launch_timeout_seconds: float = Field(default=300.0, gt=0)
+    """A NodeClaim not launched this long after its lifecycle started is deleted (Karpenter's `LaunchTimeout`,
+    5 min)."""
     region: str = Field(default="eastus", pattern=r"^[a-z0-9]+$")
     log_level: LogLevel = LogLevel.INFO
     disruption_poll_seconds: float = Field(default=10.0, gt=0)
@@ -255,6 +260,10 @@ class Settings(BaseSettings):
     @property
     def registration_ttl(self) -> timedelta:
         return timedelta(seconds=self.registration_ttl_seconds)
+
+    @property
+    def launch_timeout(self) -> timedelta:
+        return timedelta(seconds=self.launch_timeout_seconds)
 
     @property
     def shutdown_grace(self) -> timedelta:

@@ -115,6 +115,7 @@ def activities_for(
         kube.drain_node,
         kube.await_volume_detachment,
         kube.delete_node,
+        kube.delete_unregistered_node,
         kube.delete_nodeclaim,
         CloudActivities(metered, cluster).delete_instance,
         *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),

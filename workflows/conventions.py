@@ -15,3 +15,8 @@ RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=time
 def log(message: str, **fields: Any) -> None:
     """A Karpenter-style log line: the message Karpenter writes, with its fields (silent during replay)."""
     workflow.logger.info(message, extra={"karpenter": fields})
+
+
+def log_error(message: str, **fields: Any) -> None:
+    """A Karpenter-style line at error level, where Karpenter logs an error (silent during replay)."""
+    workflow.logger.error(message, extra={"karpenter": fields})

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 # Passed through, as everything the lifecycle imports but itself: the sandbox runs only this module afresh for
 # every NodeClaim it starts or replays.
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         NodeState,
         OfferingChoice,
         Phase,
+        PodsPending,
         RegisterInput,
         TerminationReason,
         TerminationStart,
@@ -48,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
         VolumeDetachmentResult,
     )
     from workflows import search_attributes as attributes
-    from workflows.conventions import RETRY, log
+    from workflows.conventions import RETRY, log, log_error
     from workflows.ids import provisioner_id
 
 EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
@@ -69,6 +71,20 @@ VOLUME_DETACHMENT = "volume-detachment"
 deleted the instance right after the drain)."""
 SPOT_INTERRUPTION = "SpotInterruption"
 """Why an interrupted offering is unavailable, in the provisioner's cache."""
+LAUNCH_LIVENESS = "launch-liveness"
+"""Patch: Karpenter's launch liveness. Every attempt of the launch shares one deadline (`launch_timeout_seconds`
+from the start), after which the NodeClaim is deleted; a failure that is not capacity or quota (an invalid
+request, an image, a permission) deletes it with Launched=False and rules its offering out for the NodeClass; a
+failed launch has the provisioner plan its pods again; a Node that registers for a NodeClaim that ended before
+registering is deleted with its instance. Histories from before it gave each attempt the whole timeout, failed
+the workflow on such errors, and left such Nodes."""
+LAUNCH_FAILED = "LaunchFailed"
+"""Karpenter's reason on the Launched condition of a failed launch."""
+LAUNCH_TIMEOUT = "LaunchTimeout"
+ASYNC_PROVISIONING_ERROR = "AsyncProvisioningError"
+"""The AKS provider's event on a NodeClaim whose instance could not be created (it deletes the NodeClaim)."""
+EVENT_MESSAGE_LENGTH = 500
+"""The AKS provider cuts its events' error text to this many characters."""
 
 
 def disruption_reason(reason: str) -> TerminationReason:
@@ -155,9 +171,15 @@ class NodeClaimWorkflow:
 
     async def _launch(self) -> bool:
         claim = self._claim
+        liveness = workflow.patched(LAUNCH_LIVENESS)
+        timeout = timedelta(seconds=self._settings.launch_timeout_seconds)
+        deadline = workflow.info().start_time + timeout
         for offering in claim.launch_candidates:
             if self._deletion is not None:
                 return False
+            left = deadline - workflow.now() if liveness else timeout
+            if left <= timedelta(0):
+                return await self._launch_timed_out(None)
             workflow.set_current_details(
                 f"launching {offering.instance_type} in {offering.zone} ({offering.capacity_type})"
             )
@@ -173,15 +195,20 @@ class NodeClaimWorkflow:
                         startup_taints=claim.startup_taints,
                     ),
                     result_type=LaunchResult,
-                    start_to_close_timeout=timedelta(seconds=self._settings.launch_timeout_seconds),
+                    start_to_close_timeout=self._attempt_timeout(left),
+                    schedule_to_close_timeout=left if liveness else None,
                     heartbeat_timeout=timedelta(seconds=self._settings.launch_heartbeat_seconds),
                     retry_policy=RETRY,
                     summary=summaries.launch_summary(offering),
                 )
             except ActivityError as error:
                 failure = self._offering_failure(error, offering)
-                if failure is None:
+                if failure is None and not liveness:
                     raise
+                if failure is None and _timed_out(error):
+                    return await self._launch_timed_out(error)
+                if failure is None:
+                    return await self._launch_error(error, offering)
                 self._status.launch_failures.append(failure)
                 log(
                     "failed launching nodeclaim, trying the next offering",
@@ -218,6 +245,7 @@ class NodeClaimWorkflow:
         self._publish(Phase.REGISTERING)
 
     async def _fail_launch(self) -> bool:
+        """Every offering ran out of capacity or quota (each is ruled out already): delete the NodeClaim."""
         message = summaries.launch_failed(self._status.launch_failures)
         self._ended(TerminationReason.LAUNCH_FAILED, message)
         await self._condition(
@@ -230,6 +258,81 @@ class NodeClaimWorkflow:
         )
         log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)
         await self._delete_nodeclaim()
+        if workflow.patched(LAUNCH_LIVENESS):
+            await self._plan_again()
+        self._publish(Phase.FAILED)
+        return False
+
+    async def _launch_error(self, error: ActivityError, offering: OfferingChoice) -> bool:
+        """A launch failed for a reason of its own (not capacity or quota: an invalid request, an image the size
+        cannot boot, a permission), which no retry mends: Launched=False with the error, a warning on the NodeClaim
+        and its NodePool, the offering ruled out for this NodeClass for a while, the NodeClaim deleted and its
+        pods planned again (elsewhere)."""
+        claim = self._claim
+        cause = error.cause
+        kind = (cause.type if isinstance(cause, ApplicationError) else None) or type(cause or error).__name__
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause or error.message)
+        failure = LaunchFailure(
+            instance_type=offering.instance_type,
+            zone=offering.zone,
+            capacity_type=offering.capacity_type,
+            kind=kind,
+            message=message,
+        )
+        self._status.launch_failures.append(failure)
+        self._ended(TerminationReason.LAUNCH_FAILED, summaries.launch_error(failure))
+        await self._condition(
+            "Launched",
+            "False",
+            reason=LAUNCH_FAILED,
+            message=message,
+            event_reason=ASYNC_PROVISIONING_ERROR,
+            event_type="Warning",
+            event_message=f"Failed to register: {_truncated(message, EVENT_MESSAGE_LENGTH)}",
+            nodepool_event=True,
+            disrupted="async_provisioning",
+        )
+        log_error(
+            "failed launching nodeclaim",
+            NodeClaim=claim.name,
+            **{"instance-type": offering.instance_type, "zone": offering.zone},
+            **{"capacity-type": offering.capacity_type, "error": message},
+        )
+        await self._report_unavailable(
+            offering.instance_type, offering.zone, offering.capacity_type, kind, claim.nodeclass
+        )
+        await self._delete_nodeclaim()
+        await self._plan_again()
+        self._publish(Phase.FAILED)
+        return False
+
+    async def _launch_timed_out(self, error: ActivityError | None) -> bool:
+        """Karpenter's liveness: not launched within the launch timeout. Whatever the launch made goes, then the
+        NodeClaim, and its pods are planned again."""
+        timeout = self._settings.launch_timeout_seconds
+        message = summaries.launch_timed_out(timeout)
+        last = _last_error(error)
+        if last:
+            message += f"; last error: {last}"
+        self._ended(TerminationReason.LAUNCH_TIMEOUT, message)
+        await self._condition(
+            "Launched",
+            "False",
+            reason=LAUNCH_TIMEOUT,
+            message=message,
+            event_reason=LAUNCH_TIMEOUT,
+            event_type="Warning",
+            disrupted="launch_timeout",
+        )
+        log(
+            "terminating due to timeout",
+            NodeClaim=self._claim.name,
+            timeout=summaries.duration(timeout),
+            reason="launch_timeout",
+        )
+        await self._delete_instance()
+        await self._delete_nodeclaim()
+        await self._plan_again()
         self._publish(Phase.FAILED)
         return False
 
@@ -275,8 +378,14 @@ class NodeClaimWorkflow:
                 event_reason="RegistrationTimeout",
                 event_type="Warning",
             )
-            log("nodeclaim registration timed out, deleting", NodeClaim=self._claim.name, ttl=str(ttl))
+            log(
+                "terminating due to timeout",
+                NodeClaim=self._claim.name,
+                timeout=summaries.duration(ttl.total_seconds()),
+                reason="registration_timeout",
+            )
             await self._delete_instance()
+            await self._delete_late_node()
             await self._delete_nodeclaim()
             self._publish(Phase.FAILED)
             return False
@@ -348,6 +457,8 @@ class NodeClaimWorkflow:
         if node is not None:
             await self._activity(ActivityName.DELETE_NODE, node, summary=summaries.delete_node_summary(node))
             log("deleted node", Node=node)
+        else:
+            await self._delete_late_node()
         await self._delete_nodeclaim()
         self._publish(Phase.TERMINATED)
 
@@ -503,6 +614,11 @@ class NodeClaimWorkflow:
             return self._provisioner_given
         return provisioner_id(self._cluster) if workflow.patched(CLUSTER_PROVISIONER) else None
 
+    def _attempt_timeout(self, left: timedelta) -> timedelta:
+        """One launch attempt's timeout: the attempt timeout when set, never past the launch's deadline."""
+        attempt = self._settings.launch_attempt_timeout_seconds
+        return left if attempt is None else min(left, timedelta(seconds=attempt))
+
     def _activity_timeout(self) -> timedelta:
         return timedelta(seconds=self._settings.activity_timeout_seconds)
 
@@ -579,6 +695,26 @@ class NodeClaimWorkflow:
         summary = summaries.delete_instance_summary(self._claim.name, self._status.provider_id)
         await self._activity(ActivityName.DELETE_INSTANCE, self._claim.name, summary=summary)
 
+    async def _delete_late_node(self) -> None:
+        """Once the instance is gone: delete the Node it registered after this lifecycle stopped waiting for one
+        (the NodeClaim was deleted during its launch, or registration timed out as the Node joined)."""
+        provider_id = self._status.provider_id
+        if not provider_id or not workflow.patched(LAUNCH_LIVENESS):
+            return
+        summary = summaries.delete_unregistered_node_summary(provider_id)
+        node = await self._activity(ActivityName.DELETE_UNREGISTERED_NODE, provider_id, summary=summary)
+        if node:
+            log("deleted node", Node=node)
+
+    async def _plan_again(self) -> None:
+        """Have the provisioner plan the pods this NodeClaim was for, now that it is gone (the plan takes every
+        pending pod; these only wake it)."""
+        pods = self._claim.pods
+        if pods:
+            await self._tell_provisioner(
+                "pods_pending", PodsPending(pods=pods), f"{len(pods)} pod(s) are pending"
+            )
+
     async def _delete_nodeclaim(self) -> None:
         summary = summaries.delete_nodeclaim_summary(self._claim.name)
         await self._activity(ActivityName.DELETE_NODECLAIM, self._claim.name, summary=summary)
@@ -598,8 +734,10 @@ class NodeClaimWorkflow:
         return None
 
     async def _report_unavailable(
-        self, instance_type: str, zone: str, capacity_type: str, reason: str
+        self, instance_type: str, zone: str, capacity_type: str, reason: str, nodeclass: str = ""
     ) -> None:
+        """Rule the offering out of the provisioner's next plans for a while: for every NodeClass, or for
+        `nodeclass` alone."""
         if self._provisioner() is None:
             return
         offering = UnavailableOffering(
@@ -608,12 +746,15 @@ class NodeClaimWorkflow:
             capacity_type=capacity_type,
             until=workflow.now() + timedelta(minutes=3),
             reason=reason,
+            nodeclass=nodeclass,
         )
+        scope = {"AKSNodeClass": nodeclass} if nodeclass else {}
         log(
             "marked offering unavailable",
             NodeClaim=self._claim.name,
             **{"instance-type": instance_type, "zone": zone},
             **{"capacity-type": capacity_type, "reason": reason},
+            **scope,
         )
         # Between runs, the provisioner's next plan learns from the cloud anyway.
         await self._tell_provisioner("offering_unavailable", offering, f"{instance_type} is unavailable")
@@ -649,3 +790,22 @@ class NodeClaimWorkflow:
         updates = [update for update in updates if held.get(update.key) != update.value]
         if updates:
             workflow.upsert_search_attributes(updates)
+
+
+def _timed_out(error: ActivityError) -> bool:
+    """Whether the launch ran out of time (an attempt's timeout, or no time left for another retry)."""
+    return isinstance(error.cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT
+
+
+def _last_error(error: ActivityError | None) -> str:
+    """The message of the last failure behind a timed-out launch, if one failed before time ran out."""
+    cause: BaseException | None = error.cause if error is not None else None
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            return cause.message
+        cause = cause.__cause__
+    return ""
+
+
+def _truncated(text: str, length: int) -> str:
+    return text if len(text) < length else text[:length] + "..."

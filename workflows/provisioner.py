@@ -5,7 +5,8 @@ The controller signals pods kube-scheduler could not place. Signals are batched 
 planning activity runs the scheduler on a fresh snapshot, creates the NodeClaims it decided and starts a
 lifecycle workflow for each (from the activity, so this history holds one summary line per NodeClaim whatever
 the batch size). Offerings that failed with capacity or quota errors are remembered for a
-while and excluded from planning. The workflow continues as new every so many batches to keep its history short.
+while and excluded from planning, as are, for their NodeClass alone, offerings whose launch failed otherwise.
+The workflow continues as new every so many batches to keep its history short.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class ProvisionerWorkflow:
         self._pending: set[str] = set(request.pending)
         self._leaving: set[str] = set(request.leaving)
         self._signals = 0
-        self._unavailable = {(u.instance_type, u.zone, u.capacity_type): u for u in request.unavailable}
+        self._unavailable = {_key(u): u for u in request.unavailable}
         self._unavailable_ttl = request.unavailable_ttl_seconds
         self._batches = 0
 
@@ -57,8 +58,7 @@ class ProvisionerWorkflow:
     def offering_unavailable(self, offering: UnavailableOffering) -> None:
         # Never longer than the provisioner's TTL, whatever the reporter asked for.
         until = min(offering.until, workflow.now() + timedelta(seconds=self._unavailable_ttl))
-        key = (offering.instance_type, offering.zone, offering.capacity_type)
-        self._unavailable[key] = offering.model_copy(update={"until": until})
+        self._unavailable[_key(offering)] = offering.model_copy(update={"until": until})
 
     @workflow.query
     def unavailable_offerings(self) -> list[UnavailableOffering]:
@@ -139,3 +139,8 @@ class ProvisionerWorkflow:
     def _live_unavailable(self) -> list[UnavailableOffering]:
         now = workflow.now()
         return [offering for offering in self._unavailable.values() if offering.until > now]
+
+
+def _key(offering: UnavailableOffering) -> tuple[str, str, str, str]:
+    """One entry per offering and scope (every NodeClass, or one)."""
+    return (offering.instance_type, offering.zone, offering.capacity_type, offering.nodeclass)

@@ -5,6 +5,7 @@ why its launch was chosen. The pods are ones kube-scheduler found no node for.""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,11 +13,12 @@ import pytest
 from activities.kube import apply_condition
 from activities.planning import PlanningActivities, existing_targets, planned
 from core import labels
+from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import pod_requests
 from core.api.manifests import Manifests
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
-from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput
+from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput, UnavailableOffering
 from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim
 from tests.cluster import activity_environment, apply_examples, events, scale_pending, unschedulable
@@ -311,3 +313,39 @@ def test_nominated_names_the_nodeclaim_and_node_as_karpenter_does() -> None:
     assert target("a") == f"nodeclaim/{claim.name}, node/a"
     assert target(launching.name) == f"nodeclaim/{launching.name}"
     assert target("c") == "node/c"
+
+
+def test_an_offering_ruled_out_for_one_nodeclass_stays_available_to_the_others() -> None:
+    activities = PlanningActivities(None, load_shipped_catalog("eastus"), _no_lifecycle)  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    until = now + timedelta(minutes=3)
+    unavailable = [
+        UnavailableOffering(
+            instance_type="Standard_D2s_v5",
+            zone="eastus-1",
+            capacity_type="on-demand",
+            until=until,
+            reason="Invalid",
+            nodeclass="broken",
+        ),
+        UnavailableOffering(
+            instance_type="Standard_D2s_v5", zone="eastus-2", capacity_type="spot", until=until, reason="x"
+        ),
+        UnavailableOffering(  # expired
+            instance_type="Standard_D2s_v5", zone="eastus-3", capacity_type="spot", until=now, reason="x"
+        ),
+    ]
+    provide = activities._unavailable_aware(unavailable, now)
+
+    def unavailable_for(nodeclass: str | None) -> set[tuple[str, str]]:
+        klass = None if nodeclass is None else AKSNodeClass.parse({"metadata": {"name": nodeclass}})
+        [d2] = [t for t in provide(klass) if t.name == "Standard_D2s_v5"]
+        return {(o.zone, o.capacity_type) for o in d2.offerings if not o.available}
+
+    assert unavailable_for("broken") == {("eastus-1", "on-demand"), ("eastus-2", "spot")}
+    assert unavailable_for("default") == {("eastus-2", "spot")}
+    assert unavailable_for(None) == {("eastus-2", "spot")}
+
+
+async def _no_lifecycle(request: LifecycleInput) -> None:
+    raise AssertionError("no plan runs here")

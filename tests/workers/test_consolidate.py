@@ -22,7 +22,7 @@ from core.messages import (
     KeptReason,
 )
 from workers.cli import build_parser
-from workers.consolidate import consolidate, disruption_input
+from workers.consolidate import consolidate, disruption_input, lifecycle_settings
 from workers.settings import SettingsError, load_settings
 
 COMMAND = DisruptionCommand(
@@ -152,6 +152,20 @@ def test_the_disruption_loop_takes_its_timings_from_the_environment(monkeypatch:
     assert (loop.settings.poll_seconds, loop.settings.validation_seconds) == (2.5, 4.0)
     monkeypatch.setenv("NODEWRIGHT_DISRUPTION_POLL_SECONDS", "0")
     with pytest.raises(SettingsError, match="NODEWRIGHT_DISRUPTION_POLL_SECONDS='0'"):
+        load_settings()
+
+
+def test_lifecycles_take_their_liveness_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = lifecycle_settings(load_settings())
+    assert (default.launch_timeout_seconds, default.registration_ttl_seconds) == (300.0, 900.0), "Karpenter's"
+    monkeypatch.setenv("NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS", "7")
+    monkeypatch.setenv("NODEWRIGHT_REGISTRATION_TTL_SECONDS", "11")
+    settings = load_settings(cluster_name="prod")
+    lifecycle = lifecycle_settings(settings)
+    assert (lifecycle.launch_timeout_seconds, lifecycle.registration_ttl_seconds) == (7.0, 11.0)
+    assert disruption_input(settings).lifecycle == lifecycle, "replacements have the same liveness"
+    monkeypatch.setenv("NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS", "0")
+    with pytest.raises(SettingsError, match="NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS='0'"):
         load_settings()
 
 

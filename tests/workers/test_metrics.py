@@ -170,6 +170,30 @@ async def test_launch_failures_and_registration_timeouts_count_as_karpenter_does
     assert total == 2
 
 
+async def test_a_launch_error_and_a_launch_timeout_count_with_their_own_reasons(
+    kube: KubernetesCluster, metrics: Metrics
+) -> None:
+    first, second = await planned(kube, metrics, replicas=4)
+    activities = KubeActivities(kube, metrics)
+    failed = ConditionUpdate(
+        name=first, type="Launched", status="False", reason="LaunchFailed", disrupted="async_provisioning"
+    )
+    await ActivityEnvironment().run(activities.update_nodeclaim, failed)
+    await ActivityEnvironment().run(activities.update_nodeclaim, failed)  # a retry changes nothing
+    await ActivityEnvironment().run(
+        activities.update_nodeclaim,
+        ConditionUpdate(
+            name=second, type="Launched", status="False", reason="LaunchTimeout", disrupted="launch_timeout"
+        ),
+    )
+    common = {"nodepool": "default", "capacity_type": "", "consolidation_policy": ""}
+    common["termination_mode"] = "graceful"
+    name = "karpenter_nodeclaims_disrupted_total"
+    assert value(metrics, name, reason="async_provisioning", **common) == 1
+    assert value(metrics, name, reason="launch_timeout", **common) == 1
+    assert metrics.registry.get_sample_value(name, {"reason": "insufficient_capacity", **common}) is None
+
+
 async def test_a_deleted_nodeclaim_is_counted_terminated_once(
     kube: KubernetesCluster, metrics: Metrics
 ) -> None:

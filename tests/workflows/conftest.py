@@ -64,7 +64,8 @@ FAST = LifecycleSettings(
     poll_seconds=1,
     drain_retry_seconds=1,
     min_drain_seconds=1,
-    launch_timeout_seconds=30,
+    launch_timeout_seconds=120,
+    launch_attempt_timeout_seconds=30,
 )
 INSTANCE_TYPE = "Standard_D2s_v5"
 """A small amd64 size the example NodePool allows, on-demand in eastus-1..3 and without a zone ("0")."""

@@ -41,6 +41,7 @@ from tests.workflows.conftest import (
     pdb,
     pinned,
     planned_claim,
+    signals,
     start_input,
     step_summaries,
 )
@@ -131,6 +132,12 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     assert (puts, counters.faults_fired, counters.vms_created) == (2, 2, 0)
     unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
     assert sorted((u.instance_type, u.zone, u.capacity_type) for u in unavailable) == sorted(tried)
+    # Its pods are planned again at once (the provisioner's first signal started it, the second is the lifecycle's).
+    await eventually(lambda: _pods_pending(provisioner, 2), what="the pods planned again")
+
+
+async def _pods_pending(handle: WorkflowHandle[Any, Any], count: int) -> bool:
+    return sum(name == "pods_pending" for name, _ in await signals(handle)) >= count
 
 
 async def _created_claims(system: System) -> list[str]:

@@ -86,6 +86,8 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.batchMaxSeconds | quote }}
 - name: NODEWRIGHT_REGISTRATION_TTL_SECONDS
   value: {{ $settings.registrationTtlSeconds | quote }}
+- name: NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS
+  value: {{ $settings.launchTimeoutSeconds | quote }}
 - name: NODEWRIGHT_DISRUPTION_POLL_SECONDS
   value: {{ $settings.disruptionPollSeconds | quote }}
 - name: NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS

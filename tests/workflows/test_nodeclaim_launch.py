@@ -1,0 +1,177 @@
+"""A NodeClaim lifecycle whose launch goes wrong, on the real dev server and control plane against the emulated
+AKS: a launch Azure refuses as invalid, a launch that does not finish within the launch timeout, and a NodeClaim
+deleted while its launch is in flight. Each leaves the truth on the NodeClaim (its Launched condition and a
+warning), in the lifecycle's result, and nothing behind in Azure or Kubernetes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from activities.azure.provider import AzureCloudProvider
+from core import labels, summaries
+from core.messages import DeletionRequested, Phase, TerminationReason
+from simulator.arm import Fault
+from simulator.arm.faults import FaultAction
+from tests.cluster import events, eventually
+from tests.workflows.conftest import (
+    FAST,
+    INSTANCE_TYPE,
+    System,
+    deployment,
+    fresh_name,
+    in_phase,
+    offering,
+    pinned,
+    planned_claim,
+)
+from workers.explain import explain
+from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.provisioner import ProvisionerWorkflow
+
+SLOW = 60.0
+"""How long a test waits for a whole launch and plan on a loaded machine."""
+
+
+def invalid_parameter(**filters: Any) -> Fault:
+    """VM creates Azure answers 400 `InvalidParameter` (a request no retry mends, as an image the size cannot
+    boot)."""
+    return Fault(
+        action=FaultAction.REJECT,
+        code="InvalidParameter",
+        method="PUT",
+        resource="virtualMachines",
+        **filters,
+    )
+
+
+async def created_claims(system: System) -> list[str]:
+    return [event.name for event in system.events if event.kind == "NodeClaim" and event.type == "ADDED"]
+
+
+async def nics(system: System) -> list[str]:
+    assert isinstance(system.cloud, AzureCloudProvider)
+    return [nic.name or "" for nic in await system.cloud.list_nics()]
+
+
+async def test_an_invalid_launch_is_launched_false_with_warnings_and_its_pods_go_elsewhere(
+    system: System,
+) -> None:
+    await system.apply_examples()
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
+    pods = await system.unschedulable("pinned", 1)
+    await system.aks.add_fault(invalid_parameter(vm_size=INSTANCE_TYPE, times=1))
+    provisioner = await system.start_provisioner(pods)
+
+    first = (await eventually(lambda: created_claims(system), what="a NodeClaim"))[0]
+    result = await asyncio.wait_for((await system.nodeclaim_workflow(first)).result(), SLOW)
+
+    assert (result.phase, result.termination_reason) == (Phase.FAILED, TerminationReason.LAUNCH_FAILED)
+    [failure] = result.launch_failures
+    assert (failure.instance_type, failure.capacity_type, failure.kind) == (
+        INSTANCE_TYPE,
+        "on-demand",
+        "Invalid",
+    )
+    assert failure.message.startswith("InvalidParameter: "), failure.message
+    assert result.reason == summaries.launch_error(failure)
+    deleted = await eventually(lambda: deleted_claim(system, first), what=f"{first} deleted")
+    launched = deleted.status.condition("Launched")
+    assert launched is not None
+    assert (launched.status, launched.reason, launched.message) == ("False", "LaunchFailed", failure.message)
+    [on_claim] = await events(system.kube, "AsyncProvisioningError", {first})
+    assert (on_claim["type"], on_claim["note"]) == ("Warning", f"Failed to register: {failure.message}")
+    [on_pool] = await events(system.kube, "AsyncProvisioningError", {"default"})
+    assert (on_pool["type"], on_pool["regarding"]["kind"]) == ("Warning", "NodePool")
+    assert on_pool["note"] == f"NodeClaim {first} event: Failed to register: {failure.message}"
+    story = await explain(system.client, "nodeclaim", first)
+    assert story.failure == f"Launched=False (LaunchFailed): {failure.message}"
+    assert story.removal is not None
+    assert (story.removal.cause, story.removal.termination_reason) == (result.reason, "LaunchFailed")
+    [attempt] = story.launches
+    assert not attempt.launched and attempt.error.endswith(failure.message), attempt
+    unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
+    assert [(u.instance_type, u.zone, u.capacity_type, u.reason, u.nodeclass) for u in unavailable] == [
+        (INSTANCE_TYPE, failure.zone, "on-demand", "Invalid", "default")
+    ], "ruled out for the NodeClaim's AKSNodeClass alone"
+
+    # Planned again at once, elsewhere: the failed offering is not chosen again.
+    [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
+    second = await system.claim_of(pod.spec.node_name or "")
+    assert second != first
+    claim = await system.nodeclaim(second)
+    assert claim is not None and claim.labels[labels.ZONE] != failure.zone
+    assert [instance.name for instance in await system.cloud.list()] == [second]
+    assert await nics(system) == [f"aks-{second}"], "the refused launch's NIC is gone"
+
+
+async def test_a_nodeclaim_not_launched_within_the_launch_timeout_is_deleted(system: System) -> None:
+    await system.apply_examples()
+    # The VM's create never finishes.
+    await system.aks.add_fault(Fault.slow(polls=10**9, method="PUT", resource="virtualMachines"))
+    claim = planned_claim(fresh_name("stuck"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim, FAST.model_copy(update={"launch_timeout_seconds": 3}))
+
+    result = await asyncio.wait_for(lifecycle.result(), SLOW)
+
+    assert (result.phase, result.termination_reason) == (Phase.FAILED, TerminationReason.LAUNCH_TIMEOUT)
+    assert result.reason.startswith("launch timeout (3s) expired: no instance was launched"), result.reason
+    deleted = await eventually(lambda: deleted_claim(system, claim.name), what=f"{claim.name} deleted")
+    launched = deleted.status.condition("Launched")
+    assert launched is not None and (launched.status, launched.reason) == ("False", "LaunchTimeout")
+    [event] = await events(system.kube, "LaunchTimeout", {claim.name})
+    assert event["type"] == "Warning"
+    await system.aks.clear_faults()
+    await eventually(lambda: system.gone(claim.name), what="the half-made VM deleted")
+    assert await eventually(lambda: _none_left(system), what="its NIC deleted")
+
+
+async def _none_left(system: System) -> bool:
+    return not await nics(system)
+
+
+async def test_a_nodeclaim_deleted_during_its_launch_leaves_no_node_vm_or_nic(system: System) -> None:
+    """No controller runs here, so the lifecycle never hears of the Node: what it deletes, it found itself."""
+    await system.apply_examples()
+    # The NIC's create is throttled for a few seconds: the NodeClaim is deleted while its launch is under way.
+    await system.aks.add_fault(
+        Fault.throttle(retry_after=1.0, method="PUT", resource="networkInterfaces", times=3)
+    )
+    # The VM's delete fails until the test has seen its Node join: the Node registers after the NodeClaim was
+    # deleted, once the lifecycle has stopped waiting for one.
+    await system.aks.add_fault(Fault.transient(500, method="DELETE", resource="virtualMachines"))
+    claim = planned_claim(fresh_name("deleted"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim)
+    await eventually(lambda: _nic_requested(system), what="the launch under way")
+    await system.kube.delete_nodeclaim(claim.name)
+    await lifecycle.signal(NodeClaimWorkflow.delete, DeletionRequested(by="nodeclaim deleted"))
+
+    node = f"aks-{claim.name}"
+    await eventually(lambda: system.node(node), timeout=SLOW, what="the VM's Node registered")
+    status = await eventually(lambda: in_phase(lifecycle, Phase.TERMINATING), what="terminating")
+    assert status.provider_id, "the launch ran to its end"
+    await system.aks.clear_faults()
+    result = await asyncio.wait_for(lifecycle.result(), SLOW)
+
+    assert (result.phase, result.termination_reason) == (
+        Phase.TERMINATED,
+        TerminationReason.NODECLAIM_DELETED,
+    )
+    assert await system.gone(claim.name, node)
+    assert await nics(system) == []
+    assert await system.kube.list_nodes() == []
+    story = await explain(system.client, "nodeclaim", claim.name)
+    assert story.removal is not None
+    assert [step.what for step in story.removal.steps] == [
+        "instance deleted",
+        f"node {node} deleted (it joined after all)",
+        "NodeClaim deleted (finalizer removed)",
+    ]
+
+
+async def _nic_requested(system: System) -> bool:
+    return (await system.aks.counters()).requests["PUT networkInterfaces"] > 0
+
+
+async def deleted_claim(system: System, name: str) -> Any:
+    return system.deleted_claim(name)
