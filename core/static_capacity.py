@@ -1,0 +1,146 @@
+"""Static NodePools (Karpenter's `spec.replicas`, behind the StaticCapacity gate): how many NodeClaims to create or
+delete so that the pool holds `replicas` nodes, and which ones go first when it shrinks.
+
+Karpenter keeps a static pool at its count with two controllers: one creates NodeClaims while the pool has fewer
+than `replicas` that are not being deleted (never past `limits.nodes`, which counts the ones being deleted too),
+the other deletes the surplus, choosing NodeClaims that have not launched first, then empty nodes (DaemonSet pods
+only, none of them do-not-disrupt), then the rest: nodes without do-not-disrupt pods before those with them, each
+group by what rescheduling its pods costs (weighted by the lifetime left), lowest first. A NodeClaim that goes
+for any other reason (deleted, expired, interrupted, repaired) is simply one fewer, and the next step replaces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from core.api.kube import Pod, PodSpec, Toleration, TolerationOperator
+from core.api.manifests import Manifests
+from core.api.meta import ObjectMeta
+from core.api.nodepool import NodePool
+from core.scheduling.results import NewNodeClaim
+from core.scheduling.scheduler import Scheduler
+from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMember:
+    """One NodeClaim of a static NodePool, as the scale-down choice sees it."""
+
+    name: str
+    launched: bool
+    """It has a providerID (Karpenter: "resolved")."""
+    deleting: bool = False
+    empty: bool = True
+    """No pod on its node other than DaemonSet and static pods."""
+    do_not_disrupt: bool = False
+    """A pod on its node has an active `karpenter.sh/do-not-disrupt`."""
+    cost: float = 1.0
+    """What rescheduling its pods costs, times the fraction of its lifetime left."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaticStep:
+    """What one reconcile of a static NodePool does, and why."""
+
+    nodepool: str
+    current: int
+    """NodeClaims not being deleted."""
+    desired: int
+    create: int = 0
+    delete: tuple[str, ...] = ()
+    limited: bool = False
+    """`limits.nodes` kept the pool below `replicas`."""
+    reason: str = ""
+
+    @property
+    def acts(self) -> bool:
+        return self.create > 0 or bool(self.delete)
+
+
+def deletion_order(members: Sequence[StaticMember]) -> list[StaticMember]:
+    """The pool's NodeClaims (not being deleted) in the order a scale-down takes them: not launched, empty, then
+    by do-not-disrupt (without first) and cost, lowest first; names break ties so the order is stable."""
+    alive = [member for member in members if not member.deleting]
+
+    def key(member: StaticMember) -> tuple[int, int, float, str]:
+        if not member.launched:
+            return (0, 0, 0.0, member.name)
+        if member.empty and not member.do_not_disrupt:
+            return (1, 0, 0.0, member.name)
+        return (2, int(member.do_not_disrupt), member.cost, member.name)
+
+    return sorted(alive, key=key)
+
+
+def _why_deleted(member: StaticMember) -> str:
+    if not member.launched:
+        return "not launched yet"
+    if member.empty and not member.do_not_disrupt:
+        return "empty"
+    if member.do_not_disrupt:
+        return f"has do-not-disrupt pods, disruption cost {member.cost:.2f}"
+    return f"disruption cost {member.cost:.2f}"
+
+
+def plan_static(
+    nodepool: str, replicas: int, node_limit: int | None, members: Sequence[StaticMember]
+) -> StaticStep:
+    """How many NodeClaims the static pool needs to create, or which to delete, to hold `replicas` nodes.
+
+    `node_limit` is the pool's `limits.nodes` (None: no limit): NodeClaims being deleted count against it, as
+    they still hold their VMs."""
+    current = sum(1 for member in members if not member.deleting)
+    deleting = len(members) - current
+    if current > replicas:
+        chosen = deletion_order(members)[: current - replicas]
+        picks = ", ".join(f"{member.name} ({_why_deleted(member)})" for member in chosen)
+        return StaticStep(
+            nodepool,
+            current,
+            replicas,
+            delete=tuple(member.name for member in chosen),
+            reason=f"{current} nodeclaim(s), {replicas} desired: deleting {picks}",
+        )
+    wanted = replicas - current
+    if wanted <= 0:
+        return StaticStep(nodepool, current, replicas, reason=f"{current} nodeclaim(s), as desired")
+    granted = wanted if node_limit is None else max(0, min(wanted, node_limit - current - deleting))
+    limit = (
+        ""
+        if granted == wanted
+        else f" (limits.nodes {node_limit}, {current + deleting} counted including {deleting} being deleted)"
+    )
+    reason = f"{current} nodeclaim(s), {replicas} desired: creating {granted}{limit}"
+    return StaticStep(nodepool, current, replicas, create=granted, limited=granted < wanted, reason=reason)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticTemplate:
+    """The NodeClaim a static pool launches, or why it cannot launch one; `left_out` as in a snapshot."""
+
+    claim: NewNodeClaim | None
+    reason: str = ""
+    left_out: dict[str, str] | None = None
+
+
+def static_template(manifests: Manifests, pool: NodePool, provider: InstanceTypeProvider) -> StaticTemplate:
+    """The NodeClaim the scheduler would make for an empty node of the pool: every instance type its
+    requirements allow that fits its DaemonSets, launched at the cheapest compatible offering. Pods have no part
+    in it: a static pool's size is its `replicas`, whatever is pending."""
+    dynamic = pool.model_copy(update={"spec": pool.spec.model_copy(update={"replicas": None})})
+    alone = Manifests(nodepools=[dynamic], nodeclasses=manifests.nodeclasses, daemonsets=manifests.daemonsets)
+    snapshot = build_snapshot(alone, provider)
+    # A pod with no requests that tolerates every taint: it fits any node of the pool, so the scheduler's
+    # NodeClaim for it is that of an empty node.
+    placeholder = Pod(
+        metadata=ObjectMeta(name=f"static-{pool.name}", namespace="karpenter"),
+        spec=PodSpec(tolerations=[Toleration(operator=TolerationOperator.EXISTS)]),
+    )
+    results = Scheduler(snapshot.nodepools, snapshot.instance_types, (), snapshot.daemonsets).solve([placeholder])
+    left_out = snapshot.left_out.get(pool.name)
+    launchable = [claim for claim in results.nodeclaims if claim.launch_candidates]
+    if not launchable:
+        why = "; ".join(reason for entry in results.unschedulable for reason in entry.reasons)
+        return StaticTemplate(None, why or "no instance type of the NodePool has an available offering", left_out)
+    return StaticTemplate(replace(launchable[0], pods=[]), left_out=left_out)

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from core.api.manifests import Manifests
+from core.scheduling.snapshot import fixed_provider
+from core.static_capacity import StaticMember, deletion_order, plan_static, static_template
+from tests.core.disruption.fixtures import catalog_d, catalog_type, nodepool
+
+
+def member(name: str, **fields: object) -> StaticMember:
+    return StaticMember(name=name, launched=bool(fields.pop("launched", True)), **fields)  # type: ignore[arg-type]
+
+
+def test_creates_the_missing_nodeclaims() -> None:
+    step = plan_static("static", 3, None, [member("a"), member("b", deleting=True)])
+    assert (step.current, step.create, step.delete, step.limited) == (1, 2, (), False)
+    assert step.reason == "1 nodeclaim(s), 3 desired: creating 2"
+
+
+def test_limits_nodes_counts_the_nodeclaims_being_deleted() -> None:
+    step = plan_static("static", 3, 2, [member("a"), member("b", deleting=True)])
+    assert (step.create, step.limited) == (0, True)
+    assert "limits.nodes 2" in step.reason
+    assert plan_static("static", 3, 3, [member("a"), member("b", deleting=True)]).create == 1
+
+
+def test_holds_when_at_replicas() -> None:
+    step = plan_static("static", 2, None, [member("a"), member("b"), member("c", deleting=True)])
+    assert not step.acts
+
+
+def test_scale_down_takes_unlaunched_then_empty_then_cheapest_without_do_not_disrupt() -> None:
+    members = [
+        member("busy", empty=False, cost=5.0),
+        member("protected", empty=False, do_not_disrupt=True, cost=1.5),
+        member("light", empty=False, cost=2.0),
+        member("empty"),
+        member("launching", launched=False),
+        member("gone", deleting=True),
+    ]
+    assert [m.name for m in deletion_order(members)] == ["launching", "empty", "light", "busy", "protected"]
+    step = plan_static("static", 2, None, members)
+    assert step.delete == ("launching", "empty", "light")
+    assert "empty (empty)" in step.reason and "light (disruption cost 2.00)" in step.reason
+
+
+def test_empty_node_with_a_do_not_disrupt_daemon_is_not_taken_as_empty() -> None:
+    members = [member("pinned", do_not_disrupt=True, cost=1.0), member("light", empty=False, cost=3.0)]
+    assert plan_static("static", 1, None, members).delete == ("light",)
+
+
+def test_template_is_the_cheapest_offering_of_an_empty_node() -> None:
+    pool = nodepool(
+        "static",
+        replicas=2,
+        requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+    )
+    types = [catalog_type(4, 16), catalog_type(2, 8), catalog_type(8, 32)]
+    template = static_template(Manifests(nodepools=[pool]), pool, fixed_provider(types))
+    assert template.claim is not None
+    assert template.claim.nodepool == "static" and template.claim.pods == []
+    assert template.claim.launch_candidates[0].instance_type == types[1].name
+    assert set(template.claim.instance_type_options) == {it.name for it in types}
+
+
+def test_template_says_why_nothing_launches() -> None:
+    pool = nodepool(
+        "static",
+        replicas=1,
+        requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["nope"]}],
+    )
+    template = static_template(Manifests(nodepools=[pool]), pool, fixed_provider(list(catalog_d())))
+    assert template.claim is None and template.reason
