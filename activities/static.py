@@ -1,0 +1,203 @@
+"""The static NodePool activity: read one static pool, decide one scale step (`core.static_capacity`), carry it out.
+
+Scaling up creates NodeClaims as the provisioner does (the NodeClaim of an empty node of the pool, its lifecycle
+started from here so a retried step finds and starts what an earlier attempt created); scaling down deletes the
+chosen NodeClaims, whose lifecycles then drain and terminate them as for any deletion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from activities.heartbeat import heartbeating
+from activities.logs import karpenter_log
+from activities.metrics import CreatedReason
+from activities.planning import (
+    LIFECYCLE_ANNOTATION,
+    PLAN_LABEL,
+    PlanningActivities,
+    concurrently,
+    lifecycle_nodeclaim,
+    nodeclaim_suffix,
+    plan_key,
+    planned,
+)
+from core import labels
+from core.api.kube import Pod
+from core.api.manifests import Manifests
+from core.api.nodeclaim import NodeClaim
+from core.api.nodepool import NodePool
+from core.disruption.candidates import do_not_disrupt, is_reschedulable, lifetime_remaining, reschedule_cost
+from core.messages import LifecycleInput, LifecycleSettings
+from core.quantity import to_units
+from core.static_capacity import StaticMember, StaticStep, plan_static, static_template
+from core.static_messages import RECONCILE_STATIC_NODEPOOL, StaticStepInput, StaticStepResult
+
+logger = logging.getLogger(__name__)
+
+
+def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[StaticMember]:
+    """The pool's NodeClaims as the scale-down choice sees them (pods on their Nodes, do-not-disrupt, cost)."""
+    on_node: dict[str, list[Pod]] = {}
+    for pod in manifests.pods:
+        if pod.spec.node_name:
+            on_node.setdefault(pod.spec.node_name, []).append(pod)
+    members = []
+    for claim in pool_nodeclaims(manifests, pool.name):
+        pods = on_node.get(claim.status.node_name or "", [])
+        moving = [pod for pod in pods if is_reschedulable(pod)]
+        members.append(
+            StaticMember(
+                name=claim.name,
+                launched=bool(claim.status.provider_id),
+                deleting=claim.metadata.deletion_timestamp is not None,
+                empty=not moving,
+                do_not_disrupt=any(do_not_disrupt(pod, now) for pod in pods),
+                cost=reschedule_cost(moving) * lifetime_remaining(pool, claim, now),
+            )
+        )
+    return members
+
+
+def pool_nodeclaims(manifests: Manifests, nodepool: str) -> list[NodeClaim]:
+    return [claim for claim in manifests.nodeclaims if claim.labels.get(labels.NODEPOOL) == nodepool]
+
+
+def node_limit(pool: NodePool) -> int | None:
+    """`limits.nodes`, the only limit a static pool may have (None: unlimited)."""
+    value = (pool.spec.limits or {}).get("nodes")
+    return None if value is None else to_units(value)
+
+
+def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep:
+    """The step the pool needs now (`nodewright schedule` shows it without taking it)."""
+    return plan_static(
+        pool.name, pool.spec.replicas or 0, node_limit(pool), static_members(manifests, pool, now)
+    )
+
+
+class StaticActivities(PlanningActivities):
+    """Keeps static NodePools at their replicas; shares the planning activities' catalog and lifecycle starter."""
+
+    @activity.defn(name=RECONCILE_STATIC_NODEPOOL)
+    async def reconcile_static_nodepool(self, request: StaticStepInput) -> StaticStepResult:
+        async with heartbeating():
+            return await self._reconcile(request)
+
+    async def _reconcile(self, request: StaticStepInput) -> StaticStepResult:
+        manifests = await self.cluster.snapshot()
+        pool = next((p for p in manifests.nodepools if p.name == request.nodepool), None)
+        if pool is None or not pool.is_static or pool.metadata.deletion_timestamp is not None:
+            return StaticStepResult(found=False, reason=f"NodePool {request.nodepool} is gone or not static")
+        info = activity.info() if activity.in_activity() else None
+        run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
+        key = plan_key(run, request.step)
+        if attempt > 1:
+            # An earlier attempt may have created NodeClaims and died before starting their lifecycles.
+            await concurrently(
+                [
+                    self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
+                    for existing in manifests.nodeclaims
+                    if existing.labels.get(PLAN_LABEL) == key
+                    and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
+                ]
+            )
+        step = plan_pool(manifests, pool, datetime.now(UTC))
+        result = StaticStepResult(
+            current=step.current, desired=step.desired, limited=step.limited, reason=step.reason
+        )
+        if step.delete:
+            await self._delete(step, request.why)
+            result.deleted = list(step.delete)
+        elif step.create:
+            result.created, refusal = await self._create(request, manifests, pool, step, key, run, attempt)
+            if refusal:
+                result.reason = f"{step.reason}; none launchable: {refusal}"
+        elif step.limited:
+            karpenter_log(logger, "nodepool node limit reached", NodePool=pool.name)
+        return result
+
+    async def _delete(self, step: StaticStep, why: str) -> None:
+        karpenter_log(
+            logger,
+            "deprovisioning nodeclaims to satisfy replica count",
+            NodePool=step.nodepool,
+            current=step.current,
+            desired=step.desired,
+            **{"deprovision-count": len(step.delete)},
+            reason=why,
+        )
+
+        async def delete(name: str) -> None:
+            await self.cluster.delete_nodeclaim(name)
+            karpenter_log(logger, "deleting nodeclaim", NodePool=step.nodepool, NodeClaim=name)
+
+        await concurrently([delete(name) for name in step.delete])
+
+    async def _create(
+        self,
+        request: StaticStepInput,
+        manifests: Manifests,
+        pool: NodePool,
+        step: StaticStep,
+        key: str,
+        run: str,
+        attempt: int,
+    ) -> tuple[list[str], str]:
+        """The NodeClaims created, or why none could be."""
+        template = await asyncio.to_thread(static_template, manifests, pool, self._provider(frozenset()))
+        if template.claim is None:
+            karpenter_log(
+                logger, "could not create static nodeclaims", NodePool=pool.name, error=template.reason
+            )
+            return [], template.reason
+        karpenter_log(
+            logger,
+            "provisioning nodeclaims to satisfy replica count",
+            NodePool=pool.name,
+            current=step.current,
+            desired=step.desired,
+            **{"provision-count": step.create},
+            reason=request.why,
+        )
+        lifecycles = []
+        for index in range(step.create):
+            name = f"{pool.name}-{nodeclaim_suffix(run, request.step, attempt, index)}"
+            decision = planned(
+                template.claim, pool, name, request.max_launch_candidates, 0, template.left_out
+            )
+            first = decision.launch_candidates[0]
+            decision.reason = (
+                f"static NodePool {pool.name} holds {step.desired} node(s): the cheapest of "
+                f"{len(template.claim.instance_type_options)} instance type(s) for an empty node, "
+                f"{first.instance_type} {first.capacity_type} in {first.zone}"
+            )
+            lifecycle = LifecycleInput(
+                cluster=request.cluster,
+                nodeclaim=decision,
+                settings=request.lifecycle or LifecycleSettings(),
+                provisioner_workflow_id=request.provisioner_workflow_id or None,
+            )
+            nodeclaim = lifecycle_nodeclaim(lifecycle, pool, template.claim.requirements)
+            nodeclaim.metadata.labels[PLAN_LABEL] = key
+            lifecycles.append((nodeclaim, lifecycle))
+
+        async def create(nodeclaim: NodeClaim, lifecycle: LifecycleInput) -> None:
+            await self.cluster.create_nodeclaim(nodeclaim)
+            karpenter_log(
+                logger,
+                "created nodeclaim",
+                NodePool=pool.name,
+                NodeClaim=nodeclaim.name,
+                requests=lifecycle.nodeclaim.requests,
+                **{"instance-types": lifecycle.nodeclaim.instance_types},
+            )
+            self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, pool.name, False)
+
+        await concurrently([create(nodeclaim, lifecycle) for nodeclaim, lifecycle in lifecycles])
+        await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle in lifecycles])
+        return [nodeclaim.name for nodeclaim, _ in lifecycles], ""
