@@ -26,58 +26,14 @@ from activities.planning import (
     plan_key,
     planned,
 )
-from core import labels
-from core.api.kube import Pod
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
-from core.disruption.candidates import do_not_disrupt, is_reschedulable, lifetime_remaining, reschedule_cost
 from core.messages import LifecycleInput, LifecycleSettings
-from core.quantity import to_units
-from core.static_capacity import StaticMember, StaticStep, plan_static, static_template
+from core.static_capacity import StaticStep, plan_pool, static_template
 from core.static_messages import RECONCILE_STATIC_NODEPOOL, StaticStepInput, StaticStepResult
 
 logger = logging.getLogger(__name__)
-
-
-def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[StaticMember]:
-    """The pool's NodeClaims as the scale-down choice sees them (pods on their Nodes, do-not-disrupt, cost)."""
-    on_node: dict[str, list[Pod]] = {}
-    for pod in manifests.pods:
-        if pod.spec.node_name:
-            on_node.setdefault(pod.spec.node_name, []).append(pod)
-    members = []
-    for claim in pool_nodeclaims(manifests, pool.name):
-        pods = on_node.get(claim.status.node_name or "", [])
-        moving = [pod for pod in pods if is_reschedulable(pod)]
-        members.append(
-            StaticMember(
-                name=claim.name,
-                launched=bool(claim.status.provider_id),
-                deleting=claim.metadata.deletion_timestamp is not None,
-                empty=not moving,
-                do_not_disrupt=any(do_not_disrupt(pod, now) for pod in pods),
-                cost=reschedule_cost(moving) * lifetime_remaining(pool, claim, now),
-            )
-        )
-    return members
-
-
-def pool_nodeclaims(manifests: Manifests, nodepool: str) -> list[NodeClaim]:
-    return [claim for claim in manifests.nodeclaims if claim.labels.get(labels.NODEPOOL) == nodepool]
-
-
-def node_limit(pool: NodePool) -> int | None:
-    """`limits.nodes`, the only limit a static pool may have (None: unlimited)."""
-    value = (pool.spec.limits or {}).get("nodes")
-    return None if value is None else to_units(value)
-
-
-def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep:
-    """The step the pool needs now (`nodewright schedule` shows it without taking it)."""
-    return plan_static(
-        pool.name, pool.spec.replicas or 0, node_limit(pool), static_members(manifests, pool, now)
-    )
 
 
 class StaticActivities(PlanningActivities):

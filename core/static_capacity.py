@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
+from core import labels
 from core.api.kube import Pod, PodSpec, Toleration, TolerationOperator
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta
+from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
+from core.disruption.candidates import do_not_disrupt, is_reschedulable, lifetime_remaining, reschedule_cost
+from core.quantity import to_units
 from core.scheduling.results import NewNodeClaim
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
@@ -137,10 +142,91 @@ def static_template(manifests: Manifests, pool: NodePool, provider: InstanceType
         metadata=ObjectMeta(name=f"static-{pool.name}", namespace="karpenter"),
         spec=PodSpec(tolerations=[Toleration(operator=TolerationOperator.EXISTS)]),
     )
-    results = Scheduler(snapshot.nodepools, snapshot.instance_types, (), snapshot.daemonsets).solve([placeholder])
+    results = Scheduler(snapshot.nodepools, snapshot.instance_types, (), snapshot.daemonsets).solve(
+        [placeholder]
+    )
     left_out = snapshot.left_out.get(pool.name)
     launchable = [claim for claim in results.nodeclaims if claim.launch_candidates]
     if not launchable:
         why = "; ".join(reason for entry in results.unschedulable for reason in entry.reasons)
-        return StaticTemplate(None, why or "no instance type of the NodePool has an available offering", left_out)
+        return StaticTemplate(
+            None, why or "no instance type of the NodePool has an available offering", left_out
+        )
     return StaticTemplate(replace(launchable[0], pods=[]), left_out=left_out)
+
+
+def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[StaticMember]:
+    """The pool's NodeClaims as the scale-down choice sees them (pods on their Nodes, do-not-disrupt, cost)."""
+    on_node: dict[str, list[Pod]] = {}
+    for pod in manifests.pods:
+        if pod.spec.node_name:
+            on_node.setdefault(pod.spec.node_name, []).append(pod)
+    members = []
+    for claim in pool_nodeclaims(manifests, pool.name):
+        pods = on_node.get(claim.status.node_name or "", [])
+        moving = [pod for pod in pods if is_reschedulable(pod)]
+        members.append(
+            StaticMember(
+                name=claim.name,
+                launched=bool(claim.status.provider_id),
+                deleting=claim.metadata.deletion_timestamp is not None,
+                empty=not moving,
+                do_not_disrupt=any(do_not_disrupt(pod, now) for pod in pods),
+                cost=reschedule_cost(moving) * lifetime_remaining(pool, claim, now),
+            )
+        )
+    return members
+
+
+def pool_nodeclaims(manifests: Manifests, nodepool: str) -> list[NodeClaim]:
+    """The NodeClaims the pool's label names, those being deleted included."""
+    return [claim for claim in manifests.nodeclaims if claim.labels.get(labels.NODEPOOL) == nodepool]
+
+
+def node_limit(pool: NodePool) -> int | None:
+    """`limits.nodes`, the only limit a static pool may have (None: unlimited)."""
+    value = (pool.spec.limits or {}).get("nodes")
+    return None if value is None else to_units(value)
+
+
+def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep:
+    """The step the pool needs now (`nodewright schedule` shows it without taking it)."""
+    return plan_static(
+        pool.name, pool.spec.replicas or 0, node_limit(pool), static_members(manifests, pool, now)
+    )
+
+
+def static_preview(
+    manifests: Manifests, provider: InstanceTypeProvider, now: datetime
+) -> list[dict[str, object]]:
+    """What each static NodePool would do now, for the what-if commands: its step, and the NodeClaim it launches
+    when it creates any (the cheapest offering for an empty node)."""
+    previews: list[dict[str, object]] = []
+    for pool in manifests.nodepools:
+        if not pool.is_static or pool.metadata.deletion_timestamp is not None:
+            continue
+        step = plan_pool(manifests, pool, now)
+        preview: dict[str, object] = {
+            "nodepool": pool.name,
+            "replicas": step.desired,
+            "current": step.current,
+            "create": step.create,
+            "delete": list(step.delete),
+            "limited": step.limited,
+            "reason": step.reason,
+        }
+        if step.create:
+            template = static_template(manifests, pool, provider)
+            if template.claim is None:
+                preview["error"] = template.reason
+            else:
+                first = template.claim.launch_candidates[0]
+                preview["nodeclaim"] = {
+                    "instance_type": first.instance_type,
+                    "zone": first.offering.zone,
+                    "capacity_type": first.offering.capacity_type,
+                    "price_per_hour": first.offering.price_micros / 1_000_000,
+                    "instance_type_options": len(template.claim.instance_type_options),
+                }
+        previews.append(preview)
+    return previews
