@@ -25,7 +25,12 @@ def test_schedule_lists_what_a_static_pool_would_create(tmp_path: Path) -> None:
     code, out, err = run("schedule", "-o", "json", "-f", str(EXAMPLES), "-f", static)
     assert code == 0, err
     (preview,) = json.loads(out)["static"]
-    assert (preview["nodepool"], preview["current"], preview["create"], preview["delete"]) == ("fixed", 0, 2, [])
+    assert (preview["nodepool"], preview["current"], preview["create"], preview["delete"]) == (
+        "fixed",
+        0,
+        2,
+        [],
+    )
     assert preview["nodeclaim"]["instance_type"] == "Standard_D2s_v5"
     assert preview["nodeclaim"]["capacity_type"] == "on-demand"
     code, out, _ = run("schedule", "-f", str(EXAMPLES), "-f", static)
