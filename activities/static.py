@@ -28,9 +28,9 @@ from activities.planning import (
 )
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
-from core.api.nodepool import NodePool
-from core.messages import LifecycleInput, LifecycleSettings
-from core.static_capacity import StaticStep, plan_pool, static_template
+from core.api.nodepool import DisruptionReason, NodePool
+from core.messages import TERMINATION_REASON_ANNOTATION, LifecycleInput, LifecycleSettings, TerminationReason
+from core.static_capacity import REPLACEMENT_ANNOTATION, StaticStep, plan_pool, static_template
 from core.static_messages import RECONCILE_STATIC_NODEPOOL, StaticStepInput, StaticStepResult
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,11 @@ class StaticActivities(PlanningActivities):
         result = StaticStepResult(
             current=step.current, desired=step.desired, limited=step.limited, reason=step.reason
         )
+        await self._drift(step)
+        result.deleted = list(step.finish)
         if step.delete:
             await self._delete(step, request.why)
-            result.deleted = list(step.delete)
+            result.deleted += list(step.delete)
         elif step.create:
             result.created, refusal = await self._create(request, manifests, pool, step, key, run, attempt)
             if refusal:
@@ -76,6 +78,23 @@ class StaticActivities(PlanningActivities):
         elif step.limited:
             karpenter_log(logger, "nodepool node limit reached", NodePool=pool.name)
         return result
+
+    async def _drift(self, step: StaticStep) -> None:
+        """Drifted NodeClaims whose replacement is ready go (terminated as Drifted); those whose replacement is gone
+        are running again."""
+
+        async def finish(name: str) -> None:
+            annotations = {TERMINATION_REASON_ANNOTATION: TerminationReason.DRIFTED.value}
+            await self.cluster.patch_nodeclaim_metadata(name, annotations=annotations)
+            await self.cluster.delete_nodeclaim(name)
+            karpenter_log(
+                logger, "deleting nodeclaim", NodePool=step.nodepool, NodeClaim=name, reason="drifted"
+            )
+
+        async def unmark(name: str) -> None:
+            await self.cluster.patch_nodeclaim_metadata(name, annotations={REPLACEMENT_ANNOTATION: ""})
+
+        await concurrently([finish(name) for name in step.finish] + [unmark(name) for name in step.unmark])
 
     async def _delete(self, step: StaticStep, why: str) -> None:
         karpenter_log(
@@ -111,15 +130,24 @@ class StaticActivities(PlanningActivities):
                 logger, "could not create static nodeclaims", NodePool=pool.name, error=template.reason
             )
             return [], template.reason
-        karpenter_log(
-            logger,
-            "provisioning nodeclaims to satisfy replica count",
-            NodePool=pool.name,
-            current=step.current,
-            desired=step.desired,
-            **{"provision-count": step.create},
-            reason=request.why,
-        )
+        if step.replace:
+            karpenter_log(
+                logger,
+                "disrupting node(s)",
+                NodePool=pool.name,
+                reason="drifted",
+                command=f"drifted/replace, terminating {len(step.replace)} nodeclaim(s) ({', '.join(step.replace)})",
+            )
+        else:
+            karpenter_log(
+                logger,
+                "provisioning nodeclaims to satisfy replica count",
+                NodePool=pool.name,
+                current=step.current,
+                desired=step.desired,
+                **{"provision-count": step.create},
+                reason=request.why,
+            )
         lifecycles = []
         for index in range(step.create):
             name = f"{pool.name}-{nodeclaim_suffix(run, request.step, attempt, index)}"
@@ -152,8 +180,20 @@ class StaticActivities(PlanningActivities):
                 requests=lifecycle.nodeclaim.requests,
                 **{"instance-types": lifecycle.nodeclaim.instance_types},
             )
-            self.metrics.nodeclaim_created(CreatedReason.PROVISIONED, pool.name, False)
+            created_reason = (
+                DisruptionReason.DRIFTED.value.lower() if step.replace else CreatedReason.PROVISIONED
+            )
+            self.metrics.nodeclaim_created(created_reason, pool.name, False)
 
         await concurrently([create(nodeclaim, lifecycle) for nodeclaim, lifecycle in lifecycles])
+        # Each drifted NodeClaim names its replacement: pending disruption until that one is initialized.
+        await concurrently(
+            [
+                self.cluster.patch_nodeclaim_metadata(
+                    drifted, annotations={REPLACEMENT_ANNOTATION: nodeclaim.name}
+                )
+                for drifted, (nodeclaim, _) in zip(step.replace, lifecycles, strict=False)
+            ]
+        )
         await concurrently([self.start_lifecycle(lifecycle) for _, lifecycle in lifecycles])
         return [nodeclaim.name for nodeclaim, _ in lifecycles], ""

@@ -19,13 +19,18 @@ from core import labels
 from core.api.kube import Pod, PodSpec, Toleration, TolerationOperator
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta
-from core.api.nodeclaim import NodeClaim
-from core.api.nodepool import NodePool
+from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from core.api.nodepool import DisruptionReason, NodePool
+from core.disruption.budgets import budget_limit
 from core.disruption.candidates import do_not_disrupt, is_reschedulable, lifetime_remaining, reschedule_cost
+from core.disruption.drift import DriftInputs, detect_drift
 from core.quantity import to_units
 from core.scheduling.results import NewNodeClaim
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
+
+REPLACEMENT_ANNOTATION = "nodewright.io/static-replacement"
+"""On a drifted NodeClaim of a static pool: the NodeClaim launched to replace it (empty once that is gone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,14 @@ class StaticMember:
     """A pod on its node has an active `karpenter.sh/do-not-disrupt`."""
     cost: float = 1.0
     """What rescheduling its pods costs, times the fraction of its lifetime left."""
+    drift: str | None = None
+    """Why its (initialized) node drifted from the pool or its AKSNodeClass; None when it has not."""
+    replaced_by: str | None = None
+    """The NodeClaim launched to replace it (static drift): it is pending disruption, not running."""
+    replacement_ready: bool = False
+    """Its replacement is Initialized: it may go now."""
+    replacement_gone: bool = False
+    """Its replacement no longer exists (its launch failed, or it was deleted): it is running again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +67,19 @@ class StaticStep:
     desired: int
     create: int = 0
     delete: tuple[str, ...] = ()
+    replace: tuple[str, ...] = ()
+    """Drifted NodeClaims to replace: a new NodeClaim is created for each (counted in `create`)."""
+    finish: tuple[str, ...] = ()
+    """Drifted NodeClaims whose replacement is initialized: delete them now."""
+    unmark: tuple[str, ...] = ()
+    """Drifted NodeClaims whose replacement is gone: running again, to be replaced anew."""
     limited: bool = False
     """`limits.nodes` kept the pool below `replicas`."""
     reason: str = ""
 
     @property
     def acts(self) -> bool:
-        return self.create > 0 or bool(self.delete)
+        return self.create > 0 or bool(self.delete or self.finish or self.unmark)
 
 
 def deletion_order(members: Sequence[StaticMember]) -> list[StaticMember]:
@@ -89,35 +108,68 @@ def _why_deleted(member: StaticMember) -> str:
 
 
 def plan_static(
-    nodepool: str, replicas: int, node_limit: int | None, members: Sequence[StaticMember]
+    nodepool: str,
+    replicas: int,
+    node_limit: int | None,
+    members: Sequence[StaticMember],
+    drift_budget: int | None = None,
 ) -> StaticStep:
-    """How many NodeClaims the static pool needs to create, or which to delete, to hold `replicas` nodes.
+    """How many NodeClaims the static pool needs to create, or which to delete, to hold `replicas` nodes; and,
+    when it holds them, which drifted NodeClaims to replace (Karpenter's static drift).
 
-    `node_limit` is the pool's `limits.nodes` (None: no limit): NodeClaims being deleted count against it, as
-    they still hold their VMs."""
-    current = sum(1 for member in members if not member.deleting)
-    deleting = len(members) - current
+    `node_limit` is the pool's `limits.nodes` (None: no limit): every NodeClaim that exists counts against it,
+    those being deleted too, as they still hold their VMs. A drifted NodeClaim being replaced is pending
+    disruption: not running, but counted so that no other NodeClaim is created for it. `drift_budget` is how many
+    more nodes the pool's `Drifted` budgets let start disrupting (None: no limit)."""
+    alive = [member for member in members if not member.deleting]
+    pending = [member for member in alive if member.replaced_by and not member.replacement_gone]
+    finish = tuple(member.name for member in pending if member.replacement_ready)
+    unmark = tuple(member.name for member in alive if member.replaced_by and member.replacement_gone)
+    running = [member for member in alive if member not in pending]
+    current = len(running)
+    headroom = None if node_limit is None else node_limit - len(members)
+    step = StaticStep(nodepool, current, replicas, finish=finish, unmark=unmark)
+    notes = [f"{len(pending)} being replaced (drifted)"] if pending else []
+    counted = f"{current} nodeclaim(s)" + (f" ({', '.join(notes)})" if notes else "")
     if current > replicas:
-        chosen = deletion_order(members)[: current - replicas]
+        chosen = deletion_order(running)[: current - replicas]
         picks = ", ".join(f"{member.name} ({_why_deleted(member)})" for member in chosen)
-        return StaticStep(
-            nodepool,
-            current,
-            replicas,
+        return replace(
+            step,
             delete=tuple(member.name for member in chosen),
-            reason=f"{current} nodeclaim(s), {replicas} desired: deleting {picks}",
+            reason=f"{counted}, {replicas} desired: deleting {picks}",
         )
-    wanted = replicas - current
-    if wanted <= 0:
-        return StaticStep(nodepool, current, replicas, reason=f"{current} nodeclaim(s), as desired")
-    granted = wanted if node_limit is None else max(0, min(wanted, node_limit - current - deleting))
-    limit = (
-        ""
-        if granted == wanted
-        else f" (limits.nodes {node_limit}, {current + deleting} counted including {deleting} being deleted)"
+    wanted = replicas - current - len(pending)
+    if wanted > 0:
+        granted = wanted if headroom is None else max(0, min(wanted, headroom))
+        limit = (
+            "" if granted == wanted else f" (limits.nodes {node_limit}, {len(members)} nodeclaim(s) exist)"
+        )
+        reason = f"{counted}, {replicas} desired: creating {granted}{limit}"
+        return replace(step, create=granted, limited=granted < wanted, reason=reason)
+    drifted = [member for member in running if member.drift and member.launched]
+    if not drifted or current + len(pending) > replicas:
+        return replace(
+            step, reason=f"{counted}, as desired" + ("; replacing drifted nodes" if finish else "")
+        )
+    allowed = [len(drifted)]
+    if drift_budget is not None:
+        allowed.append(drift_budget)
+    if headroom is not None:
+        allowed.append(max(0, headroom))
+    chosen = drifted[: min(allowed)]
+    if not chosen:
+        why = (
+            "the Drifted budget allows none" if drift_budget == 0 else f"limits.nodes {node_limit} is reached"
+        )
+        return replace(step, reason=f"{counted}, as desired; {len(drifted)} drifted, not replaced: {why}")
+    picks = ", ".join(f"{member.name} ({member.drift})" for member in chosen)
+    return replace(
+        step,
+        create=len(chosen),
+        replace=tuple(member.name for member in chosen),
+        reason=f"{counted}, as desired; replacing drifted {picks}",
     )
-    reason = f"{current} nodeclaim(s), {replicas} desired: creating {granted}{limit}"
-    return StaticStep(nodepool, current, replicas, create=granted, limited=granted < wanted, reason=reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,15 +208,25 @@ def static_template(manifests: Manifests, pool: NodePool, provider: InstanceType
 
 
 def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[StaticMember]:
-    """The pool's NodeClaims as the scale-down choice sees them (pods on their Nodes, do-not-disrupt, cost)."""
+    """The pool's NodeClaims as a step sees them: pods on their Nodes, do-not-disrupt, cost, drift, replacement."""
     on_node: dict[str, list[Pod]] = {}
     for pod in manifests.pods:
         if pod.spec.node_name:
             on_node.setdefault(pod.spec.node_name, []).append(pod)
+    nodes = {node.metadata.name: node for node in manifests.nodes}
+    nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
+    claims = {claim.name: claim for claim in manifests.nodeclaims}
     members = []
     for claim in pool_nodeclaims(manifests, pool.name):
         pods = on_node.get(claim.status.node_name or "", [])
         moving = [pod for pod in pods if is_reschedulable(pod)]
+        node = nodes.get(claim.status.node_name or "")
+        drift = None
+        if node is not None and claim.is_true(NodeClaimConditionType.INITIALIZED):
+            found = detect_drift(claim, node, pool, nodeclasses.get(claim.node_class_ref.name), DriftInputs())
+            drift = found.message if found is not None else None
+        replaced_by = claim.metadata.annotations.get(REPLACEMENT_ANNOTATION) or None
+        replacement = claims.get(replaced_by or "")
         members.append(
             StaticMember(
                 name=claim.name,
@@ -173,6 +235,12 @@ def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[
                 empty=not moving,
                 do_not_disrupt=any(do_not_disrupt(pod, now) for pod in pods),
                 cost=reschedule_cost(moving) * lifetime_remaining(pool, claim, now),
+                drift=drift,
+                replaced_by=replaced_by,
+                replacement_ready=replacement is not None
+                and replacement.is_true(NodeClaimConditionType.INITIALIZED),
+                replacement_gone=replaced_by is not None
+                and (replacement is None or replacement.metadata.deletion_timestamp is not None),
             )
         )
     return members
@@ -191,9 +259,11 @@ def node_limit(pool: NodePool) -> int | None:
 
 def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep:
     """The step the pool needs now (`nodewright schedule` shows it without taking it)."""
-    return plan_static(
-        pool.name, pool.spec.replicas or 0, node_limit(pool), static_members(manifests, pool, now)
-    )
+    members = static_members(manifests, pool, now)
+    alive = [member for member in members if not member.deleting]
+    replacing = sum(1 for member in alive if member.replaced_by and not member.replacement_gone)
+    budget = budget_limit(pool, DisruptionReason.DRIFTED, len(alive), now).allowed(replacing)
+    return plan_static(pool.name, pool.spec.replicas or 0, node_limit(pool), members, budget)
 
 
 def static_preview(

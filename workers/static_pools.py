@@ -30,6 +30,11 @@ def _replicas(manifest: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _initialized(manifest: dict[str, Any]) -> bool:
+    conditions = (manifest.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Initialized" and c.get("status") == "True" for c in conditions)
+
+
 class StaticPools:
     def __init__(
         self, client: Client, cluster: ClusterAPI, task_queue: str, enabled: bool, template: StaticPoolInput
@@ -45,6 +50,8 @@ class StaticPools:
         """Each static NodePool's replicas, as last acted on."""
         self._deleting: set[str] = set()
         """NodeClaims of static pools already seen deleting."""
+        self._initialized: set[str] = set()
+        """NodeClaims of static pools already seen Initialized (a drifted node's replacement lets it go then)."""
 
     async def observe(self, event: WatchEvent) -> None:
         if event.kind == "NodePool":
@@ -80,13 +87,16 @@ class StaticPools:
         if event.type is EventType.DELETED:
             seen = event.name in self._deleting
             self._deleting.discard(event.name)
-            if seen:
-                return
-        elif not metadata.get("deletionTimestamp") or event.name in self._deleting:
-            return
-        else:
-            self._deleting.add(event.name)
-        await self._signal(pool, f"nodeclaim {event.name} deleted")
+            self._initialized.discard(event.name)
+            if not seen:
+                await self._signal(pool, f"nodeclaim {event.name} deleted")
+        elif metadata.get("deletionTimestamp"):
+            if event.name not in self._deleting:
+                self._deleting.add(event.name)
+                await self._signal(pool, f"nodeclaim {event.name} deleted")
+        elif event.name not in self._initialized and _initialized(event.object):
+            self._initialized.add(event.name)
+            await self._signal(pool, f"nodeclaim {event.name} initialized")
 
     async def _signal(self, nodepool: str, why: str) -> None:
         try:

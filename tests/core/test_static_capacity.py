@@ -70,3 +70,38 @@ def test_template_says_why_nothing_launches() -> None:
     )
     template = static_template(Manifests(nodepools=[pool]), pool, fixed_provider(list(catalog_d())))
     assert template.claim is None and template.reason
+
+
+def test_a_drifted_node_is_replaced_once_the_pool_holds_its_replicas() -> None:
+    members = [member("a", drift="NodePool changed"), member("b")]
+    step = plan_static("static", 2, None, members, drift_budget=1)
+    assert (step.create, step.replace, step.delete) == (1, ("a",), ())
+    assert "replacing drifted a (NodePool changed)" in step.reason
+
+
+def test_drift_waits_for_its_budget_and_for_limits_nodes() -> None:
+    members = [member("a", drift="x"), member("b", drift="y")]
+    assert plan_static("static", 2, None, members, drift_budget=1).replace == ("a",)
+    blocked = plan_static("static", 2, None, members, drift_budget=0)
+    assert not blocked.acts and "Drifted budget allows none" in blocked.reason
+    assert not plan_static("static", 2, 2, members).acts
+
+
+def test_a_node_being_replaced_is_pending_disruption_not_surplus() -> None:
+    replacing = [member("a", drift="x", replaced_by="c"), member("b"), member("c", launched=False)]
+    step = plan_static("static", 2, None, replacing)
+    assert not step.acts and (step.current, step.create, step.delete) == (2, 0, ())
+    ready = [member("a", drift="x", replaced_by="c", replacement_ready=True), member("b"), member("c")]
+    assert plan_static("static", 2, None, ready).finish == ("a",)
+
+
+def test_a_node_whose_replacement_is_gone_runs_again_and_is_replaced_anew() -> None:
+    step = plan_static(
+        "static", 2, None, [member("a", drift="x", replaced_by="c", replacement_gone=True), member("b")]
+    )
+    assert (step.unmark, step.replace, step.create) == (("a",), ("a",), 1)
+
+
+def test_no_drift_replacement_while_scaling_down() -> None:
+    step = plan_static("static", 1, None, [member("a", drift="x"), member("b", empty=False)])
+    assert step.delete == ("a",) and not step.replace

@@ -13,7 +13,7 @@ from core import labels
 from core.api.kube import is_node_ready
 from core.static_messages import StaticPoolInput
 from tests.cluster import events, eventually
-from tests.workflows.conftest import FAST, INSTANCE_TYPE, System, current_details, started
+from tests.workflows.conftest import FAST, INSTANCE_TYPE, System, current_details, started, step_summaries
 from workers.controller import Controller
 from workers.static_pools import GATE_DISABLED, StaticPools
 from workflows.static import StaticNodePoolWorkflow, static_id
@@ -21,7 +21,7 @@ from workflows.static import StaticNodePoolWorkflow, static_id
 POOL = "fixed"
 
 
-def static_pool(replicas: int) -> dict[str, Any]:
+def static_pool(replicas: int, instance_type: str = INSTANCE_TYPE) -> dict[str, Any]:
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
@@ -37,7 +37,7 @@ def static_pool(replicas: int) -> dict[str, Any]:
                         "name": "default",
                     },
                     "requirements": [
-                        {"key": labels.INSTANCE_TYPE, "operator": "In", "values": [INSTANCE_TYPE]},
+                        {"key": labels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]},
                         {"key": labels.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]},
                     ],
                     "expireAfter": "Never",
@@ -106,6 +106,34 @@ async def test_a_static_pool_holds_its_replicas_through_deletion_and_scaling(sys
     assert "1 of 1 replica(s)" in await current_details(handle)
     # The dynamic provisioner never made a NodeClaim for it: every NodeClaim of the pool came from its workflow.
     assert not [c for c in await system.nodeclaims() if c.labels.get(labels.NODEPOOL) == "default"]
+
+
+async def test_a_drifted_static_node_is_replaced_before_it_goes(system: System) -> None:
+    start_controller(system)
+    await system.apply_examples()
+    await system.kube.apply([static_pool(2)])
+    first = await eventually(lambda: ready_nodes(system, 2), timeout=60, what="2 static nodes")
+    # The requirements no longer admit the nodes' instance type: both drift, and are replaced one at a time
+    # (the default Drifted budget, 10% of 2 nodes, is 1).
+    await system.kube.apply([static_pool(2, "Standard_D4s_v5")])
+
+    async def replaced() -> list[str] | None:
+        nodes = await ready_nodes(system, 2)
+        if nodes is None or set(nodes) & set(first):
+            return None
+        types = {
+            n.metadata.labels.get(labels.INSTANCE_TYPE)
+            for n in await system.kube.list_nodes()
+            if n.metadata.name in nodes
+        }
+        return nodes if types == {"Standard_D4s_v5"} else None
+
+    await eventually(replaced, timeout=120, what="both drifted nodes replaced by Standard_D4s_v5 nodes")
+    handle = system.client.get_workflow_handle(static_id(system.cluster, POOL))
+    woken = " ".join(summary for _, summary in await step_summaries(system.client, handle))
+    assert (
+        "initialized)" in woken
+    )  # a replacement's initialization woke the step that let its drifted node go
 
 
 async def _without(system: System, gone: str) -> list[str] | None:
