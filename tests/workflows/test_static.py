@@ -11,11 +11,13 @@ from temporalio.service import RPCError
 
 from core import labels
 from core.api.kube import is_node_ready
+from core.messages import DisruptionInput, DisruptionSettings, DisruptionStatus
 from core.static_messages import StaticPoolInput
 from tests.cluster import events, eventually
 from tests.workflows.conftest import FAST, INSTANCE_TYPE, System, current_details, started, step_summaries
 from workers.controller import Controller
 from workers.static_pools import GATE_DISABLED, StaticPools
+from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.static import StaticNodePoolWorkflow, static_id
 
 POOL = "fixed"
@@ -134,6 +136,40 @@ async def test_a_drifted_static_node_is_replaced_before_it_goes(system: System) 
     assert (
         "initialized)" in woken
     )  # a replacement's initialization woke the step that let its drifted node go
+
+
+async def test_consolidation_keeps_a_static_pools_empty_nodes(system: System) -> None:
+    start_controller(system)
+    await system.apply_examples()
+    pool = static_pool(2)
+    pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}
+    await system.kube.apply([pool])
+    nodes = await eventually(lambda: ready_nodes(system, 2), timeout=60, what="2 static nodes")
+    settings = DisruptionSettings(poll_seconds=0.5, validation_seconds=1, activity_timeout_seconds=30)
+    handle = await system.client.start_workflow(
+        DisruptionWorkflow.run,
+        DisruptionInput(cluster=system.cluster, lifecycle=FAST, settings=settings),
+        id=disruption_id(system.cluster),
+        task_queue=system.task_queue,
+    )
+
+    async def kept_as_static() -> DisruptionStatus | None:
+        status = await handle.query(DisruptionWorkflow.plan)
+        if status.plan is None or status.plan.unchanged:
+            return None
+        codes = {kept.node: [reason.code for reason in kept.reasons] for kept in status.plan.kept}
+        return status if all("StaticNodePool" in codes.get(node, []) for node in nodes) else None
+
+    status = await eventually(kept_as_static, timeout=30, what="a pass keeping the static nodes")
+    await eventually(
+        lambda: _passes_beyond(handle, status.passes + 3), timeout=30, what="three more disruption passes"
+    )
+    assert (await handle.query(DisruptionWorkflow.plan)).results == []
+    assert await ready_nodes(system, 2) == nodes
+
+
+async def _passes_beyond(handle: Any, passes: int) -> bool:
+    return bool((await handle.query(DisruptionWorkflow.plan)).passes >= passes)
 
 
 async def _without(system: System, gone: str) -> list[str] | None:
