@@ -62,6 +62,12 @@ class StaticActivities(PlanningActivities):
                     and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
                 ]
             )
+        if not pool.status.is_true("Ready"):
+            # As Karpenter's static provisioning: only a Ready NodePool (valid, its AKSNodeClass ready) launches;
+            # the controller signals again when it turns Ready.
+            ready = pool.status.condition("Ready")
+            why = f"{ready.reason}: {ready.message}" if ready is not None else "no Ready condition yet"
+            return StaticStepResult(reason=f"NodePool {pool.name} is not Ready ({why}), waiting")
         step = plan_pool(manifests, pool, datetime.now(UTC))
         result = StaticStepResult(
             current=step.current, desired=step.desired, limited=step.limited, reason=step.reason

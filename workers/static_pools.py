@@ -25,6 +25,11 @@ GATE_DISABLED = "FeatureGateDisabled"
 """The event reason on a static NodePool while the StaticCapacity gate is off."""
 
 
+def _ready(manifest: dict[str, Any]) -> bool:
+    conditions = (manifest.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _replicas(manifest: dict[str, Any]) -> int | None:
     value = (manifest.get("spec") or {}).get("replicas")
     return value if isinstance(value, int) else None
@@ -48,6 +53,8 @@ class StaticPools:
         """The workflow input every static pool starts with (its nodepool filled in)."""
         self._replicas: dict[str, int] = {}
         """Each static NodePool's replicas, as last acted on."""
+        self._ready: set[str] = set()
+        """Static NodePools last seen Ready."""
         self._deleting: set[str] = set()
         """NodeClaims of static pools already seen deleting."""
         self._initialized: set[str] = set()
@@ -62,11 +69,19 @@ class StaticPools:
     async def _nodepool(self, event: WatchEvent) -> None:
         replicas = _replicas(event.object)
         if event.type is EventType.DELETED or replicas is None:
+            self._ready.discard(event.name)
             if self._replicas.pop(event.name, None) is not None and self.enabled:
                 await self._signal(event.name, f"NodePool {event.name} deleted or no longer static")
             return
         before = self._replicas.get(event.name)
+        became_ready = _ready(event.object) and event.name not in self._ready
+        if _ready(event.object):
+            self._ready.add(event.name)
+        else:
+            self._ready.discard(event.name)
         if before == replicas:
+            if became_ready and self.enabled:
+                await self._signal(event.name, f"NodePool {event.name} became Ready")
             return
         self._replicas[event.name] = replicas
         if not self.enabled:
