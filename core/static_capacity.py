@@ -204,7 +204,10 @@ def static_template(manifests: Manifests, pool: NodePool, provider: InstanceType
         return StaticTemplate(
             None, why or "no instance type of the NodePool has an available offering", left_out
         )
-    return StaticTemplate(replace(launchable[0], pods=[]), left_out=left_out)
+    claim = launchable[0]
+    # The placeholder is no pod of the node's: its requests are the DaemonSets' alone.
+    requests = {name: amount - 1 if name == "pods" else amount for name, amount in claim.requests.items()}
+    return StaticTemplate(replace(claim, pods=[], requests=requests), left_out=left_out)
 
 
 def static_members(manifests: Manifests, pool: NodePool, now: datetime) -> list[StaticMember]:

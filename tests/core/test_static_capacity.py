@@ -58,6 +58,7 @@ def test_template_is_the_cheapest_offering_of_an_empty_node() -> None:
     template = static_template(Manifests(nodepools=[pool]), pool, fixed_provider(types))
     assert template.claim is not None
     assert template.claim.nodepool == "static" and template.claim.pods == []
+    assert template.claim.requests.get("pods", 0) == 0
     assert template.claim.launch_candidates[0].instance_type == types[1].name
     assert set(template.claim.instance_type_options) == {it.name for it in types}
 
