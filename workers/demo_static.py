@@ -3,7 +3,6 @@ two nodes with no pod asking for them, then is scaled to 3 and holds three."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -41,8 +40,7 @@ async def static_step(walk: Walkthrough, number: int) -> None:
         print(STATIC_NODEPOOL.rstrip(), file=walk.out)
         await walk.kubectl("apply", "-f", str(path))
     await walk.until("2 static nodes", lambda: _ready(walk, 2))
-    patch = json.dumps({"spec": {"replicas": 3}})
-    await walk.kubectl("patch", "nodepool", STATIC_POOL, "--type", "merge", "-p", patch)
+    await walk.kubectl("scale", "nodepool", STATIC_POOL, "--replicas=3")
     await walk.until("3 static nodes", lambda: _ready(walk, 3))
     await walk.kubectl("get", "nodes", "-l", f"{labels.NODEPOOL}={STATIC_POOL}", "-L", labels.INSTANCE_TYPE)
 
