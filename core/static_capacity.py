@@ -265,7 +265,9 @@ def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep
     members = static_members(manifests, pool, now)
     alive = [member for member in members if not member.deleting]
     replacing = sum(1 for member in alive if member.replaced_by and not member.replacement_gone)
-    budget = budget_limit(pool, DisruptionReason.DRIFTED, len(alive), now).allowed(replacing)
+    # Nodes being deleted or replaced are disrupting already: they use the budget up, as in Karpenter.
+    disrupting = replacing + len(members) - len(alive)
+    budget = budget_limit(pool, DisruptionReason.DRIFTED, len(members), now).allowed(disrupting)
     return plan_static(pool.name, pool.spec.replicas or 0, node_limit(pool), members, budget)
 
 

@@ -2,8 +2,15 @@ from __future__ import annotations
 
 from core.api.manifests import Manifests
 from core.scheduling.snapshot import fixed_provider
-from core.static_capacity import StaticMember, deletion_order, plan_static, static_template
-from tests.core.disruption.fixtures import catalog_d, catalog_type, nodepool
+from core.static_capacity import (
+    REPLACEMENT_ANNOTATION,
+    StaticMember,
+    deletion_order,
+    plan_pool,
+    plan_static,
+    static_template,
+)
+from tests.core.disruption.fixtures import NOW, bound, catalog_d, catalog_type, cluster, node_pair, nodepool
 
 
 def member(name: str, **fields: object) -> StaticMember:
@@ -106,3 +113,29 @@ def test_a_node_whose_replacement_is_gone_runs_again_and_is_replaced_anew() -> N
 def test_no_drift_replacement_while_scaling_down() -> None:
     step = plan_static("static", 1, None, [member("a", drift="x"), member("b", empty=False)])
     assert step.delete == ("a",) and not step.replace
+
+
+def test_plan_pool_reads_the_cluster_empty_nodes_go_first_and_drift_is_seen() -> None:
+    pool = nodepool("fixed", replicas=1)
+    busy, empty = node_pair("busy", pool="fixed"), node_pair("empty", pool="fixed")
+    snapshot = cluster([pool], [busy, empty], pods=[bound(busy[1].metadata.name)])
+    step = plan_pool(snapshot, pool, NOW)
+    assert step.delete == (empty[0].name,)
+
+    drifted = node_pair("old", pool="fixed", drifted="NodeClassDrift")
+    held = plan_pool(cluster([pool], [drifted]), pool, NOW)
+    assert held.replace == (drifted[0].name,) and held.create == 1
+
+
+def test_a_replaced_node_goes_once_its_replacement_is_initialized() -> None:
+    pool = nodepool("fixed", replicas=1)
+    old = node_pair(
+        "old", pool="fixed", drifted="NodeClassDrift", claim_annotations={REPLACEMENT_ANNOTATION: "claim-new"}
+    )
+    new = node_pair("new", pool="fixed", initialized=False)
+    waiting = plan_pool(cluster([pool], [old, new]), pool, NOW)
+    assert not waiting.acts and waiting.current == 1
+    ready = node_pair("new", pool="fixed")
+    assert plan_pool(cluster([pool], [old, ready]), pool, NOW).finish == (old[0].name,)
+    gone = plan_pool(cluster([pool], [old]), pool, NOW)
+    assert gone.unmark == (old[0].name,)
