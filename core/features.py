@@ -52,8 +52,8 @@ GATE_NAMES = {
 """Each gate's field and the name Karpenter gives it."""
 _FIELDS = {gate: name for name, gate in GATE_NAMES.items()}
 
-UNIMPLEMENTED = ("static_capacity", "capacity_buffer")
-"""Gates whose APIs (static NodePools, CapacityBuffer) nodewright does not act on yet."""
+UNIMPLEMENTED = ("capacity_buffer",)
+"""Gates whose APIs (CapacityBuffer) nodewright does not act on yet."""
 
 
 def parse_feature_gates(text: str, base: FeatureGates | None = None) -> FeatureGates:

@@ -34,7 +34,8 @@ from core.scheduling.snapshot import (
     fixed_provider,
     merge,
 )
-from workers.tables import render_disruption_table, render_table
+from core.static_capacity import static_preview
+from workers.tables import render_disruption_table, render_static_table, render_table
 
 if TYPE_CHECKING:
     from workers.settings import Settings, TemporalConnection
@@ -154,13 +155,16 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = scheduler.solve(snapshot.pending)
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
+    static = static_preview(manifests, provider, datetime.now(UTC))
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes
         document["instance_types_left_out"] = snapshot.left_out
+        document["static"] = static
         write_json(document, manifests, out)
     else:
         render_table(results, out, snapshot.left_out)
+        render_static_table(static, out)
     return 1 if manifests.problems else 0
 
 

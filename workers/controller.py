@@ -52,6 +52,7 @@ from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
+from workers.static_pools import StaticPools
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.maintenance import nodeclass_status_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -117,6 +118,7 @@ class Controller:
         metrics: Metrics | None = None,
         metrics_seconds: float = 5.0,
         status_seconds: float = 1.0,
+        static: StaticPools | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -129,6 +131,8 @@ class Controller:
         """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
         self.metrics_seconds = metrics_seconds
         self.state = WatchedClusterState() if metrics is not None else None
+        self.static = static
+        """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -191,6 +195,8 @@ class Controller:
         if self.state is not None:
             self.state.observe(event)
         self.statuses.observe(event)
+        if self.static is not None:
+            await self.static.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:

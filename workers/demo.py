@@ -36,6 +36,7 @@ from core.messages import (
     LifecycleSettings,
     ProvisionerInput,
 )
+from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root, ensure_binaries
@@ -47,11 +48,13 @@ from workers.demo_disruption import (
     template_drift_step,
 )
 from workers.demo_interruption import spot_eviction_step
+from workers.demo_static import static_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
 from workers.schedules import ensure_schedules, refresh_catalog_now
 from workers.simulated_aks import SimulatedAks, local_aks
+from workers.static_pools import StaticPools
 from workers.temporal_server import DevServer
 from workers.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.worker import build_worker, connect
@@ -102,8 +105,9 @@ async def walk_through(self: Walkthrough) -> None:
     await spot_eviction_step(self, 7)
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
     await template_drift_step(self, 9)
+    await static_step(self, 10)
 
-    self.say("10. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("11. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
@@ -144,6 +148,16 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 disruption=disruption,
                 metrics=default_metrics(),
                 metrics_seconds=2,
+                # The demo turns the StaticCapacity gate on for its static NodePool step.
+                static=StaticPools(
+                    client,
+                    aks.kube,
+                    TASK_QUEUE,
+                    True,
+                    StaticPoolInput(
+                        cluster=options.cluster, nodepool="", lifecycle=lifecycle, poll_seconds=5
+                    ),
+                ),
             )
             async with worker:
                 await ensure_schedules(

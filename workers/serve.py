@@ -175,9 +175,11 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
 
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
+    from core.static_messages import StaticPoolInput
     from workers.consolidate import disruption_input
     from workers.controller import Controller
     from workers.leader import LeaderElectionConfig, LeaderElector
+    from workers.static_pools import StaticPools
 
     for gate in settings.gates.unsupported():
         logger.warning(
@@ -205,6 +207,13 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
             settings.task_queue,
             disruption=disruption_input(settings),
             metrics=default_metrics(),
+            static=StaticPools(
+                client,
+                cluster,
+                settings.task_queue,
+                settings.gates.static_capacity,
+                StaticPoolInput(cluster=settings.cluster_name, nodepool=""),
+            ),
         )
         if elector is None:
             await controller.run()

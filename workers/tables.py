@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TextIO
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 from core.api.meta import Taint
 from core.instancetypes.types import dollars
@@ -110,3 +110,20 @@ def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO
     for note in plan.notes:
         print(f"note: {note}", file=err)
     print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
+
+
+def render_static_table(previews: Sequence[Mapping[str, Any]], out: TextIO) -> None:
+    """What each static NodePool would do to reach its replicas (`core.static_capacity.static_preview`)."""
+    if not previews:
+        return
+    print(f"\nStatic NodePools ({len(previews)}):", file=out)
+    for preview in previews:
+        claim = preview.get("nodeclaim")
+        launch = ""
+        if isinstance(claim, Mapping):
+            launch = (
+                f"; each {claim['instance_type']} {claim['capacity_type']} in {claim['zone']}"
+                f" at ${claim['price_per_hour']:.4f}/h"
+            )
+        error = f"; cannot launch: {preview['error']}" if preview.get("error") else ""
+        print(f"  {preview['nodepool']}: {preview['reason']}{launch}{error}", file=out)

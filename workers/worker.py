@@ -25,7 +25,8 @@ from activities.disruption import DisruptionActivities
 from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
 from activities.metrics import Metrics, default_metrics
-from activities.planning import LifecycleStarter, PlanningActivities
+from activities.planning import LifecycleStarter
+from activities.static import StaticActivities
 from core import summaries
 from core.cloudprovider import CloudProvider
 from core.cluster import ClusterAPI
@@ -38,6 +39,7 @@ from workflows import search_attributes as attributes
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
+from workflows.static import StaticNodePoolWorkflow
 
 logger = logging.getLogger("nodewright.worker")
 
@@ -52,6 +54,7 @@ WORKFLOWS: Sequence[type] = (
     ProvisionerWorkflow,
     NodeClaimWorkflow,
     DisruptionWorkflow,
+    StaticNodePoolWorkflow,
     *maintenance_workflows(),
 )
 
@@ -98,7 +101,7 @@ def activities_for(
     metered = MeteredCloudProvider(cloud, metrics)
     kube = KubeActivities(cluster, metrics)
     lifecycle = LifecycleActivities(cluster, metered, catalogs, metrics)
-    planning = PlanningActivities(cluster, catalogs, start_lifecycle, metrics)
+    planning = StaticActivities(cluster, catalogs, start_lifecycle, metrics)
     maintenance = (
         maintenance_activities(cluster, cloud, catalogs, prices)
         if isinstance(cloud, AzureCloudProvider)
@@ -106,6 +109,7 @@ def activities_for(
     )
     return [
         planning.plan_provisioning,
+        planning.reconcile_static_nodepool,
         lifecycle.launch_nodeclaim,
         lifecycle.register_nodeclaim,
         lifecycle.initialize_nodeclaim,

@@ -10,3 +10,7 @@ def provisioner_id(cluster: str) -> str:
 
 def nodeclaim_id(name: str) -> str:
     return f"nodeclaim/{name}"
+
+
+def static_id(cluster: str, nodepool: str) -> str:
+    return f"static/{cluster}/{nodepool}"

@@ -762,6 +762,8 @@ class Resource:
     columns: tuple[Column, ...]
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ("karpenter", "nap")
+    scale: tuple[str, str] | None = None
+    """The `scale` subresource's spec and status replica paths (`kubectl scale`), as Karpenter's NodePool has."""
 
     def definition(self) -> Schema:
         """The `apiextensions.k8s.io/v1` CustomResourceDefinition."""
@@ -784,6 +786,12 @@ class Resource:
                     f"{self.group}/{version} {self.kind} is deprecated; use {self.group}/{self.versions[0]}"
                 )
             entry["subresources"] = {"status": {}}
+            if self.scale is not None:
+                spec_path, status_path = self.scale
+                entry["subresources"] = {
+                    "scale": {"specReplicasPath": spec_path, "statusReplicasPath": status_path},
+                    "status": {},
+                }
             entry["additionalPrinterColumns"] = [column.to_json() for column in self.columns]
             entry["schema"] = {"openAPIV3Schema": schema}
             versions.append(entry)
@@ -814,6 +822,7 @@ RESOURCES = (
             Column("CPU", ".status.resources.cpu", priority=1),
             Column("Memory", ".status.resources.memory", priority=1),
         ),
+        scale=(".spec.replicas", ".status.nodes"),
     ),
     Resource(
         NodeClaim,

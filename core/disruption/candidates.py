@@ -431,7 +431,10 @@ def _admit(
     if not initialized:
         return Reason(BlockReason.NOT_INITIALIZED, "node is not initialized yet")
     if pool.is_static:
-        return Reason(BlockReason.STATIC_NODEPOOL, f'NodePool "{pool.name}" is static (replicas is set)')
+        return Reason(
+            BlockReason.STATIC_NODEPOOL,
+            f'NodePool "{pool.name}" is static (replicas is set): its nodes are never consolidated',
+        )
     if not schedulable:
         return Reason(BlockReason.NODEPOOL_NOT_FOUND, f'NodePool "{pool.name}" is being deleted')
     if _do_not_disrupt_node(claim, node):

@@ -197,8 +197,11 @@ def test_every_version_carries_the_schema_and_a_status_subresource(kind: str) ->
     assert [version["storage"] for version in versions].count(True) == 1
     for version in versions:
         assert version["served"] is True
-        assert version["subresources"] == {"status": {}}
+        assert version["subresources"]["status"] == {}
         assert version["schema"]["openAPIV3Schema"] == SCHEMAS[kind]
+    # As Karpenter's: `kubectl scale nodepool` sets a static pool's replicas and reads its node count.
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"}
+    assert versions[0]["subresources"].get("scale") == (scale if kind == "NodePool" else None)
 
 
 def test_names_are_karpenters() -> None:
