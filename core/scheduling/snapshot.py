@@ -21,7 +21,7 @@ from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready,
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
 from core.api.nodeclaim import NodeClaim
-from core.api.nodepool import NodePool
+from core.api.nodepool import ConditionStatus, NodePool
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.images import NodeImages, bootable
@@ -266,6 +266,14 @@ def build_snapshot(
         if pool.is_static:
             snapshot.notes.append(
                 f"NodePool {pool.name}: static (replicas is set), not used for pending pods"
+            )
+            continue
+        ready = pool.status.condition("Ready")
+        if ready is not None and ready.status is ConditionStatus.FALSE:
+            # Karpenter's provisioner ignores a NodePool that is not Ready; one whose status was never written
+            # (a what-if input, a NodePool just created) is used.
+            snapshot.notes.append(
+                f"NodePool {pool.name}: not Ready ({ready.reason}: {ready.message}), not used for new nodes"
             )
             continue
         reference = pool.spec.template.spec.node_class_ref

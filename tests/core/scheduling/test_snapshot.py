@@ -9,6 +9,7 @@ from pathlib import Path
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Pod
 from core.api.manifests import Manifests, load_yaml, parse_manifests
+from core.api.nodepool import StatusCondition
 from core.instancetypes.catalog import load_shipped_catalog
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.snapshot import azure_provider, build_snapshot, fixed_provider, nodeclass_settings
@@ -122,3 +123,21 @@ def test_a_pod_that_needs_arm64_is_unschedulable_when_no_arm64_image_boots() -> 
     assert results.nodeclaims == []
     [entry] = results.unschedulable
     assert 'incompatible with nodepool "default"' in entry.reasons[0]
+
+
+def test_a_nodepool_whose_ready_is_false_is_not_used_for_new_nodes_and_says_why() -> None:
+    ready, broken, fresh = nodepool("ready"), nodepool("broken"), nodepool("fresh")
+    ready.status.conditions = [StatusCondition(type="Ready", status="True", reason="Ready")]
+    broken.status.conditions = [
+        StatusCondition(
+            type="Ready",
+            status="False",
+            reason="NodeClassNotReady",
+            message="NodeClassReady=False",
+        )
+    ]
+    snapshot = build_snapshot(cluster([ready, broken, fresh], []), fixed_provider(list(catalog_d())))
+    assert [pool.name for pool in snapshot.nodepools] == ["ready", "fresh"]  # no status yet: used
+    assert "NodePool broken: not Ready (NodeClassNotReady: NodeClassReady=False), not used for new nodes" in (
+        snapshot.notes
+    )
