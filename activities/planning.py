@@ -84,6 +84,26 @@ def plan_key(run: str, batch: int) -> str:
     return hashlib.sha256(f"{run}/{batch}".encode()).hexdigest()[:16]
 
 
+async def resume_attempt(
+    manifests: Manifests, batch: int, start_lifecycle: LifecycleStarter
+) -> tuple[str, str, int]:
+    """This activity attempt's workflow run, attempt number and plan key (of the run and `batch`). A retry first
+    starts the lifecycles of the NodeClaims an earlier attempt created and died before starting."""
+    info = activity.info() if activity.in_activity() else None
+    run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
+    key = plan_key(run, batch)
+    if attempt > 1:
+        await concurrently(
+            [
+                start_lifecycle(LifecycleInput.model_validate_json(recorded))
+                for existing in manifests.nodeclaims
+                if existing.labels.get(PLAN_LABEL) == key
+                and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
+            ]
+        )
+    return run, attempt, key
+
+
 def _seconds(pool: NodePool | None, which: str) -> float | None:
     if pool is None:
         return None
@@ -272,19 +292,7 @@ class PlanningActivities:
             )
         pools = {pool.name: pool for pool in manifests.nodepools}
         nodeclasses = {nodeclass.name: nodeclass for nodeclass in manifests.nodeclasses}
-        info = activity.info() if activity.in_activity() else None
-        run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
-        key = plan_key(run, request.batch)
-        if attempt > 1:
-            # An earlier attempt may have died between creating a NodeClaim and starting its lifecycle.
-            await concurrently(
-                [
-                    self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
-                    for existing in manifests.nodeclaims
-                    if existing.labels.get(PLAN_LABEL) == key
-                    and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
-                ]
-            )
+        run, attempt, key = await resume_attempt(manifests, request.batch, self.start_lifecycle)
         decisions: list[tuple[NodeClaim, LifecycleInput, list[str]]] = []
         hashes: dict[str, dict[str, str]] = {}
         launched = [c for c in results.nodeclaims if c.launch_candidates]

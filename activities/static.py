@@ -17,14 +17,13 @@ from activities.heartbeat import heartbeating
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason
 from activities.planning import (
-    LIFECYCLE_ANNOTATION,
     PLAN_LABEL,
     PlanningActivities,
     concurrently,
     lifecycle_nodeclaim,
     nodeclaim_suffix,
-    plan_key,
     planned,
+    resume_attempt,
 )
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
@@ -49,19 +48,7 @@ class StaticActivities(PlanningActivities):
         pool = next((p for p in manifests.nodepools if p.name == request.nodepool), None)
         if pool is None or not pool.is_static or pool.metadata.deletion_timestamp is not None:
             return StaticStepResult(found=False, reason=f"NodePool {request.nodepool} is gone or not static")
-        info = activity.info() if activity.in_activity() else None
-        run, attempt = ((info.workflow_run_id or ""), info.attempt) if info else ("local", 1)
-        key = plan_key(run, request.step)
-        if attempt > 1:
-            # An earlier attempt may have created NodeClaims and died before starting their lifecycles.
-            await concurrently(
-                [
-                    self.start_lifecycle(LifecycleInput.model_validate_json(recorded))
-                    for existing in manifests.nodeclaims
-                    if existing.labels.get(PLAN_LABEL) == key
-                    and (recorded := existing.metadata.annotations.get(LIFECYCLE_ANNOTATION))
-                ]
-            )
+        run, attempt, key = await resume_attempt(manifests, request.step, self.start_lifecycle)
         if not pool.status.is_true("Ready"):
             # As Karpenter's static provisioning: only a Ready NodePool (valid, its AKSNodeClass ready) launches;
             # the controller signals again when it turns Ready.

@@ -361,6 +361,15 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
+def add_spot_to_spot_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spot-to-spot",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES, off)",
+    )
+
+
 def add_min_values_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-values-policy",
@@ -395,12 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_snapshot_arguments(disrupt)
     disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
-    disrupt.add_argument(
-        "--spot-to-spot",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES, off)",
-    )
+    add_spot_to_spot_argument(disrupt)
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
     disrupt.add_argument(
         "--repair",

@@ -66,7 +66,7 @@ def disruption_input(settings: Settings) -> DisruptionInput:
 
 def add_consolidate_parser(commands: Any) -> None:
     """Register `nodewright consolidate` on the CLI's subcommands."""
-    from workers.cli import add_min_values_argument
+    from workers.cli import add_min_values_argument, add_spot_to_spot_argument
 
     parser = commands.add_parser(
         "consolidate",
@@ -78,12 +78,7 @@ def add_consolidate_parser(commands: Any) -> None:
     parser.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
     parser.add_argument("--yes", action="store_true", help="execute without asking")
-    parser.add_argument(
-        "--spot-to-spot",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES)",
-    )
+    add_spot_to_spot_argument(parser)
     add_min_values_argument(parser)
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.set_defaults(handler=consolidate_command)

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core import labels
-from core.api.condition_set import conditions_json
+from core.api.condition_set import conditions_json, readable_conditions
 from core.api.meta import InvalidObjectError
-from core.api.nodepool import NodePool, StatusCondition
+from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.errors import CloudError
 from core.nodepool_status import (
@@ -135,23 +135,12 @@ def validation_error(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _conditions(status: Mapping[str, Any]) -> list[StatusCondition]:
-    """The readable conditions of a status (one that is not is dropped: it is rewritten)."""
-    found = []
-    for raw in status.get("conditions") or []:
-        try:
-            found.append(StatusCondition.model_validate(raw))
-        except ValueError:
-            continue
-    return found
-
-
 def status_differs(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Whether writing `wanted` would change the status (quantities compared by value, conditions by content)."""
     return (
         _resources(current.get("resources")) != _resources(wanted["resources"])
         or current.get("nodes") != wanted["nodes"]
-        or conditions_json(_conditions(current)) != wanted["conditions"]
+        or conditions_json(readable_conditions(current)) != wanted["conditions"]
     )
 
 
@@ -244,7 +233,7 @@ class NodePoolStatusWriter:
         facts = NodePoolFacts(
             generation=metadata.get("generation"),
             created=_time(metadata.get("creationTimestamp")),
-            conditions=_conditions(current),
+            conditions=readable_conditions(current),
             validation_error=known[1],
             nodeclass=self._nodeclasses.get(str(reference.get("name") or "")),
             usage=usage.get(name, {}),

@@ -9,7 +9,6 @@ use it. One NodeClass that cannot be read or written never stops the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -19,8 +18,8 @@ from temporalio import activity
 from activities.azure.errors import classify
 from activities.azure.provider import AzureCloudProvider
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.condition_set import conditions_json
-from core.api.nodepool import ConditionStatus, StatusCondition
+from core.api.condition_set import conditions_json, readable_conditions
+from core.api.nodepool import ConditionStatus
 from core.errors import CloudError, NotFoundError
 from core.messages import MaintenanceActivity, NodeClassStatusInput, NodeClassStatusResult
 from core.nodeclass_status import (
@@ -40,16 +39,6 @@ class NodeClassStore(Protocol):
     async def patch_status(
         self, kind: str, name: str, status: dict[str, Any], resource_version: str
     ) -> bool: ...
-
-
-def _conditions(status: Mapping[str, Any]) -> list[StatusCondition]:
-    found = []
-    for raw in status.get("conditions") or []:
-        try:
-            found.append(StatusCondition.model_validate(raw))
-        except ValueError:
-            continue
-    return found
 
 
 class NodeClassStatusActivities:
@@ -104,7 +93,7 @@ class NodeClassStatusActivities:
         created = nodeclass.metadata.creation_timestamp
         current = raw.get("status") or {}
         conditions = nodeclass_conditions(
-            _conditions(current), metadata.get("generation"), created, subnets[subnet_id], now
+            readable_conditions(current), metadata.get("generation"), created, subnets[subnet_id], now
         )
         status: dict[str, Any] = {"conditions": conditions_json(conditions)}
         ready = next(c for c in conditions if c.type == "Ready")
@@ -112,7 +101,7 @@ class NodeClassStatusActivities:
             result.ready.append(nodeclass.name)
         else:
             result.not_ready[nodeclass.name] = f"{ready.reason}: {ready.message}"
-        unchanged = conditions_json(_conditions(current)) == status["conditions"]
+        unchanged = conditions_json(readable_conditions(current)) == status["conditions"]
         if unchanged:
             return True
         version = str(metadata.get("resourceVersion") or "")

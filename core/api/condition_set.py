@@ -11,8 +11,9 @@ and a writer can skip the write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from core.api.nodepool import ConditionStatus, StatusCondition
 
@@ -114,3 +115,15 @@ class ConditionSet:
 def conditions_json(conditions: Iterable[StatusCondition]) -> list[dict[str, object]]:
     """Conditions as the API server stores them (camelCase, RFC 3339 times, unset fields left out)."""
     return [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]
+
+
+def readable_conditions(status: Mapping[str, Any]) -> list[StatusCondition]:
+    """The conditions of a status as read from the API server; one that does not parse is dropped (the writer
+    rewrites it)."""
+    found = []
+    for raw in status.get("conditions") or []:
+        try:
+            found.append(StatusCondition.model_validate(raw))
+        except ValueError:
+            continue
+    return found
