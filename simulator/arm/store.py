@@ -218,6 +218,8 @@ class ArmStore:
         for index, fault in enumerate(self._faults):
             if fault.action not in wanted or not fault.matches(call):
                 continue
+            if fault.rate is not None and self._random.random() >= fault.rate:
+                continue
             if fault.times is not None:
                 if fault.times > 1:
                     self._faults[index] = fault.model_copy(update={"times": fault.times - 1})

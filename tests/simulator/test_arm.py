@@ -561,6 +561,21 @@ async def test_a_fault_fires_its_times_then_is_gone(azure: Azure) -> None:
     assert (await create_vm(azure, "aks-b")).provisioning_state == "Succeeded"
 
 
+async def test_a_fault_with_a_rate_fires_on_about_that_share_of_its_requests() -> None:
+    async with serve_arm() as arm, clients(arm, retry_total=0) as azure:
+        await create_nic(azure, "aks-a")
+        azure.state.add_fault(Fault.transient(500, method="GET", resource="networkInterfaces", rate=0.25))
+        failed = 0
+        for _ in range(200):
+            try:
+                await azure.network.network_interfaces.get(azure.rg, "aks-a")
+            except HttpResponseError as error:
+                assert error.status_code == 500
+                failed += 1
+        assert 25 <= failed <= 75  # 50 expected; the emulator's generator is seeded, so this is one fixed draw
+        assert len(azure.state.faults()) == 1
+
+
 async def test_throttling_retry_after_is_honoured_by_azure_core(azure: Azure) -> None:
     await create_vm(azure, "aks-a")
     azure.state.add_fault(Fault.throttle(retry_after=0.3, method="GET", resource="virtualMachines", times=1))
