@@ -598,6 +598,19 @@ class NodeAgents:
     def agent(self, vm_name: str) -> NodeAgent | None:
         return self.agents.get(vm_name.lower())
 
+    def crash(self, vm_name: str) -> bool:
+        """The VM's agent dies (as a kubelet that crashed, with what it held in memory) and the VM starts a new
+        one, which joins from the start: TLS bootstrap again, and the Node taken over if it registered. False
+        when the VM has no agent."""
+        key = vm_name.lower()
+        task = self._tasks.pop(key, None)
+        if self.agents.pop(key, None) is None:
+            return False
+        if task is not None:
+            task.cancel()
+        self.wake()
+        return True
+
     def wake(self) -> None:
         """Look at the VMs again (the ARM state changed)."""
         self._wake.set()
