@@ -113,6 +113,10 @@ KINDS = (
     "NodeClaim deleted",
     "Node deleted",
 )
+BOOTSTRAP_REFUSAL_GRACE = 120.0
+"""Seconds a node agent keeps trying when the API server refuses its bootstrap token: one restarted by the chaos
+refuses them until it has read their Secrets, and a kubelet keeps trying (the emulator gives up at once by
+default)."""
 STARTUP_SECONDS = 90.0
 SAMPLE_SECONDS = 0.5
 PROGRESS_SECONDS = 10.0
@@ -460,6 +464,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
         asyncio.TaskGroup() as group,
     ):
         client = await connect(temporal.target)
+        await emulator.update_settings({"agent": {"bootstrap_refusal_grace": BOOTSTRAP_REFUSAL_GRACE}})
         workers, controllers = _processes(plane, temporal, azure_environment, logs)
         system = System(
             plane, temporal, kube, emulator, workers, controllers, rng, options.outage,

@@ -225,6 +225,9 @@ async def test_vm_create_get_list_delete(azure: Azure) -> None:
         1,
         1,
     )
+    assert counters.vms_created_again == []
+    await create_vm(azure, "aks-b")
+    assert counters.vms_created_again == ["aks-b"], "a VM made again under a name a VM had"
 
 
 async def test_list_all_spans_resource_groups(azure: Azure) -> None:
@@ -670,6 +673,7 @@ async def test_faults_through_the_control_endpoint(azure: Azure) -> None:
         async with session.get(f"{azure.arm.url}/_emulator/counters") as response:
             counters = await response.json()
         assert counters["vms_created"] == 1 and counters["faults_fired"] == 1
+        assert counters["fired_by_fault"] == {created["id"]: 1}
         async with session.delete(f"{azure.arm.url}/_emulator/faults/{created['id']}") as response:
             assert response.status == 204
     assert azure.state.faults() == []
