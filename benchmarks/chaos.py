@@ -5,8 +5,9 @@ to zero. Prints one table; exits with 1 when anything leaked, was made twice or 
 The system runs as in benchmarks/lifecycle.py (the same control plane, emulated Azure and `nodewright`
 processes, with default settings), but highly available: two workers and two controllers (leader election,
 one standby), and the Temporal dev server keeps its state in a database file so that it can die and come back.
-Every process of the system is supervised as a Deployment's would be: one that exits on its own is started
-again (and counted).
+The workers and controllers are supervised as a Deployment's pods would be: one that exits on its own is
+started again (and counted). Node agents keep trying a refused bootstrap token for 120 s, as kubelets keep
+trying (a restarted API server refuses bootstrap tokens until it has read their Secrets).
 
 Once the first VM exists, the faults of each kind are injected `--rounds` times in an order and at intervals
 drawn from `--seed` (killed processes stay down `--outage` seconds):
