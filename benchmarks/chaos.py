@@ -246,6 +246,9 @@ class Injection:
     what: str
     done: bool
     """False when there was nothing to inject it into (no leader, no NodeClaim yet) or the injection failed."""
+    claim: str | None = None
+    """The NodeClaim deleted (or whose Node was): the system is whole again only once it is gone, not while this
+    process's watch has yet to see it deleting."""
     whole_again: float | None = None
 
 
@@ -261,6 +264,7 @@ class System:
     outage: float
     agents_per_crash: int
     injections: list[Injection] = field(default_factory=list)
+    _claim: str | None = None
 
     @property
     def supervised(self) -> list[Supervised]:
@@ -268,11 +272,12 @@ class System:
 
     async def inject(self, kind: str) -> None:
         at = time.time()
+        self._claim = None
         try:
             what, done = await self._fault(kind)
         except Exception as error:
             what, done = f"failed: {error!r}", False
-        self.injections.append(Injection(kind, at, what, done))
+        self.injections.append(Injection(kind, at, what, done, self._claim))
         print(f"  fault: {kind}: {what}", file=sys.stderr, flush=True)
 
     async def _down_and_up(self, process: Supervised) -> None:
@@ -321,7 +326,7 @@ class System:
             claims = sorted(claim.name for claim in await self.kube.list_nodeclaims())
             if not claims:
                 return "no NodeClaim to delete", False
-            name = self.rng.choice(claims)
+            name = self._claim = self.rng.choice(claims)
             await self.kube.delete_nodeclaim(name)
             return f"nodeclaim/{name}", True
         if kind == "Node deleted":
@@ -329,6 +334,7 @@ class System:
             if not nodes:
                 return "no Node to delete", False
             name = self.rng.choice(nodes)
+            self._claim = name.removeprefix("aks-")  # the NodeClaim a VM and its Node are named after
             await self.kube.delete_node(name)
             return f"node/{name}", True
         raise ValueError(f"unknown fault kind {kind!r}")
@@ -415,7 +421,7 @@ async def record_recoveries(system: System, cluster: Cluster, pods: int) -> None
         now = time.time()
         if cluster.whole(pods):
             for injection in system.injections:
-                if injection.whole_again is None and injection.at < now:
+                if injection.whole_again is None and injection.claim not in cluster.claims:
                     injection.whole_again = now
         await asyncio.sleep(SAMPLE_SECONDS)
 
@@ -634,7 +640,7 @@ def print_table(row: dict[str, Any]) -> None:
         ("total (s)", row["total_seconds"]),
     ]
     for label, value in lines:
-        print(f"{label:<40} {value!s:>8}")
+        print(f"{label:<40} {value!s:>8}".rstrip())
     if row["worst_recovery_fault"]:
         print(f"worst fault: {row['worst_recovery_fault']}")
     for exit in row["process_exits"]:

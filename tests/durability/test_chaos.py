@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from benchmarks.chaos import KINDS, Options, problems, run
 
-PODS = 40
+PODS = 50
 """NodeClaims; the benchmark's N."""
 
 
