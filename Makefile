@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption clean
+.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ bench-lifecycle: $(STAMP)
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py
+
+# N NodeClaims through worker, controller, Temporal, API server, etcd and node-agent crashes and Azure errors,
+# then a scale to zero; fails on anything leaked, made twice or stuck (N=200 for a quick run).
+N ?= 1000
+bench-chaos: $(STAMP)
+	$(BIN)/python benchmarks/chaos.py --pods $(N)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -506,6 +506,15 @@ class KubeActivities:
         await self.delete_node(node.metadata.name)
         return node.metadata.name
 
+    async def _delete_node_named_for(self, provider_id: str) -> None:
+        """The Node of a NodeClaim deleted before its lifecycle registered it (it joined meanwhile) goes with it,
+        as Karpenter deletes every Node with the NodeClaim's providerID before releasing its finalizer. Only the
+        Node named after the instance is looked up (one GET, as nodes are named on Azure), not every Node."""
+        guess = provider_id.rstrip("/").rpartition("/")[2].lower()
+        node = await self.cluster.get_node(guess) if guess else None
+        if node is not None and node.spec.provider_id == provider_id:
+            await self.delete_node(guess)
+
     @activity.defn(name=ActivityName.DELETE_NODECLAIM)
     async def delete_nodeclaim(self, name: str) -> None:
         """Delete the NodeClaim and release its finalizer: the object goes away.
@@ -513,6 +522,8 @@ class KubeActivities:
         Counted as terminated (and, when its expireAfter ended it, as disrupted) by the call that releases the
         finalizer; a retry finds the NodeClaim gone and counts nothing."""
         claim = await self.cluster.get_nodeclaim(name)
+        if claim is not None and claim.status.provider_id:
+            await self._delete_node_named_for(claim.status.provider_id)
         try:
             await self.cluster.delete_nodeclaim(name)
         except NotFoundError:

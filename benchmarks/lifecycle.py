@@ -432,7 +432,7 @@ def request_profile(before: dict[str, list[float]], after: dict[str, list[float]
 
 @contextlib.asynccontextmanager
 async def emulated_azure(
-    plane: ControlPlane, directory: Path, logs: Path
+    plane: ControlPlane, directory: Path, logs: Path, seed: int = 0
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
     """`python -m simulator --instant` around the control plane, in its own process, for the block; yields the
     process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`)."""
@@ -440,7 +440,7 @@ async def emulated_azure(
     command = [
         *(sys.executable, "-m", "simulator", "--instant", "--kubeconfig", str(plane.kubeconfig)),
         *("--bootstrap-token-secret", plane.bootstrap_token_secret, "--cluster-name", CLUSTER),
-        *("--port", str(port), "--ca-dir", str(ca_dir)),
+        *("--port", str(port), "--ca-dir", str(ca_dir), "--seed", str(seed)),
     ]
     async with child_process(command, logs / "azure.log") as process:
         deadline = time.monotonic() + STARTUP_SECONDS

@@ -10,6 +10,8 @@ the cluster's add-ons act with. Tests and the demo steer it through the ARM emul
 - `GET /_emulator/aks`: `ClusterInfo`, what a worker must be told about the cluster and its Azure;
 - `GET /_emulator/custom-data/{vm}`: the base64 custom data a VM was created with (ARM never returns it);
 - `POST /_emulator/never-register` `{"vm": name}`: that VM's node never joins;
+- `POST /_emulator/crash-agent` `{"vm": name}`: that VM's node agent crashes and a new one joins from the start
+  (404 when the VM has no agent);
 - `GET` and `PATCH /_emulator/settings`: the settings; a JSON merge patch changes delays and timings at run time
   (durations in seconds), never what names the cluster; among them `arm.eviction_notice` (30 s: a Spot VM's
   Preempt notice) and `agent.scheduled_events_interval` (how often nodes read their Scheduled Events);
@@ -184,6 +186,7 @@ class _Control:
             web.get("/_emulator/aks", _arm_errors(self.cluster_info)),
             web.get("/_emulator/custom-data/{vm}", _arm_errors(self.custom_data)),
             web.post("/_emulator/never-register", _arm_errors(self.never_register)),
+            web.post("/_emulator/crash-agent", _arm_errors(self.crash_agent)),
             web.get("/_emulator/settings", _arm_errors(self.get_settings)),
             web.patch("/_emulator/settings", _arm_errors(self.patch_settings)),
         ]
@@ -205,6 +208,14 @@ class _Control:
         if not isinstance(vm, str) or not vm:
             raise ArmError(400, "InvalidRequestContent", "'vm' (a VM name) is required.")
         self.agents.never_register(vm)
+        return web.json_response({})
+
+    async def crash_agent(self, request: web.Request) -> web.Response:
+        vm = (await json_body(request)).get("vm")
+        if not isinstance(vm, str) or not vm:
+            raise ArmError(400, "InvalidRequestContent", "'vm' (a VM name) is required.")
+        if not self.agents.crash(vm):
+            raise ArmError(404, "NotFound", f"VM '{vm}' has no node agent.")
         return web.json_response({})
 
     async def get_settings(self, request: web.Request) -> web.Response:

@@ -122,6 +122,11 @@ class AksEmulatorClient:
         body["requests"] = collections.Counter(body.get("requests") or {})
         return Counters(**body)
 
+    async def resources(self) -> builtins.list[dict[str, Any]]:
+        """Every resource the emulated ARM holds (VMs, NICs, disks), as ARM shows them."""
+        body = await self._call("GET", "/_emulator/resources")
+        return [dict(item) for item in body["value"]]
+
     async def cluster_info(self) -> ClusterInfo:
         """Where the emulated ARM is and what a worker must know about the cluster (no secrets)."""
         return ClusterInfo.model_validate(await self._call("GET", "/_emulator/aks"))
@@ -129,6 +134,10 @@ class AksEmulatorClient:
     async def never_register(self, vm_name: str) -> None:
         """Make the node of this VM never join (a node whose boot fails)."""
         await self._call("POST", "/_emulator/never-register", {"vm": vm_name})
+
+    async def crash_agent(self, vm_name: str) -> None:
+        """Crash the node agent of this VM; a new one joins from the start (a kubelet restarted)."""
+        await self._call("POST", "/_emulator/crash-agent", {"vm": vm_name})
 
     async def custom_data(self, vm_name: str) -> str:
         """The base64 custom data the VM was created with, as its agent reads it on boot (tests only)."""

@@ -163,6 +163,10 @@ class NodeAgentSettings(BaseModel):
     api_max_backoff: timedelta = timedelta(seconds=2)
     rejoin_max_backoff: timedelta = Field(default=timedelta(seconds=7), gt=timedelta(0))
     """The longest wait before a failed step of joining is tried again (the kubelet's node-status backoff, 7 s)."""
+    bootstrap_refusal_grace: timedelta = Field(default=timedelta(0), ge=timedelta(0))
+    """How long an agent keeps trying when the API server refuses its bootstrap token (401 or 403) before it
+    gives up: an API server that just started refuses bootstrap tokens until it has read their Secrets (a kubelet,
+    restarted by systemd, keeps trying; 0 gives up at once, so that a wrong token shows at once)."""
     scheduled_events_interval: timedelta = Field(default=timedelta(seconds=5), gt=timedelta(0))
     """How often a registered node reads its VM's Scheduled Events (node-problem-detector's poll)."""
 
@@ -248,6 +252,7 @@ class NodeAgent:
         """The node's own (its client certificate), once TLS bootstrap gave it one."""
         self.retries = 0
         """How many times a step of joining was started again after it failed."""
+        self._first_refusal: float | None = None
         self._stop = asyncio.Event()
         self._node_api: KubeApi | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -438,6 +443,13 @@ class NodeAgent:
                 await self._call(lambda: bootstrap.create(CSR_PATH, csr))
             except KubeApiError as error:
                 if error.status in (401, 403):
+                    now = asyncio.get_running_loop().time()
+                    self._first_refusal = self._first_refusal if self._first_refusal is not None else now
+                    if now - self._first_refusal < self.settings.bootstrap_refusal_grace.total_seconds():
+                        raise _TryAgain(
+                            f"TLS bootstrap refused by the API server ({error.status} {error.reason}); one that "
+                            "just started refuses bootstrap tokens until it has read their Secrets"
+                        ) from None
                     raise _Refused(
                         f"VM {self.vm_name}: TLS bootstrap refused by the API server ({error.status} "
                         f"{error.reason}): the bootstrap token in its custom data is not accepted; the node "
@@ -642,6 +654,19 @@ class NodeAgents:
 
     def agent(self, vm_name: str) -> NodeAgent | None:
         return self.agents.get(vm_name.lower())
+
+    def crash(self, vm_name: str) -> bool:
+        """The VM's agent dies (as a kubelet that crashed, with what it held in memory) and the VM starts a new
+        one, which joins from the start: TLS bootstrap again, and the Node taken over if it registered. False
+        when the VM has no agent."""
+        key = vm_name.lower()
+        task = self._tasks.pop(key, None)
+        if self.agents.pop(key, None) is None:
+            return False
+        if task is not None:
+            task.cancel()
+        self.wake()
+        return True
 
     def wake(self) -> None:
         """Look at the VMs again (the ARM state changed)."""

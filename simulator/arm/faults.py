@@ -60,6 +60,9 @@ class Fault(BaseModel):
     capacity_type: str | None = None
     times: int | None = Field(default=None, ge=1)
     """How many times the fault fires before it is removed; forever when unset."""
+    rate: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Fire on this fraction of the matching requests, drawn from the emulator's seeded generator (a cloud that
+    fails now and then); on every one when unset."""
 
     @field_validator("method")
     @classmethod

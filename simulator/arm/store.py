@@ -81,6 +81,11 @@ class Counters:
     """VMs removed with no notice (`ArmState.vanish`)."""
     faults_fired: int = 0
     responses_dropped: int = 0
+    fired_by_fault: dict[str, int] = field(default_factory=dict)
+    """How often each fault fired, by its id."""
+    vms_created_again: list[str] = field(default_factory=list)
+    """VMs created under the name of a VM created before (an instance made twice for one NodeClaim, whose name
+    its VM's is), in creation order."""
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
     """Requests by `"<METHOD> <resource>"`, e.g. `"PUT virtualMachines"`, `"GET operations"`."""
 
@@ -128,6 +133,8 @@ class ArmStore:
         self._fault_ids = 0
         self._restrictions: dict[str, Restriction] = {}
         self._next_ip = 4
+        self._vm_names: set[str] = set()
+        """Lower-cased names of every VM ever created."""
 
     # --- Python helpers for tests ------------------------------------------------------------------------
 
@@ -221,12 +228,15 @@ class ArmStore:
         for index, fault in enumerate(self._faults):
             if fault.action not in wanted or not fault.matches(call):
                 continue
+            if fault.rate is not None and self._random.random() >= fault.rate:
+                continue
             if fault.times is not None:
                 if fault.times > 1:
                     self._faults[index] = fault.model_copy(update={"times": fault.times - 1})
                 else:
                     del self._faults[index]
             self.counters.faults_fired += 1
+            self.counters.fired_by_fault[fault.id] = self.counters.fired_by_fault.get(fault.id, 0) + 1
             logger.info(
                 "ARM emulator: fault %s (%s %s) fired on %s %s",
                 fault.id,

@@ -90,6 +90,9 @@ class VirtualMachines(Operations):
             resource.custom_data = existing.custom_data
         if existing is None:
             self.counters.vms_created += 1
+            if name.lower() in self._vm_names:
+                self.counters.vms_created_again.append(name)
+            self._vm_names.add(name.lower())
         disk_key = resource_key(ResourceType.DISK, resource_group, str(os_disk["name"]))
         if disk is not None and disk_key not in self._resources:
             self._resources[disk_key] = disk

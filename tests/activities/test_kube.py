@@ -128,3 +128,32 @@ async def test_a_ready_node_is_initialized_only_once_kubernetes_not_ready_taints
     assert state.initialized
     claim = await aks.kube.get_nodeclaim(name)
     assert claim is not None and claim.status.is_true("Initialized")
+
+
+async def test_deleting_a_nodeclaim_its_lifecycle_never_registered_deletes_its_node(
+    aks: SimulatedAks,
+) -> None:
+    """A Node that joined after its NodeClaim's deletion began (the lifecycle never registered it) goes with the
+    NodeClaim, as Karpenter deletes every Node with the NodeClaim's providerID; another Node stays."""
+    name, _ = await planned_claim(aks)
+    provider_id = (
+        f"azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/aks-{name}"
+    )
+    activities = KubeActivities(aks.kube)
+    environment = activity_environment()
+    await environment.run(
+        activities.update_nodeclaim,
+        ConditionUpdate(name=name, type="Launched", status="True", provider_id=provider_id),
+    )
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}, "spec": {"providerID": provider}}
+        for node, provider in ((f"aks-{name}", provider_id), (f"aks-{name}-other", f"{provider_id}-other"))
+    ]
+    await aks.kube.apply(nodes)
+
+    await environment.run(activities.delete_nodeclaim, name)
+
+    assert await aks.kube.get_nodeclaim(name) is None
+    assert await aks.kube.get_node(f"aks-{name}") is None
+    assert await aks.kube.get_node(f"aks-{name}-other") is not None
+    await aks.kube.delete_node(f"aks-{name}-other")

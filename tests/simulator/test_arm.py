@@ -225,6 +225,9 @@ async def test_vm_create_get_list_delete(azure: Azure) -> None:
         1,
         1,
     )
+    assert counters.vms_created_again == []
+    await create_vm(azure, "aks-b")
+    assert counters.vms_created_again == ["aks-b"], "a VM made again under a name a VM had"
 
 
 async def test_list_all_spans_resource_groups(azure: Azure) -> None:
@@ -561,6 +564,22 @@ async def test_a_fault_fires_its_times_then_is_gone(azure: Azure) -> None:
     assert (await create_vm(azure, "aks-b")).provisioning_state == "Succeeded"
 
 
+async def test_a_fault_with_a_rate_fires_on_about_that_share_of_its_requests() -> None:
+    async with serve_arm() as arm, clients(arm, retry_total=0) as azure:
+        await create_nic(azure, "aks-a")
+        azure.state.add_fault(Fault.transient(500, method="GET", resource="networkInterfaces", rate=0.25))
+        failed = 0
+        for _ in range(200):
+            try:
+                await azure.network.network_interfaces.get(azure.rg, "aks-a")
+            except HttpResponseError as error:
+                assert error.status_code == 500
+                failed += 1
+        # 50 expected; the emulator's generator is seeded, so this is one fixed draw
+        assert 25 <= failed <= 75
+        assert len(azure.state.faults()) == 1
+
+
 async def test_throttling_retry_after_is_honoured_by_azure_core(azure: Azure) -> None:
     await create_vm(azure, "aks-a")
     azure.state.add_fault(Fault.throttle(retry_after=0.3, method="GET", resource="virtualMachines", times=1))
@@ -654,6 +673,7 @@ async def test_faults_through_the_control_endpoint(azure: Azure) -> None:
         async with session.get(f"{azure.arm.url}/_emulator/counters") as response:
             counters = await response.json()
         assert counters["vms_created"] == 1 and counters["faults_fired"] == 1
+        assert counters["fired_by_fault"] == {created["id"]: 1}
         async with session.delete(f"{azure.arm.url}/_emulator/faults/{created['id']}") as response:
             assert response.status == 204
     assert azure.state.faults() == []

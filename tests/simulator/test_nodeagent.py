@@ -47,6 +47,7 @@ from simulator.nodeagent import (
     NODE_CONFIG_ANNOTATION,
     NODECLAIM_PATH,
     PREEMPTION_CONDITION,
+    NodeAgent,
     NodeAgentSettings,
     Phase,
     node_allocatable,
@@ -460,6 +461,29 @@ async def test_an_agent_keeps_joining_through_an_api_server_outage_as_a_kubelet_
     await cluster.admin.request("DELETE", node_path(vm))
 
 
+async def test_a_crashed_agent_is_replaced_and_its_node_joins_again(cluster: Cluster) -> None:
+    vm = await cluster.launch(claim_name(), cluster.token)
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the node joins")
+    first = cluster.aks.agents.agent(vm)
+    assert first is not None
+    async with AksEmulatorClient(cluster.aks.arm.url, cluster.aks.arm.ca_pem) as client:
+        await client.crash_agent(vm)
+        with pytest.raises(Exception, match="has no node agent"):
+            await client.crash_agent("aks-nothing")
+
+    async def replaced() -> NodeAgent | None:
+        agent = cluster.aks.agents.agent(vm)
+        return (
+            agent if agent is not None and agent is not first and agent.phase is Phase.INITIALIZED else None
+        )
+
+    second = await eventually(replaced, "a new agent joins")
+    assert second.csr_name != first.csr_name, "the new agent bootstraps its own credential"
+    assert ready(await cluster.node(vm)) == "True"
+    await cluster.delete_vm(vm)
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
 async def refused(cluster: Cluster, vm: str, caplog: pytest.LogCaptureFixture, secret: str) -> None:
     """The VM's node was refused: no Node, one warning naming the VM and never the token."""
     await eventually(lambda: cluster.agent_phase(vm, Phase.REFUSED), "the node is refused")
@@ -478,6 +502,27 @@ async def test_a_wrong_token_never_joins(cluster: Cluster, caplog: pytest.LogCap
     vm = await cluster.launch(claim_name(), wrong)
 
     await refused(cluster, vm, caplog, "0123456789abcdef")
+
+
+async def test_a_refused_token_is_tried_again_within_the_grace(cluster: Cluster) -> None:
+    """As a kubelet restarted by systemd: an API server that just started refuses bootstrap tokens for a while."""
+    settings = cluster.aks.agents.settings
+    settings.bootstrap_refusal_grace = timedelta(seconds=60)
+    try:
+        wrong = f"{cluster.plane.bootstrap_token.token_id}.0123456789abcdef"
+        vm = await cluster.launch(claim_name(), wrong)
+
+        async def retried() -> bool:
+            agent = cluster.aks.agents.agent(vm)
+            return agent is not None and agent.retries >= 2
+
+        await eventually(retried, "the agent tries again")
+        assert await cluster.agent_phase(vm, Phase.BOOTSTRAPPING) is Phase.BOOTSTRAPPING
+        settings.bootstrap_refusal_grace = timedelta(0)
+        await eventually(lambda: cluster.agent_phase(vm, Phase.REFUSED), "refused once the grace is over")
+    finally:
+        settings.bootstrap_refusal_grace = NodeAgentSettings().bootstrap_refusal_grace
+    await cluster.delete_vm(vm)
 
 
 async def test_an_expired_token_never_joins(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:

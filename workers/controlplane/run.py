@@ -139,6 +139,8 @@ class ControlPlane:
     admin_token: str = field(repr=False)
     bootstrap_token: BootstrapToken
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    """How each process was started (`start_process` starts one again)."""
 
     @property
     def bootstrap_token_secret(self) -> str:
@@ -183,6 +185,23 @@ class ControlPlane:
         except OSError:
             return "(no log)"
 
+    def kill_process(self, name: str) -> None:
+        """SIGKILL one process (`etcd`, `kube-apiserver`, ...), as a crash would end it."""
+        process = self.processes[name]
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+    def start_process(self, name: str, timeout: float = 60.0) -> None:
+        """Start a killed process again with its first command line (the same ports and state); for the API
+        server, returns once it is ready."""
+        if self.processes[name].poll() is None:
+            raise ControlPlaneError(f"{name} is running")
+        _start(self, name, self.commands[name])
+        if name == "kube-apiserver":
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            _wait_until(self, "kube-apiserver", lambda: _readyz(self, context), timeout)
+
     def stop(self, grace: float = 5.0) -> None:
         """Stop every process, the API server's clients first, etcd last."""
         for name in reversed(list(self.processes)):
@@ -221,6 +240,7 @@ def _kubeconfig(server: str, ca_file: Path, token: str) -> dict[str, object]:
 
 
 def _start(plane: ControlPlane, name: str, command: list[str]) -> None:
+    plane.commands[name] = command
     log = plane.log(name)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
