@@ -2,8 +2,8 @@
 controller keeps them (the disruption loop writes them each pass).
 
 * Drifted: True, with the drift reason as both reason and message (`NodePoolDrifted`, `RequirementsDrifted`,
-  or the AKS provider's `NodeClassDrift`, `K8sVersionDrift`, `ImageDrift`), while a launched NodeClaim has
-  drifted; removed when it has not, or is not launched.
+  or the AKS provider's `NodeClassDrift`, `K8sVersionDrift`, `ImageDrift`), while a launched NodeClaim whose
+  Node has registered has drifted; removed when it has not, or is not launched or registered.
 * Consolidatable: True once consolidation is enabled for its NodePool, it is initialized and consolidateAfter
   has passed since its last pod event; removed otherwise. NodeClaims of static NodePools are left alone.
 
@@ -55,8 +55,10 @@ def disruption_conditions(manifests: Manifests, inputs: DriftInputs, now: dateti
         if pool is None or claim.metadata.deletion_timestamp is not None:
             continue
         drift = None
-        if claim.is_true(NodeClaimConditionType.LAUNCHED):
-            node = nodes.get(claim.node_name or "")
+        node = nodes.get(claim.node_name or "")
+        if claim.is_true(NodeClaimConditionType.LAUNCHED) and node is not None:
+            # Requirements are checked against the labels of the NodeClaim and its Node together: a NodeClaim
+            # whose Node has not registered carries only a few of them, and would look drifted.
             nodeclass = nodeclasses.get(claim.node_class_ref.name)
             drift = detect_drift(claim, node, pool, nodeclass, inputs, recorded=False)
         reason = None if drift is None else drift.reason

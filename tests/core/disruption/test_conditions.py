@@ -65,3 +65,17 @@ def test_deleting_nodeclaims_and_static_pools_are_left_alone() -> None:
     assert changes(cluster([nodepool(annotations=NEW_HASH)], [deleting])) == {}
     static = changes(cluster([nodepool(replicas=1)], [node_pair("s")]))
     assert ("claim-s", "Consolidatable") not in static
+
+
+def test_a_launched_nodeclaim_whose_node_has_not_registered_is_not_marked_drifted() -> None:
+    # Its own labels are a few (the NodePool's and the launch's); the NodePool requires more (sku family, os).
+    pool = nodepool(
+        requirements=[{"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}]
+    )
+    claim, node = node_pair("new", node_labels={"karpenter.azure.com/sku-family": "D"})
+    claim.metadata.labels.pop("karpenter.azure.com/sku-family", None)
+    claim.status.node_name = None
+    found = changes(cluster([pool], [(claim, node)]))
+    assert ("claim-new", "Drifted") not in found
+    claim.status.node_name = node.metadata.name  # registered: its Node's labels count too
+    assert ("claim-new", "Drifted") not in changes(cluster([pool], [(claim, node)]))
