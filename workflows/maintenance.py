@@ -11,6 +11,7 @@ next run tries again.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 
@@ -29,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+T = TypeVar("T")
+
+
 def catalog_refresh_id(cluster: str) -> str:
     return f"catalog-refresh/{cluster}"
 
@@ -41,46 +45,50 @@ def nodeclass_status_id(cluster: str) -> str:
     return f"nodeclass-status/{cluster}"
 
 
+async def _one_activity(name: MaintenanceActivity, request: Any, result_type: type[T], summary: str) -> T:
+    """A maintenance run: its one activity, retried until the request's timeout."""
+    result: T = await workflow.execute_activity(
+        name,
+        request,
+        result_type=result_type,
+        schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
+        retry_policy=RETRY,
+        summary=summary,
+    )
+    return result
+
+
 @workflow.defn(name="CatalogRefresh")
 class CatalogRefreshWorkflow:
     @workflow.run
     async def run(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
-        result: CatalogRefreshResult = await workflow.execute_activity(
+        return await _one_activity(
             MaintenanceActivity.REFRESH_CATALOG,
             request,
-            result_type=CatalogRefreshResult,
-            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
-            retry_policy=RETRY,
-            summary=summaries.refresh_catalog_summary(),
+            CatalogRefreshResult,
+            summaries.refresh_catalog_summary(),
         )
-        return result
 
 
 @workflow.defn(name="GarbageCollection")
 class GarbageCollectionWorkflow:
     @workflow.run
     async def run(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
-        result: GarbageCollectionResult = await workflow.execute_activity(
+        return await _one_activity(
             MaintenanceActivity.COLLECT_GARBAGE,
             request,
-            result_type=GarbageCollectionResult,
-            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
-            retry_policy=RETRY,
-            summary=summaries.collect_garbage_summary(request.grace_seconds),
+            GarbageCollectionResult,
+            summaries.collect_garbage_summary(request.grace_seconds),
         )
-        return result
 
 
 @workflow.defn(name="NodeClassStatus")
 class NodeClassStatusWorkflow:
     @workflow.run
     async def run(self, request: NodeClassStatusInput) -> NodeClassStatusResult:
-        result: NodeClassStatusResult = await workflow.execute_activity(
+        return await _one_activity(
             MaintenanceActivity.RECONCILE_NODECLASS_STATUS,
             request,
-            result_type=NodeClassStatusResult,
-            schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
-            retry_policy=RETRY,
-            summary=summaries.reconcile_nodeclass_status_summary(),
+            NodeClassStatusResult,
+            summaries.reconcile_nodeclass_status_summary(),
         )
-        return result
