@@ -758,6 +758,24 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+def pending_latencies(
+    seen: Observed, pods_of: dict[str, list[str]], created_at: dict[str, float]
+) -> tuple[list[float], list[float]]:
+    """Seconds from each pod seen pending to the capacity made for it (`created_at`, by what `pods_of` names) and
+    to the pod seen Running."""
+    to_created = [
+        created_at[claim] - seen.pod_pending[pod]
+        for claim, pods in pods_of.items()
+        if claim in created_at
+        for pod in pods
+        if pod in seen.pod_pending
+    ]
+    to_running = [
+        seen.pod_running[pod] - at for pod, at in seen.pod_pending.items() if pod in seen.pod_running
+    ]
+    return to_created, to_running
+
+
 def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
@@ -892,16 +910,7 @@ async def _run_on(
     claims_per_second = (
         initialized / (last_initialized - first_start) if first_start and last_initialized else 0.0
     )
-    to_created = [
-        seen.claim_created[claim] - seen.pod_pending[pod]
-        for claim, pods in pods_of.items()
-        if claim in seen.claim_created
-        for pod in pods
-        if pod in seen.pod_pending
-    ]
-    to_running = [
-        seen.pod_running[pod] - at for pod, at in seen.pod_pending.items() if pod in seen.pod_running
-    ]
+    to_created, to_running = pending_latencies(seen, pods_of, seen.claim_created)
     created_p50, created_p99 = p50_p99(to_created)
     running_p50, running_p99 = p50_p99(to_running)
     return {
@@ -1198,16 +1207,7 @@ async def run_without_nodewright(
         pods_of = {node: [pod] for pod, node in made.items()}
     created_at = seen.nodes if side == "floor" else seen.claim_created
     first_pending = min(seen.pod_pending.values(), default=started)
-    to_created = [
-        created_at[claim] - seen.pod_pending[pod]
-        for claim, pods in pods_of.items()
-        if claim in created_at
-        for pod in pods
-        if pod in seen.pod_pending
-    ]
-    to_running = [
-        seen.pod_running[pod] - at for pod, at in seen.pod_pending.items() if pod in seen.pod_running
-    ]
+    to_created, to_running = pending_latencies(seen, pods_of, created_at)
     created_p50, created_p99 = p50_p99(to_created)
     running_p50, running_p99 = p50_p99(to_running)
     return {
