@@ -298,6 +298,7 @@ def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from activities.azure import AzureSettingsError
     from workers.azure import load_azure
     from workers.serve import serve_worker
+    from workers.worker import WorkerRole
 
     settings = component_settings(args, err)
     if settings is None:
@@ -310,7 +311,7 @@ def worker(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     connection = start_component(settings, out, err)
     if connection is None:
         return 2
-    return _serve(serve_worker(settings, azure, connection), err)
+    return _serve(serve_worker(settings, azure, connection, WorkerRole(args.role)), err)
 
 
 def controller(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -478,6 +479,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="one JSON object per line, or Karpenter's text lines (default: NODEWRIGHT_LOG_FORMAT, else text)",
         )
         component.set_defaults(handler=handler)
+        if name == "worker":
+            component.add_argument(
+                "--role",
+                choices=("all", "workflows", "activities"),
+                default="all",
+                help="poll the task queue for workflow and activity tasks (all), or run only workflows (with the "
+                "lifecycle's local activities) or only activities, for processes of each kind (default: all)",
+            )
 
     local = commands.add_parser(
         "cluster",

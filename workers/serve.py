@@ -5,10 +5,10 @@ Both check the Kubernetes API server first (a kubeconfig that cannot be used sto
 code 2), serve their health probes, then wait for Temporal: in a cluster it may start after them, so an
 unreachable Temporal is retried with backoff while `/readyz` says why the process is not ready. Then:
 
-- the worker registers the search attributes and schedules, refreshes its catalog and polls its task queue.
-  On SIGTERM it stops polling, lets running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then
-  cancels the rest (Temporal retries them on another worker) and exits 0. Ready: API server and Temporal
-  answer, and the worker polls.
+- the worker registers the search attributes and schedules, refreshes its catalog (unless it runs workflows
+  only) and polls its task queue for the tasks of its role (`WorkerRole`). On SIGTERM it stops polling, lets
+  running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then cancels the rest (Temporal retries
+  them on another worker) and exits 0. Ready: API server and Temporal answer, and the worker polls.
 - the controller waits for the leader Lease (`workers.leader`), then watches and signals until SIGTERM, when it
   stops watching, releases the Lease and exits 0; a Lease it could not renew ends it with exit code 1, for
   Kubernetes to restart it. Ready: API server and Temporal answer, and it leads or stands by having read the
@@ -33,7 +33,7 @@ from core.errors import CloudError
 from core.messages import ProvisionerInput
 from workers.health import Check, Readiness, serve_probes
 from workers.settings import Settings, TemporalConnection
-from workers.worker import TemporalUnreachableError, connect_configured
+from workers.worker import TemporalUnreachableError, WorkerRole, connect_configured
 
 if TYPE_CHECKING:
     from workers.azure import AzureConfig
@@ -118,7 +118,12 @@ class Connections:
 # --- the worker ------------------------------------------------------------------------------------------
 
 
-async def serve_worker(settings: Settings, azure: AzureConfig, connection: TemporalConnection) -> None:
+async def serve_worker(
+    settings: Settings,
+    azure: AzureConfig,
+    connection: TemporalConnection,
+    role: WorkerRole = WorkerRole.ALL,
+) -> None:
     from activities.catalog_source import CatalogSource
     from workers.azure import cloud_provider, price_settings
     from workers.schedules import ensure_schedules, refresh_in_process
@@ -135,7 +140,7 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
         if stopping:
             return "shutting down"
         if worker is None or not worker.is_running:
-            return f"not polling task queue {settings.task_queue} yet"
+            return f"not polling task queue {settings.task_queue} for {role} tasks yet"
         return None
 
     readiness = Readiness([*connections.checks(), Check("the worker", polling)])
@@ -146,7 +151,7 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
         prices = price_settings(azure)
         async with cloud_provider(cluster, azure, catalogs) as cloud:
             worker = build_worker(
-                client, settings.task_queue, cluster, cloud, catalogs, prices, settings.shutdown_grace
+                client, settings.task_queue, cluster, cloud, catalogs, prices, settings.shutdown_grace, role
             )
             await ensure_schedules(
                 client,
@@ -155,7 +160,8 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
                 catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
                 gc_every=timedelta(seconds=settings.garbage_collection_seconds),
             )
-            await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
+            if role.runs_activities:  # the local activities a workflows-only worker runs read no catalog
+                await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
             running = asyncio.create_task(worker.run())
             try:
                 await asyncio.shield(running)
@@ -163,7 +169,8 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
                 # Cancelling `run()` would also cancel its shutdown; `shutdown()` applies the grace period.
                 stopping = True
                 logger.info(
-                    "stopping: no new tasks; running activities have %g s to finish",
+                    "stopping the %s worker: no new tasks; running activities have %g s to finish",
+                    role,
                     settings.shutdown_grace_seconds,
                 )
                 await worker.shutdown()

@@ -1,5 +1,5 @@
 """The worker: hosts every workflow (provisioner, NodeClaim lifecycles, disruption, maintenance) and their
-activities on one task queue."""
+activities on one task queue, all in one process or split by role between processes (`WorkerRole`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import compileall
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from workers.schedules import maintenance_activities, maintenance_workflows
 from workers.settings import TemporalConnection
 from workflows import search_attributes as attributes
 from workflows.disruption import DisruptionWorkflow
-from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodeclaim import LOCAL_ACTIVITIES, NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
 from workflows.static import StaticNodePoolWorkflow
 
@@ -49,6 +50,28 @@ STICKY_SECONDS = timedelta(seconds=10)
 """How long a cached workflow's next task waits for this worker before any worker may take it (and replay its
 whole history): the SDK's 10 s. At 2 s, a worker busy with a thousand launches let a third of its workflow
 tasks time out to the shared queue, and replayed them."""
+
+
+class WorkerRole(StrEnum):
+    """What one worker process polls its task queue for (`nodewright worker --role`). Python runs one thread at a
+    time: a process that hosts both spends its one core on workflow tasks, whose 10 s timeout runs while they
+    wait, and on the activities' API calls alike. Split, each role gets a process (and a core) of its own."""
+
+    ALL = "all"
+    """Workflow and activity tasks."""
+    WORKFLOWS = "workflows"
+    """Workflow tasks, and the lifecycle's local activities, which run inside them."""
+    ACTIVITIES = "activities"
+    """Activity tasks: planning, launches, terminations, disruption's steps, maintenance."""
+
+    @property
+    def runs_workflows(self) -> bool:
+        return self is not WorkerRole.ACTIVITIES
+
+    @property
+    def runs_activities(self) -> bool:
+        return self is not WorkerRole.WORKFLOWS
+
 
 WORKFLOWS: Sequence[type] = (
     ProvisionerWorkflow,
@@ -155,17 +178,23 @@ def build_worker(
     catalog: AzureCatalog | CatalogSource,
     prices: PriceSettings | None = None,
     shutdown_grace: timedelta = timedelta(seconds=5),
+    role: WorkerRole = WorkerRole.ALL,
 ) -> Worker:
-    """A worker for our workflows and activities.
+    """A worker for our workflows and activities, or for the ones its `role` takes.
 
     `shutdown_grace` applies when `shutdown()` is called: polling stops at once, running activities get that
     long to finish, then they are cancelled and Temporal retries them elsewhere."""
-    compile_workflows()
+    activities = activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices)
+    if role is WorkerRole.WORKFLOWS:
+        activities = [activity for activity in activities if activity.__name__ in LOCAL_ACTIVITIES]
+    if role.runs_workflows:
+        compile_workflows()
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=list(WORKFLOWS),
-        activities=activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices),
+        workflows=list(WORKFLOWS) if role.runs_workflows else [],
+        activities=activities,
+        no_remote_activities=not role.runs_activities,
         sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=shutdown_grace,
         max_concurrent_activities=64,

@@ -57,6 +57,8 @@ EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 LOCAL_STEPS = "register-initialize-local"
 """The patch under which registration and initialization run as local activities (histories from before
 it take the activity path)."""
+LOCAL_ACTIVITIES = (ActivityName.REGISTER_NODECLAIM, ActivityName.INITIALIZE_NODECLAIM)
+"""What the lifecycle runs as local activities: in the worker that runs the workflow, which must have them."""
 BEGIN_TERMINATION = "begin-termination"
 """Patch: termination starts by marking the NodeClaim deleting and telling the provisioner (histories recorded
 before it tainted the Node only)."""
