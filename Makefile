@@ -37,8 +37,11 @@ RUNS ?= 200,1000
 # PEER=karpenter also runs Karpenter's kwok controller (built once, on first use, not by `make binaries`) and the
 # floor (Nodes made by the benchmark) on the same pods, and prints the three rows and the ratios.
 PEER ?=
+# WORKERS=2 runs nodewright with two worker processes; SPLIT=1 with one for workflows and one for activities.
+WORKERS ?= 1
+SPLIT ?=
 bench-lifecycle: $(STAMP)
-	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER))
+	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS))
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py

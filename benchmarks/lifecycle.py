@@ -13,7 +13,8 @@ loaded by other work, and the only controller exited):
   NICs and VMs in through the real Azure SDK, and the node agent each VM runs to join the cluster by TLS
   bootstrap, with zero boot, registration and readiness delays;
 - the Temporal dev server (in memory);
-- one worker (`nodewright worker`) and the controller (`nodewright controller`), both reaching the cluster
+- one worker (`nodewright worker`; `--workers N` starts N, `--split` one `--role workflows` and one
+  `--role activities`) and the controller (`nodewright controller`), all reaching the cluster
   through the control plane's kubeconfig (`NODEWRIGHT_KUBECONFIG`) and the emulated Azure through the
   `NODEWRIGHT_*` variables the emulator describes (`workers.azure.emulator_environment`).
 
@@ -36,6 +37,11 @@ signals the provisioner, which plans, creates the NodeClaims and starts their li
 - a profile: the provisioner's batches, what one lifecycle's history holds, the API server's requests by
   verb and resource (from its /metrics), and bench pods deleted under the system (by the taint-eviction
   controller, say) with the node they ran on.
+- workflow tasks that timed out, over every history of the run by workflow type and timeout (StartToClose: a
+  worker held the task past its 10 s; ScheduleToStart: it waited on a worker's sticky queue past 10 s), and
+  what each worker logged about slow workflow tasks: "Workflow task duration exceeded 5 seconds" ([TMPRL1104])
+  and "Task not found when completing" (a completion the server no longer wanted: the task had timed out, and
+  the workflow is replayed from its history).
 
 `--peer karpenter` compares, at each N, three runs on the same pods, each on a fresh control plane started the
 same way, in a process of its own: Karpenter's kwok controller (`sigs.k8s.io/karpenter/kwok`, built once from
@@ -59,6 +65,8 @@ process's log.
     python benchmarks/lifecycle.py --run 200 --shape any    # one run, JSON
     python benchmarks/lifecycle.py --run 50 --peer karpenter  # Karpenter, the floor, nodewright at N = 50
     python benchmarks/lifecycle.py --run 50 --side floor      # one run of the floor (or karpenter), JSON
+    python benchmarks/lifecycle.py --runs 200 --workers 2     # two worker processes (make ... WORKERS=2)
+    python benchmarks/lifecycle.py --runs 200 --split         # one workflows and one activities process (SPLIT=1)
 """
 
 from __future__ import annotations
@@ -143,9 +151,16 @@ CATCH_UP_SECONDS = 1.0
 STARTUP_SECONDS = 60.0
 SIGNALLED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-PROCESSES = (*CONTROL_PLANE, "azure", "temporal", "worker", "controller", "bench")
-"""Every process measured, in the order they are printed; `bench` is this one (the trivial workflows' worker
-and the watch that times what happens)."""
+WORKER = "worker"
+PROCESSES = (*CONTROL_PLANE, "azure", "temporal", WORKER, "controller", "bench")
+"""Every process measured, in the order they are printed (`worker` stands for each worker process); `bench` is
+this one (the trivial workflows' worker and the watch that times what happens)."""
+WORKER_WARNINGS = {
+    "slow workflow tasks": "[TMPRL1104]",
+    "completions refused": "Task not found when completing",
+}
+"""What a worker logs when a workflow task took more than 5 s, and when the server refused its completion
+(the task had timed out), by the marker of the line."""
 OBSERVER_QPS = 200.0
 MACHINE = "machine"
 SHOWN_EVICTIONS = 5
@@ -155,8 +170,8 @@ SIDES = ("nodewright", "karpenter", "floor")
 """What provisions the nodes of a run: nodewright; Karpenter's kwok controller (`--peer karpenter`); or this
 process, which creates a Node the moment it sees a pod pending (the floor)."""
 PEERS = ("karpenter",)
-AUTOSCALER = {"nodewright": ("worker", "controller", "temporal"), "karpenter": ("karpenter",), "floor": ()}
-"""Each side's own processes, whose CPU counts as the autoscaler's."""
+AUTOSCALER = {"nodewright": (WORKER, "controller", "temporal"), "karpenter": ("karpenter",), "floor": ()}
+"""Each side's own processes, whose CPU counts as the autoscaler's (`worker`: every worker process)."""
 SIMULATION = ("azure",)
 """The emulated Azure and the node agents it runs: our simulation, counted as neither side's."""
 REGION = "eastus"
@@ -458,6 +473,34 @@ async def emulated_azure(
         yield process, emulator_environment(info)
 
 
+def worker_roles(workers: int, split: bool) -> dict[str, str]:
+    """The worker processes of a run by name, with the `--role` each runs: one `all` (`worker`), `workers` of
+    them (`worker 1`, ...), or, split, `worker workflows` and `worker activities`."""
+    if split:
+        return {f"{WORKER} {role}": role for role in ("workflows", "activities")}
+    if workers == 1:
+        return {WORKER: "all"}
+    return {f"{WORKER} {index}": "all" for index in range(1, workers + 1)}
+
+
+def is_worker(name: str) -> bool:
+    return name == WORKER or name.startswith(WORKER + " ")
+
+
+def process_of(name: str) -> str:
+    """The entry of PROCESSES a measured process is printed under."""
+    return WORKER if is_worker(name) else name
+
+
+def worker_warnings(log: Path) -> dict[str, int]:
+    """How often the worker logged each of WORKER_WARNINGS."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    return {what: sum(marker in line for line in lines) for what, marker in WORKER_WARNINGS.items()}
+
+
 # --- waiting for the processes ------------------------------------------------------------------------------
 
 
@@ -489,7 +532,8 @@ async def until(what: str, ready: Any, processes: dict[str, subprocess.Popen[byt
         for name, process in processes.items():
             if process.poll() is not None:
                 raise RuntimeError(
-                    f"{name} exited with code {process.returncode}:\n{tail(logs / f'{name}.log')}"
+                    f"{name} exited with code {process.returncode}:\n"
+                    + tail(logs / f"{name.replace(' ', '-')}.log")
                 )
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} within {STARTUP_SECONDS:g} s")
@@ -700,6 +744,20 @@ async def history_profile(client: Client, workflow_type: str) -> dict[str, float
     )
 
 
+async def workflow_task_timeouts(client: Client) -> dict[str, int]:
+    """Workflow tasks that timed out, over every history of the run, by workflow type and timeout."""
+    counts: Counter[str] = Counter()
+    async for execution in client.list_workflows():
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+                counts[
+                    f"{execution.workflow_type} {TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_')}"
+                ] += 1
+    return dict(sorted(counts.items()))
+
+
 async def provisioner_failure(client: Client) -> str:
     """Why the provisioner's pending activity keeps failing, if it does."""
     with contextlib.suppress(Exception):
@@ -786,7 +844,13 @@ def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
 
 
 async def run_one(
-    count: int, shape: str, timeout: float, keep: bool = False, audit: bool = False, side: str = SIDES[0]
+    count: int,
+    shape: str,
+    timeout: float,
+    keep: bool = False,
+    audit: bool = False,
+    side: str = SIDES[0],
+    workers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
@@ -802,7 +866,9 @@ async def run_one(
         )
         try:
             if side == "nodewright":
-                row = await _run_on(plane, directory, logs, count, shape, timeout)
+                row = await _run_on(
+                    plane, directory, logs, count, shape, timeout, workers or worker_roles(1, False)
+                )
             else:
                 row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
             window = row.pop("window")
@@ -817,7 +883,13 @@ async def run_one(
 
 
 async def _run_on(
-    plane: ControlPlane, directory: Path, logs: Path, count: int, shape: str, timeout: float
+    plane: ControlPlane,
+    directory: Path,
+    logs: Path,
+    count: int,
+    shape: str,
+    timeout: float,
+    workers: dict[str, str],
 ) -> dict[str, Any]:
     api_port = int(plane.server.rpartition(":")[2])
     kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
@@ -852,23 +924,31 @@ async def _run_on(
         }
         nodewright = (sys.executable, "-m", "workers.cli")
         seen = Observed()
+
         # Each process serves /metrics and its probes on ports of its own, as each is its own pod in a cluster
         # (free ones: nothing to collide with other runs on this machine).
-        worker_env, controller_env = (
-            {
+        def own_ports() -> dict[str, str]:
+            return {
                 **settings,
                 "NODEWRIGHT_METRICS_PORT": str(free_port()),
                 "NODEWRIGHT_HEALTH_PROBE_PORT": str(free_port()),
             }
-            for _ in range(2)
-        )
-        async with (
-            child_process((*nodewright, "worker"), logs / "worker.log", worker_env) as worker,
-            child_process((*nodewright, "controller"), logs / "controller.log", controller_env) as controller,
-            asyncio.TaskGroup() as group,
-        ):
-            ours = {"azure": azure, "worker": worker, "controller": controller}
-            pids |= {"worker": worker.pid, "controller": controller.pid}
+
+        def log_of(name: str) -> Path:
+            return logs / f"{name.replace(' ', '-')}.log"
+
+        async with contextlib.AsyncExitStack() as stack:
+            ours: dict[str, subprocess.Popen[bytes]] = {"azure": azure}
+            for name, role in workers.items():
+                ours[name] = await stack.enter_async_context(
+                    child_process((*nodewright, "worker", "--role", role), log_of(name), own_ports())
+                )
+            controller = await stack.enter_async_context(
+                child_process((*nodewright, "controller"), logs / "controller.log", own_ports())
+            )
+            group = await stack.enter_async_context(asyncio.TaskGroup())
+            ours["controller"] = controller
+            pids |= {name: process.pid for name, process in ours.items()}
             await until(
                 "the worker did not poll its task queue", lambda: has_pollers(client, TASK_QUEUE), ours, logs
             )
@@ -894,6 +974,7 @@ async def _run_on(
             print(f"{time.time() - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
             watcher.cancel()
             await asyncio.sleep(1)  # the last workflow tasks land in the histories
+        warnings = {name: worker_warnings(log_of(name)) for name in workers}
 
         first_pending = min(seen.pod_pending.values(), default=started)
         starts = [e.start_time.timestamp() async for e in client.list_workflows('WorkflowType="NodeClaim"')]
@@ -901,6 +982,7 @@ async def _run_on(
         pods_of = await nominations(kube)
         per_lifecycle = await history_profile(client, "NodeClaim")
         per_trivial = await history_profile(client, "BenchTrivial")
+        timeouts = await workflow_task_timeouts(client)
 
     initialized = len(seen.claim_initialized)
     first_start, last_initialized = (
@@ -948,6 +1030,9 @@ async def _run_on(
         "batches": batches,
         "per_lifecycle": per_lifecycle,
         "per_trivial": per_trivial,
+        "workers": workers,
+        "workflow_task_timeouts": timeouts,
+        "worker_warnings": warnings,
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
         "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in lifecycle_cpu.items()},
         "lifecycle_seconds": round(elapsed, 1),
@@ -963,7 +1048,7 @@ def side_figures(side: str, seen: Observed, first_pending: float, cpu: dict[str,
     """What the comparison table shows of a run beyond the latencies: when the last NodeClaim (the floor: the
     last Node) was seen created, and the CPU seconds of the side's own processes and of the simulation."""
     created = seen.nodes if side == "floor" else seen.claim_created
-    autoscaler = float(sum(cpu.get(name, 0.0) for name in AUTOSCALER[side]))
+    autoscaler = float(sum(value for name, value in cpu.items() if process_of(name) in AUTOSCALER[side]))
     return {
         "first_pending_to_last_created": _since(first_pending, max(created.values(), default=None)),
         "autoscaler_cpu_seconds": round(autoscaler, 1),
@@ -1302,23 +1387,44 @@ def _fields(values: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in values.items())
 
 
+def timed_out(row: dict[str, Any]) -> int:
+    """Workflow tasks of the run that timed out (every workflow type, both timeouts)."""
+    return sum(row.get("workflow_task_timeouts", {}).values())
+
+
+def warned(row: dict[str, Any], what: str) -> int:
+    """How often the run's workers logged `what` (one of WORKER_WARNINGS), all workers together."""
+    return sum(counts.get(what, 0) for counts in row.get("worker_warnings", {}).values())
+
+
+def measured(rows: list[dict[str, Any]]) -> list[str]:
+    """The processes of the rows in PROCESSES' order, each worker process in the place of `worker`."""
+    workers = sorted({name for row in rows for name in row["cpu_seconds_lifecycle"] if is_worker(name)})
+    return [name for process in PROCESSES for name in (workers if process == WORKER else [process])]
+
+
 def print_tables(rows: list[dict[str, Any]]) -> None:
     print(
-        f"{'pods':>5} {'claims':>6} {'init':>5} {'running':>7} {'claims/s':>8} {'trivial/s':>9} {'ratio':>5} "
-        f"{'created p50':>11} {'p99':>5} {'running p50':>11} {'p99':>5} {'total s':>7}"
+        f"{'pods':>5} {'workers':>7} {'claims':>6} {'init':>5} {'running':>7} {'claims/s':>8} {'trivial/s':>9} "
+        f"{'ratio':>5} {'created p50':>11} {'p99':>5} {'running p50':>11} {'p99':>5} {'total s':>7} "
+        f"{'wf tasks timed out':>18} {'slow':>5} {'refused':>7}"
     )
     for row in rows:
+        roles = list(row.get("workers", {"worker": "all"}).values())
+        workers = "split" if "workflows" in roles else str(len(roles))
         print(
-            f"{row['pods']:>5} {row['nodeclaims_created']:>6} {row['nodeclaims_initialized']:>5} "
+            f"{row['pods']:>5} {workers:>7} {row['nodeclaims_created']:>6} {row['nodeclaims_initialized']:>5} "
             f"{row['pods_running']:>7} {row['nodeclaims_per_second']:>8} "
             f"{row['trivial_workflows_per_second']:>9} {row['ratio']:>5} "
             f"{row['pending_to_created_p50']!s:>11} {row['pending_to_created_p99']!s:>5} "
             f"{row['pending_to_running_p50']!s:>11} {row['pending_to_running_p99']!s:>5} "
-            f"{row['first_pending_to_last_running']!s:>7}"
+            f"{row['first_pending_to_last_running']!s:>7} {timed_out(row):>18} "
+            f"{warned(row, 'slow workflow tasks'):>5} {warned(row, 'completions refused'):>7}"
         )
+    names = measured(rows)
     print(f"\n{'process':<24}" + "".join(f"{'CPU s N=' + str(row['pods']):>13}" for row in rows), end="")
     print("".join(f"{'peak MB N=' + str(row['pods']):>16}" for row in rows))
-    for name in PROCESSES:
+    for name in names:
         cpu = "".join(f"{row['cpu_seconds_lifecycle'].get(name, '-')!s:>13}" for row in rows)
         peak = "".join(f"{row['peak_mb'].get(name, '-')!s:>16}" for row in rows)
         print(f"{name:<24}{cpu}{peak}")
@@ -1326,7 +1432,10 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
     def cpu_row(label: str, value: Any) -> None:
         print(f"{label:<24}" + "".join(f"{value(row)!s:>13}" for row in rows))
 
-    cpu_row("all of the above", lambda row: round(sum(row["cpu_seconds_lifecycle"][n] for n in PROCESSES), 1))
+    cpu_row(
+        "all of the above",
+        lambda row: round(sum(row["cpu_seconds_lifecycle"].get(name, 0.0) for name in names), 1),
+    )
     cpu_row("others on the machine", lambda row: row["cpu_seconds_lifecycle"]["others"])
     cpu_row("available (wall x cores)", lambda row: round(row["lifecycle_seconds"] * (row["cores"] or 1), 1))
 
@@ -1368,6 +1477,9 @@ def print_profile(row: dict[str, Any]) -> None:
     for batch in row["batches"]:
         print(f"  batch: {_fields(batch)}")
     print(f"  one lifecycle up to Running (mean of {SAMPLED_HISTORIES}): {_fields(row['per_lifecycle'])}")
+    print(f"  workflow tasks timed out (every history): {_fields(row['workflow_task_timeouts']) or 'none'}")
+    for name, counts in row["worker_warnings"].items():
+        print(f"  {name} (--role {row['workers'][name]}) logged: {_fields(counts)}")
     print(f"  one trivial workflow (mean of {SAMPLED_HISTORIES}): {_fields(row['per_trivial'])}")
     print(f"  CPU s, trivial workflows: {_fields(row['cpu_seconds_trivial'])}")
     print(f"  CPU s, lifecycles: {_fields(row['cpu_seconds_lifecycle'])}")
@@ -1389,6 +1501,9 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             str(args.timeout),
             *(["--keep"] if args.keep else []),
             *(["--audit"] if args.audit else []),
+            *(["--split"] if args.split else []),
+            "--workers",
+            str(args.workers),
         ],
         check=False,
         stdout=subprocess.PIPE,
@@ -1467,12 +1582,37 @@ def main() -> None:
         default=SIDES[0],
         help="with --run (and no --peer): what provisions the nodes",
     )
+    workers = parser.add_mutually_exclusive_group()
+    workers.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="nodewright: N worker processes, each with every role (default 1)",
+    )
+    workers.add_argument(
+        "--split",
+        action="store_true",
+        help="nodewright: one worker process for workflows (--role workflows), one for activities",
+    )
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.peer:
         compare([args.run] if args.run else [int(count) for count in args.runs.split(",")], args)
         return
     if args.run:
-        one = asyncio.run(run_one(args.run, args.shape, args.timeout, args.keep, args.audit, args.side))
+        one = asyncio.run(
+            run_one(
+                args.run,
+                args.shape,
+                args.timeout,
+                args.keep,
+                args.audit,
+                args.side,
+                worker_roles(args.workers, args.split),
+            )
+        )
         print(json.dumps(one))
         sys.exit(0 if one["finished"] else 1)
     rows: list[dict[str, Any]] = []

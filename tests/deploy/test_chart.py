@@ -313,6 +313,21 @@ def test_given_affinity_is_used_as_is_and_spread_constraints_get_the_components_
         assert pod["nodeSelector"] == {"agentpool": "system", "kubernetes.io/os": "linux"}
 
 
+def test_split_workers_run_workflows_and_activities_in_deployments_of_their_own(helm: Helm) -> None:
+    objects = helm.render(
+        [REQUIRED_VALUES], "worker.split=true", "worker.replicas=3", "worker.activities.replicas=5"
+    )
+    rendered = deployments(objects)
+    workflows, activities = rendered["worker"], rendered["worker-activities"]
+    assert container(workflows)["args"] == ["worker", "--log-format", "json", "--role", "workflows"]
+    assert container(activities)["args"] == ["worker", "--log-format", "json", "--role", "activities"]
+    assert (workflows["spec"]["replicas"], activities["spec"]["replicas"]) == (3, 5)
+    assert environment(activities) == environment(workflows), "both take the worker's settings"
+    assert workflows["spec"]["selector"] != activities["spec"]["selector"]
+    budgets = {budget["metadata"]["name"] for budget in by_kind(objects, "PodDisruptionBudget")}
+    assert budgets == {"nodewright-controller", "nodewright-worker", "nodewright-worker-activities"}
+
+
 def test_one_disruption_budget_per_deployment(helm: Helm) -> None:
     objects = helm.render([REQUIRED_VALUES])
     budgets = {

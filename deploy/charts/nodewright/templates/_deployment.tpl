@@ -1,7 +1,9 @@
 {{/*
 One Deployment per component, from one template: the controller and the worker differ only in their arguments,
 their replicas and resources, and what only they read (leader election; the shutdown grace).
-Call with (dict "root" $ "component" "controller").
+Call with (dict "root" $ "component" "controller"); a worker that takes one role only also gets "command" (the
+nodewright command, when it differs from the component), "role" (its --role) and "values" (its replicas,
+resources, env, in place of .Values.<component>).
 */}}
 
 {{/* The image: repository@digest when a digest is given, else repository:tag (tag defaults to appVersion). */}}
@@ -62,7 +64,8 @@ podAntiAffinity:
 
 {{- define "nodewright.deployment" -}}
 {{- $root := .root -}}
-{{- $values := index $root.Values .component -}}
+{{- $values := .values | default (index $root.Values .component) -}}
+{{- $command := .command | default .component -}}
 {{- include "nodewright.validate" $root -}}
 apiVersion: apps/v1
 kind: Deployment
@@ -136,10 +139,10 @@ spec:
         - name: {{ .component }}
           image: {{ include "nodewright.image" $root | quote }}
           imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-          args: [{{ .component | quote }}, "--log-format", {{ $root.Values.logFormat | quote }}]
+          args: [{{ $command | quote }}, "--log-format", {{ $root.Values.logFormat | quote }}{{ with .role }}, "--role", {{ . | quote }}{{ end }}]
           env:
             {{- include "nodewright.env" $root | nindent 12 }}
-            {{- include (printf "nodewright.%sEnv" .component) $root | nindent 12 }}
+            {{- include (printf "nodewright.%sEnv" $command) $root | nindent 12 }}
             {{- with $values.env }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
