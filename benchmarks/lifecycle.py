@@ -132,7 +132,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workers.processes import die_with_parent
     from workers.temporal_server import DevServer, free_port
-    from workers.worker import STICKY_SECONDS, connect
+    from workers.worker import STICKY_SECONDS, WORKFLOW_TASKS, connect
     from workflows.disruption import disruption_id
     from workflows.provisioner import provisioner_id
 
@@ -158,9 +158,11 @@ this one (the trivial workflows' worker and the watch that times what happens)."
 WORKER_WARNINGS = {
     "slow workflow tasks": "[TMPRL1104]",
     "completions refused": "Task not found when completing",
+    "activations failed": "Failed handling activation",
 }
 """What a worker logs when a workflow task took more than 5 s, and when the server refused its completion
-(the task had timed out), by the marker of the line."""
+(the task had timed out), and when an activation failed (one that held its thread for 2 s, a "potential
+deadlock", included), by the marker of the line."""
 OBSERVER_QPS = 200.0
 MACHINE = "machine"
 SHOWN_EVICTIONS = 5
@@ -208,6 +210,7 @@ async def trivial_rate(client: Client, count: int) -> float:
         sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=timedelta(seconds=5),
         max_concurrent_activities=64,
+        max_concurrent_workflow_tasks=WORKFLOW_TASKS,
     )
     query = 'WorkflowType="BenchTrivial"'
     async with worker:

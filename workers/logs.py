@@ -75,6 +75,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
+class UnlockedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler without the handler lock. The Temporal SDK stops a workflow activation that holds its
+    thread for 2 s (a "potential deadlock": on a busy worker, one that only waited for the GIL) by raising an
+    exception in that thread. A thread that had just acquired a handler's lock, after waiting for it while
+    another wrote, gets it there and never releases the lock: every later log line of the process, the event
+    loop's included, waits for it forever (a workflows-only worker hung so at 200 NodeClaims). Each record is
+    one `write` of the stream, which the io module does whole, so lines from threads never mix."""
+
+    def createLock(self) -> None:
+        self.lock = None
+
+
 class KarpenterOnly(logging.Filter):
     """Only the lines that carry Karpenter fields (the workflows' decisions), not SDK chatter."""
 
@@ -90,7 +102,7 @@ def setup_logging(
 ) -> None:
     """Route every logger, the Temporal SDK's workflow and activity loggers included, through the Karpenter
     formatter of `log_format`."""
-    handler = logging.StreamHandler(stream)
+    handler = UnlockedStreamHandler(stream)
     handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON else KarpenterFormatter())
     if karpenter_only:
         handler.addFilter(KarpenterOnly())

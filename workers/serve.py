@@ -151,7 +151,15 @@ async def serve_worker(
         prices = price_settings(azure)
         async with cloud_provider(cluster, azure, catalogs) as cloud:
             worker = build_worker(
-                client, settings.task_queue, cluster, cloud, catalogs, prices, settings.shutdown_grace, role
+                client,
+                settings.task_queue,
+                cluster,
+                cloud,
+                catalogs,
+                prices,
+                settings.shutdown_grace,
+                role,
+                settings.worker_workflow_tasks,
             )
             await ensure_schedules(
                 client,

@@ -180,6 +180,8 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
     """How long a stopping worker lets its running activities finish before it cancels them (Temporal then
     retries them on another worker)."""
+    worker_workflow_tasks: int = Field(default=16, ge=2)
+    """How many workflow tasks one worker process holds at once (`workers.worker.WORKFLOW_TASKS`)."""
 
     @field_validator("feature_gates")
     @classmethod

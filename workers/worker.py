@@ -46,6 +46,11 @@ logger = logging.getLogger("nodewright.worker")
 
 MAX_CACHED_WORKFLOWS = 5000
 """Workflows a worker keeps in memory between their tasks (the SDK's default is 1,000)."""
+WORKFLOW_TASKS = 16
+"""Workflow tasks one worker process holds at once (the SDK's default is 100). A task's 10 s timeout runs from
+the moment the worker takes it; Python works on one at a time, so a task taken behind 99 others on a busy worker
+timed out, and the worker replayed its workflow from the whole history, which cost more time than the task.
+Tasks it has not taken wait in Temporal, where nothing times out against it."""
 STICKY_SECONDS = timedelta(seconds=10)
 """How long a cached workflow's next task waits for this worker before any worker may take it (and replay its
 whole history): the SDK's 10 s. At 2 s, a worker busy with a thousand launches let a third of its workflow
@@ -179,6 +184,7 @@ def build_worker(
     prices: PriceSettings | None = None,
     shutdown_grace: timedelta = timedelta(seconds=5),
     role: WorkerRole = WorkerRole.ALL,
+    workflow_tasks: int = WORKFLOW_TASKS,
 ) -> Worker:
     """A worker for our workflows and activities, or for the ones its `role` takes.
 
@@ -198,6 +204,7 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=shutdown_grace,
         max_concurrent_activities=64,
+        max_concurrent_workflow_tasks=workflow_tasks,
         # Every node's lifecycle stays open while the node lives, plus the provisioner: with the SDK's 1,000
         # a worker of a cluster of 1,000 nodes evicts workflows and replays their whole history at each task.
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
