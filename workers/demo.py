@@ -38,6 +38,7 @@ from core.messages import (
 )
 from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
+from workers.capacity_windows import CapacityWindows
 from workers.controller import Controller
 from workers.controlplane.build import cache_root, ensure_binaries
 from workers.demo_disruption import (
@@ -158,6 +159,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                         cluster=options.cluster, nodepool="", lifecycle=lifecycle, poll_seconds=5
                     ),
                 ),
+                windows=CapacityWindows(client, aks.kube, options.cluster, TASK_QUEUE, resync_seconds=1),
             )
             async with worker:
                 await ensure_schedules(
