@@ -161,8 +161,8 @@ class CapacityWindows:
         while True:
             try:
                 await self.reconcile()
-            except (CloudError, RPCError) as error:
-                logger.warning("could not reconcile the CapacityWindows: %s", error)
+            except Exception:  # a window, or Temporal, never stops the controller: try again later
+                logger.exception("could not reconcile the CapacityWindows")
             await asyncio.sleep(self.resync_seconds)
 
     async def _adopt(self) -> None:

@@ -74,7 +74,7 @@ async def overlay_step(walk: Walkthrough, number: int) -> None:
     await walk.until(f"{APP} running", lambda: walk.running(APP, 1))
     before = await _claim(walk)
     assert before is not None
-    family = "E" if before.labels.get(labels.SKU_FAMILY) != "E" else "F"
+    family = "E" if _family(before) != "E" else "F"
     print(f"before: {_describe(before)}", file=walk.out)
 
     print(overlay_manifest(family).rstrip(), file=walk.out)
@@ -118,8 +118,14 @@ async def _claim(walk: Walkthrough) -> NodeClaim | None:
     return claims[0] if claims else None
 
 
+def _family(claim: NodeClaim) -> str:
+    """The family letter of the instance type's name (`Standard_E2as_v5` is E)."""
+    size = claim.labels.get(labels.INSTANCE_TYPE, "").removeprefix("Standard_")
+    return size[:1]
+
+
 def _describe(claim: NodeClaim) -> str:
     return (
         f"NodeClaim {claim.name}: {claim.labels.get(labels.INSTANCE_TYPE)} "
-        f"(family {claim.labels.get(labels.SKU_FAMILY)}, {claim.labels.get(labels.ZONE)})"
+        f"(family {_family(claim)}, {claim.labels.get(labels.ZONE)})"
     )
