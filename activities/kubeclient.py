@@ -177,6 +177,9 @@ NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
 NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
 NODEOVERLAY = Resource("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays")
 """Read only with the NodeOverlay feature gate on (`KubernetesCluster.node_overlays`)."""
+CAPACITYWINDOW = Resource("CapacityWindow", "nodewright.io/v1alpha1", "capacitywindows")
+"""nodewright's own extension (`core.api.capacitywindow`); listed by the controller, never watched, so a cluster
+without its CRD runs as before."""
 LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 VOLUME_ATTACHMENT = Resource("VolumeAttachment", "storage.k8s.io/v1", "volumeattachments")
 
@@ -199,6 +202,7 @@ _API_VERSIONS = {
     "Event": "events.k8s.io/v1",
     "Lease": "coordination.k8s.io/v1",
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
+    CAPACITYWINDOW.kind: CAPACITYWINDOW.api_version,
 }
 """The API version the administration helpers use for a kind named alone (others are looked up by discovery)."""
 
@@ -701,7 +705,7 @@ class KubernetesCluster:
             VOLUME_ATTACHMENT.kind: self._storage.list_volume_attachment,
             **{
                 resource.kind: functools.partial(self._custom.list_cluster_custom_object, *resource.custom)
-                for resource in (NODEPOOL, NODECLAIM, NODECLASS, NODEOVERLAY)
+                for resource in (NODEPOOL, NODECLAIM, NODECLASS, NODEOVERLAY, CAPACITYWINDOW)
             },
         }
         self.node_overlays = False
@@ -922,10 +926,13 @@ class KubernetesCluster:
     # --- ClusterAPI: writes ------------------------------------------------------------------------------
 
     async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
-        """A merge patch of the status subresource of a NodePool, AKSNodeClass or NodeOverlay, with the
-        resourceVersion as its precondition."""
-        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS, NODEOVERLAY.kind: NODEOVERLAY}[kind]
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        """A merge patch of the status subresource of a NodePool, AKSNodeClass, NodeOverlay or CapacityWindow,
+        with the resourceVersion as its precondition (none when it is empty: the fields patched are the caller's
+        alone)."""
+        resource = {r.kind: r for r in (NODEPOOL, NODECLASS, NODEOVERLAY, CAPACITYWINDOW)}[kind]
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             await self._call(
                 self._custom.patch_cluster_custom_object_status,
@@ -1483,12 +1490,45 @@ class KubernetesCluster:
 
         await self._in_thread(self._dynamic_raw, call, f"scale {kind} {namespace}/{name}")
 
-    async def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    async def set_replicas(
+        self, kind: str, api_version: str, name: str, namespace: str | None, expected: int, replicas: int
+    ) -> bool:
+        """Set `spec.replicas` of any object if it still holds `expected`; False when it changed meanwhile. One
+        JSON patch whose test makes the change conditional, so a value someone wrote after we read is never
+        overwritten."""
+        path = "/spec/replicas"
+        operations = [
+            {"op": "test", "path": path, "value": expected},
+            {"op": "replace", "path": path, "value": replicas},
+        ]
+
+        def call() -> Any:
+            return self._dynamic().patch(
+                self._resource(kind, api_version),
+                body=operations,
+                name=name,
+                namespace=namespace,
+                content_type=JSON_PATCH,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        try:
+            await self._in_thread(self._dynamic_raw, call, f"set the replicas of {kind} {name}")
+        except (ConflictError, InvalidError) as error:
+            if _precondition_failed(error):
+                return False
+            raise
+        return True
+
+    async def get_object(
+        self, kind: str, name: str, namespace: str | None = None, api_version: str | None = None
+    ) -> dict[str, Any] | None:
         """Any object's manifest, or None."""
 
         def call() -> Any:
             return self._dynamic().get(
-                self._resource(kind),
+                self._resource(kind, api_version),
                 name=name,
                 namespace=namespace,
                 serialize=False,

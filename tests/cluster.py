@@ -24,7 +24,7 @@ from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks, simulated_aks
 
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "PodDisruptionBudget")
-CLUSTER_KINDS = ("NodePool", "AKSNodeClass", "NodeOverlay")
+CLUSTER_KINDS = ("NodePool", "AKSNodeClass", "NodeOverlay", "CapacityWindow")
 WORKLOAD_NAMESPACES = ("default", "kube-system")
 """Where tests put workloads (the examples' DaemonSet runs in kube-system; the control plane runs none there)."""
 

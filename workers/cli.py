@@ -201,7 +201,9 @@ def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.walkthrough import DemoOptions
 
     record = Path(args.record_histories) if args.record_histories else None
-    return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running, record_histories=record), out))
+    directory = Path(args.dir) if args.dir else None
+    options = DemoOptions(keep_running=args.keep_running, record_histories=record, directory=directory)
+    return asyncio.run(run_demo(options, out))
 
 
 def explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -436,6 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
     walk.add_argument("--record-histories", metavar="DIR", help="write every workflow history to DIR as JSON")
+    walk.add_argument(
+        "--dir",
+        help="where state, logs and the kubeconfig go (default: the cache directory's demo/, wiped each run)",
+    )
     walk.set_defaults(handler=demo)
 
     story = commands.add_parser(

@@ -13,6 +13,7 @@
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
 - It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
+- It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.capacity_windows`).
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
@@ -49,6 +50,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.capacity_windows import CapacityWindows
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
@@ -119,6 +121,7 @@ class Controller:
         metrics_seconds: float = 5.0,
         status_seconds: float = 1.0,
         static: StaticPools | None = None,
+        windows: CapacityWindows | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -133,6 +136,8 @@ class Controller:
         self.state = WatchedClusterState() if metrics is not None else None
         self.static = static
         """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
+        self.windows = windows
+        """Keeps one Temporal Schedule per CapacityWindow, and their status (None: windows are not read)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -166,6 +171,8 @@ class Controller:
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
             group.create_task(self.statuses.run())
+            if self.windows is not None:
+                group.create_task(self.windows.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 

@@ -176,6 +176,7 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
     from core.static_messages import StaticPoolInput
+    from workers.capacity_windows import CapacityWindows
     from workers.consolidate import disruption_input
     from workers.controller import Controller
     from workers.leader import LeaderElectionConfig, LeaderElector
@@ -214,6 +215,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
                 settings.gates.static_capacity,
                 StaticPoolInput(cluster=settings.cluster_name, nodepool=""),
             ),
+            windows=CapacityWindows(client, cluster, settings.cluster_name, settings.task_queue),
         )
         if elector is None:
             await controller.run()

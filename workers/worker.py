@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 import workflows
 from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
+from activities.capacity_window import CapacityWindowActivities
 from activities.catalog_source import CatalogSource
 from activities.cloud import CloudActivities
 from activities.disruption import DisruptionActivities
@@ -36,6 +37,7 @@ from workers.metrics import MeteredCloudProvider
 from workers.schedules import maintenance_activities, maintenance_workflows
 from workers.settings import TemporalConnection
 from workflows import search_attributes as attributes
+from workflows.capacity_window import CapacityWindowWorkflow
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
@@ -55,6 +57,7 @@ WORKFLOWS: Sequence[type] = (
     NodeClaimWorkflow,
     DisruptionWorkflow,
     StaticNodePoolWorkflow,
+    CapacityWindowWorkflow,
     *maintenance_workflows(),
 )
 
@@ -107,6 +110,7 @@ def activities_for(
         if isinstance(cloud, AzureCloudProvider)
         else []
     )
+    windows = CapacityWindowActivities(cluster)  # type: ignore[arg-type]
     return [
         planning.plan_provisioning,
         planning.reconcile_static_nodepool,
@@ -123,6 +127,8 @@ def activities_for(
         kube.delete_nodeclaim,
         CloudActivities(metered, cluster).delete_instance,
         *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),
+        windows.raise_window_replicas,
+        windows.restore_window_replicas,
         *maintenance,
     ]
 

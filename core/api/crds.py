@@ -51,6 +51,13 @@ from core.api.aksnodeclass import (
     LocalDNSZoneOverride,
     SysctlConfiguration,
 )
+from core.api.capacitywindow import (
+    CapacityWindow,
+    CapacityWindowSpec,
+    TargetKind,
+    TargetReference,
+    target_group,
+)
 from core.api.kube import Quantity
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
@@ -404,6 +411,7 @@ _FIELD_EXTRAS: dict[tuple[type[BaseModel], str], Schema] = {
     },
     (Budget, "nodes"): {"pattern": _whole(_BUDGET_NODES.pattern)},
     (Budget, "schedule"): {"pattern": _SCHEDULE},
+    (CapacityWindowSpec, "schedule"): {"pattern": _SCHEDULE},
     (Budget, "reasons"): {"x-kubernetes-list-type": "set"},
     (KubeletConfiguration, "cpu_cfs_quota_period"): {"pattern": _whole(_GO_DURATION.pattern)},
     (LocalDNS, "vnet_dns_overrides"): {
@@ -469,6 +477,28 @@ _MODEL_EXTRAS: dict[type[BaseModel], Schema] = {
                 "!has(self.replicas) || !has(self.weight)",
                 "'weight' is not supported on static NodePools",
                 "weight",
+            ),
+        ]
+    },
+    TargetReference: {
+        "x-kubernetes-validations": [
+            *(
+                _rule(
+                    f"self.kind != {_literal(kind)} || self.apiGroup == {_literal(target_group(kind))}",
+                    f"a {kind} is in group {target_group(kind)}",
+                    "apiGroup",
+                )
+                for kind in TargetKind
+            ),
+            _rule(
+                f"self.kind != {_literal(TargetKind.NODEPOOL)} || !has(self.namespace)",
+                "a NodePool is cluster-scoped: leave namespace out",
+                "namespace",
+            ),
+            _rule(
+                f"self.kind != {_literal(TargetKind.CAPACITY_BUFFER)} || has(self.namespace)",
+                "a CapacityBuffer is namespaced: give its namespace",
+                "namespace",
             ),
         ]
     },
@@ -862,8 +892,30 @@ RESOURCES = (
         short_names=("overlays",),
         categories=("karpenter",),
     ),
+    Resource(
+        CapacityWindow,
+        group=labels.NODEWRIGHT_DOMAIN,
+        kind="CapacityWindow",
+        plural="capacitywindows",
+        versions=("v1alpha1",),
+        columns=(
+            Column("Target", ".spec.targetRef.name"),
+            Column("Replicas", ".spec.replicas", "integer"),
+            Column("Schedule", ".spec.schedule"),
+            Column("Active", ".status.active", "boolean"),
+            Column("Opens", ".status.nextWindowOpens"),
+            _READY,
+            _AGE,
+            Column("Kind", ".spec.targetRef.kind", priority=1),
+            Column("Closes", ".status.nextWindowCloses", priority=1),
+            Column("Schedule ID", ".status.scheduleID", priority=1),
+        ),
+        short_names=("cw",),
+        categories=("nodewright",),
+    ),
 )
-"""The CRDs nodewright reads, in the order they are installed."""
+"""The CRDs nodewright reads, in the order they are installed: Karpenter's and the AKS provider's, then nodewright's
+own extension (CapacityWindow)."""
 
 
 def custom_resource_definitions() -> list[Schema]:

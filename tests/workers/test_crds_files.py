@@ -34,6 +34,7 @@ def test_the_files_are_karpenters_names_and_read_back_as_the_definitions() -> No
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.sh_nodeoverlays.yaml",
         "karpenter.sh_nodepools.yaml",
+        "nodewright.io_capacitywindows.yaml",
     ]
     assert [yaml.safe_load(text) for text in files.values()] == custom_resource_definitions()
     assert all("&id" not in text and "*id" not in text for text in files.values()), "no YAML anchors"
