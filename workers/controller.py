@@ -14,6 +14,7 @@
 - It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
+- A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.adoption`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -49,6 +50,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.adoption import LifecycleAdoption
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
@@ -119,6 +121,7 @@ class Controller:
         metrics_seconds: float = 5.0,
         status_seconds: float = 1.0,
         static: StaticPools | None = None,
+        adoption: LifecycleAdoption | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -133,6 +136,8 @@ class Controller:
         self.state = WatchedClusterState() if metrics is not None else None
         self.static = static
         """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
+        self.adoption = adoption
+        """Starts the lifecycle of a NodeClaim whose plan did not (None: not checked)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -166,6 +171,8 @@ class Controller:
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
             group.create_task(self.statuses.run())
+            if self.adoption is not None:
+                group.create_task(self.adoption.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
@@ -195,6 +202,8 @@ class Controller:
         if self.state is not None:
             self.state.observe(event)
         self.statuses.observe(event)
+        if self.adoption is not None:
+            self.adoption.observe(event)
         if self.static is not None:
             await self.static.observe(event)
         if event.kind == "Pod":
