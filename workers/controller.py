@@ -15,6 +15,7 @@
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
 - It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.capacity_windows`).
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
+- A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.adoption`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -50,6 +51,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.adoption import LifecycleAdoption
 from workers.capacity_windows import CapacityWindows
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
@@ -122,6 +124,7 @@ class Controller:
         status_seconds: float = 1.0,
         static: StaticPools | None = None,
         windows: CapacityWindows | None = None,
+        adoption: LifecycleAdoption | None = None,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -138,6 +141,8 @@ class Controller:
         """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
         self.windows = windows
         """Keeps one Temporal Schedule per CapacityWindow, and their status (None: windows are not read)."""
+        self.adoption = adoption
+        """Starts the lifecycle of a NodeClaim whose plan did not (None: not checked)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -173,6 +178,8 @@ class Controller:
             group.create_task(self.statuses.run())
             if self.windows is not None:
                 group.create_task(self.windows.run())
+            if self.adoption is not None:
+                group.create_task(self.adoption.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
@@ -202,6 +209,8 @@ class Controller:
         if self.state is not None:
             self.state.observe(event)
         self.statuses.observe(event)
+        if self.adoption is not None:
+            self.adoption.observe(event)
         if self.static is not None:
             await self.static.observe(event)
         if event.kind == "Pod":

@@ -62,26 +62,39 @@ WORKFLOWS: Sequence[type] = (
 )
 
 
+async def start_lifecycle(
+    client: Client,
+    task_queue: str,
+    request: LifecycleInput,
+    start_signal: str | None = None,
+    signal_argument: object = None,
+) -> None:
+    """Start a NodeClaim's lifecycle workflow, with the summary the Temporal UI lists it by; starting one that
+    already runs is a no-op (a retried plan). `start_signal` is delivered with the start (signal-with-start)."""
+    await client.start_workflow(
+        NodeClaimWorkflow.run,
+        request,
+        id=nodeclaim_id(request.nodeclaim.name),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        # The planning activity runs on a worker of this queue: the start's answer carries the first
+        # workflow task to it, one trip through the server's matching fewer per lifecycle. (A signal-with-start
+        # cannot start eagerly.)
+        request_eager_start=start_signal is None,
+        search_attributes=attributes.lifecycle_start(
+            request.nodeclaim.name, request.nodeclaim.nodepool, Phase.LAUNCHING.value
+        ),
+        static_summary=summaries.lifecycle_summary(request.nodeclaim),
+        static_details=summaries.lifecycle_details(request.nodeclaim),
+        **({"start_signal": start_signal, "start_signal_args": [signal_argument]} if start_signal else {}),
+    )
+
+
 def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
-    """Starts a NodeClaim's lifecycle workflow, with the summary the Temporal UI lists it by; starting one that
-    already runs is a no-op (a retried plan)."""
+    """`start_lifecycle` on this client and queue, as the planning activities call it."""
 
     async def start(request: LifecycleInput) -> None:
-        await client.start_workflow(
-            NodeClaimWorkflow.run,
-            request,
-            id=nodeclaim_id(request.nodeclaim.name),
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # The planning activity runs on a worker of this queue: the start's answer carries the first
-            # workflow task to it, one trip through the server's matching fewer per lifecycle.
-            request_eager_start=True,
-            search_attributes=attributes.lifecycle_start(
-                request.nodeclaim.name, request.nodeclaim.nodepool, Phase.LAUNCHING.value
-            ),
-            static_summary=summaries.lifecycle_summary(request.nodeclaim),
-            static_details=summaries.lifecycle_details(request.nodeclaim),
-        )
+        await start_lifecycle(client, task_queue, request)
 
     return start
 

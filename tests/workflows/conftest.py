@@ -49,10 +49,11 @@ from core.messages import (
 from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
 from tests.cluster import EXAMPLES, eventually, fresh_aks, unschedulable
+from workers.adoption import LifecycleAdoption
 from workers.azure import cloud_provider
-from workers.controller import Controller
+from workers.controller import Controller, deletion_requested
 from workers.controlplane.run import ControlPlane
-from workers.worker import build_worker
+from workers.worker import build_worker, start_lifecycle
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
@@ -364,9 +365,26 @@ class System:
         """The lifecycle of a NodeClaim, once it has started."""
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
-    def start_controller(self, metrics: Metrics | None = None, **provisioner: Any) -> Controller:
+    def start_controller(
+        self, metrics: Metrics | None = None, adoption_grace: float | None = None, **provisioner: Any
+    ) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
-        signal a test sees comes from a change the controller watched."""
+        signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
+        the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`)."""
+        adoption = (
+            LifecycleAdoption(
+                self.client,
+                self.kube,
+                lambda request, deletion: start_lifecycle(
+                    self.client, self.task_queue, request, "delete" if deletion else None, deletion
+                ),
+                deletion_requested,
+                grace_seconds=adoption_grace,
+                check_seconds=0.2,
+            )
+            if adoption_grace is not None
+            else None
+        )
         controller = Controller(
             self.client,
             self.kube,
@@ -375,6 +393,7 @@ class System:
             debounce_seconds=0.05,
             requeue_seconds=30.0,
             metrics=metrics,
+            adoption=adoption,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller

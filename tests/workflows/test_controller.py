@@ -13,6 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.kube import nodeclaim_object
+from activities.planning import LIFECYCLE_ANNOTATION
 from core import labels
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, WatchEvent
@@ -21,6 +23,7 @@ from core.messages import (
     TERMINATION_REASON_ANNOTATION,
     ActivityName,
     DeletionRequested,
+    LifecycleInput,
     LifecycleSettings,
     NodeEvent,
     Phase,
@@ -34,6 +37,7 @@ from tests.workflows.conftest import (
     FAST,
     System,
     activity_calls,
+    claim_requirements,
     decode,
     deployment,
     eventually,
@@ -47,6 +51,8 @@ from tests.workflows.conftest import (
     start_input,
     started,
 )
+from tests.workflows.test_disruption import events_about
+from workers.adoption import ADOPTED, LifecycleAdoption
 from workers.controller import Controller, deletion_requested
 from workers.controlplane.run import ControlPlane
 
@@ -390,3 +396,92 @@ async def test_the_controller_writes_the_localdns_state_of_each_aksnodeclass_whe
         ("required", {"localDNSState": "Enabled"}),
         ("preferred", {"localDNSState": "Disabled"}),
     ]
+
+
+# --- a NodeClaim its plan did not start the lifecycle of ------------------------------------------------------
+
+
+async def _orphan(system: System, prefix: str) -> str:
+    """A NodeClaim created as a plan creates it (with its lifecycle input) whose lifecycle was never started, as
+    when the plan's attempt is given up between the two."""
+    claim = planned_claim(fresh_name(prefix), [offering("eastus-1")])
+    request = LifecycleInput(cluster=system.cluster, nodeclaim=claim, settings=FAST)
+    nodeclaim = nodeclaim_object(claim, "default", claim_requirements(claim))
+    nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = request.model_dump_json()
+    await system.kube.create_nodeclaim(nodeclaim)
+    return claim.name
+
+
+async def test_a_nodeclaim_whose_plan_stopped_before_its_lifecycle_gets_one(system: System) -> None:
+    name = await _orphan(system, "orphan")
+    system.start_controller(adoption_grace=0.5)
+
+    lifecycle = await system.nodeclaim_workflow(name)
+    status = await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=20, what="running")
+    assert status.node == f"aks-{name}"
+    [note] = await events_about(system, name, ADOPTED)
+    assert note.startswith(f"Started the lifecycle of NodeClaim {name}")
+
+
+async def test_a_deleted_nodeclaim_without_a_lifecycle_is_cleaned_up_by_one(system: System) -> None:
+    name = await _orphan(system, "orphan-deleted")
+    await system.kube.delete_nodeclaim(name)  # its finalizer holds it: nobody would ever remove it
+    assert await system.nodeclaim(name) is not None
+    system.start_controller(adoption_grace=0.5)
+
+    lifecycle = await system.nodeclaim_workflow(name)
+    result = await asyncio.wait_for(lifecycle.result(), 20)
+    assert result.phase is Phase.TERMINATED
+    assert await eventually(lambda: system.gone(name, f"aks-{name}"), timeout=10, what="gone")
+
+
+async def test_a_lifecycle_that_runs_or_ran_is_never_started_again(system: System) -> None:
+    system.start_controller(adoption_grace=0.5)
+    claim = planned_claim(fresh_name("kept"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim, FAST)
+    await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=20, what="running")
+
+    adoption = LifecycleAdoption(
+        system.client, system.kube, _never_started, deletion_requested, grace_seconds=0.0
+    )
+    nodeclaim = await system.nodeclaim(claim.name)
+    assert nodeclaim is not None
+    assert await adoption.check(nodeclaim) is False  # running
+
+    await lifecycle.terminate("a test")
+    assert await adoption.check(nodeclaim) is False  # ran and ended: not started again
+    assert (await lifecycle.describe()).run_id == lifecycle.result_run_id
+    assert not await events_about(system, claim.name, ADOPTED)
+
+
+async def _never_started(request: LifecycleInput, deletion: DeletionRequested | None) -> None:
+    raise AssertionError(f"started the lifecycle of {request.nodeclaim.name}")
+
+
+def test_a_nodeclaim_is_checked_only_after_its_plan_had_the_grace_to_start_it() -> None:
+    adoption = LifecycleAdoption(
+        cast(Client, None), cast(ClusterAPI, None), _never_started, deletion_requested, grace_seconds=30
+    )
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def claim(name: str, conditions: list[dict[str, str]], annotated: bool = True) -> dict[str, Any]:
+        annotations = {LIFECYCLE_ANNOTATION: "{}"} if annotated else {}
+        return {
+            "metadata": {"name": name, "annotations": annotations, "creationTimestamp": created.isoformat()},
+            "spec": {
+                "requirements": [],
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+            },
+            "status": {"conditions": conditions},
+        }
+
+    launched = [
+        {"type": "Launched", "status": "Unknown", "reason": "x", "lastTransitionTime": created.isoformat()}
+    ]
+    adoption.observe(_watched("NodeClaim", claim("waiting", []), 1))
+    adoption.observe(_watched("NodeClaim", claim("launching", launched), 2))
+    adoption.observe(_watched("NodeClaim", claim("by-hand", [], annotated=False), 3))
+    assert adoption.due(created + timedelta(seconds=29)) == []
+    assert [c.name for c in adoption.due(created + timedelta(seconds=30))] == ["waiting"]
+    adoption.observe(_watched("NodeClaim", claim("waiting", launched), 4))
+    assert adoption.due(created + timedelta(seconds=30)) == []
