@@ -45,6 +45,7 @@ from core.messages import (
     DeletionRequested,
     DisruptionInput,
     Interruption,
+    LifecycleInput,
     NodeEvent,
     PodsPending,
     ProvisionerInput,
@@ -57,6 +58,7 @@ from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
 from workers.static_pools import StaticPools
+from workers.worker import start_lifecycle
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.maintenance import nodeclass_status_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -107,6 +109,18 @@ def deletion_requested(claim: NodeClaim) -> DeletionRequested:
     except ValueError:
         reason = TerminationReason.NODECLAIM_DELETED
     return DeletionRequested(by="nodeclaim deleted", reason=reason)
+
+
+def lifecycle_adoption(
+    client: Client, cluster: ClusterAPI, task_queue: str, **timing: float
+) -> LifecycleAdoption:
+    """The controller's `LifecycleAdoption`, starting lifecycles on `task_queue` as a plan does (`timing`: its
+    `grace_seconds` and `check_seconds`)."""
+
+    async def start(request: LifecycleInput, deletion: DeletionRequested | None) -> None:
+        await start_lifecycle(client, task_queue, request, "delete" if deletion else None, deletion)
+
+    return LifecycleAdoption(client, cluster, start, deletion_requested, **timing)
 
 
 class Controller:

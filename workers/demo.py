@@ -41,7 +41,7 @@ from core.messages import (
 from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
 from workers.capacity_windows import CapacityWindows
-from workers.controller import Controller
+from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.build import cache_root, ensure_binaries
 from workers.demo_disruption import (
     WEB_REPLICAS,
@@ -168,6 +168,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                     ),
                 ),
                 windows=CapacityWindows(client, aks.kube, options.cluster, TASK_QUEUE, resync_seconds=1),
+                adoption=lifecycle_adoption(client, aks.kube, TASK_QUEUE),
             )
             async with worker:
                 await ensure_schedules(

@@ -176,13 +176,11 @@ async def serve_worker(settings: Settings, azure: AzureConfig, connection: Tempo
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
     from core.static_messages import StaticPoolInput
-    from workers.adoption import LifecycleAdoption
     from workers.capacity_windows import CapacityWindows
     from workers.consolidate import disruption_input
-    from workers.controller import Controller, deletion_requested
+    from workers.controller import Controller, lifecycle_adoption
     from workers.leader import LeaderElectionConfig, LeaderElector
     from workers.static_pools import StaticPools
-    from workers.worker import start_lifecycle
 
     for gate in settings.gates.unsupported():
         logger.warning(
@@ -218,14 +216,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
                 StaticPoolInput(cluster=settings.cluster_name, nodepool=""),
             ),
             windows=CapacityWindows(client, cluster, settings.cluster_name, settings.task_queue),
-            adoption=LifecycleAdoption(
-                client,
-                cluster,
-                lambda request, deletion: start_lifecycle(
-                    client, settings.task_queue, request, "delete" if deletion else None, deletion
-                ),
-                deletion_requested,
-            ),
+            adoption=lifecycle_adoption(client, cluster, settings.task_queue),
         )
         if elector is None:
             await controller.run()

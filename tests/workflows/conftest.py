@@ -49,11 +49,10 @@ from core.messages import (
 from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
 from tests.cluster import EXAMPLES, eventually, fresh_aks, unschedulable
-from workers.adoption import LifecycleAdoption
 from workers.azure import cloud_provider
-from workers.controller import Controller, deletion_requested
+from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.run import ControlPlane
-from workers.worker import build_worker, start_lifecycle
+from workers.worker import build_worker
 from workflows.nodeclaim import NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
 
@@ -372,15 +371,8 @@ class System:
         signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
         the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`)."""
         adoption = (
-            LifecycleAdoption(
-                self.client,
-                self.kube,
-                lambda request, deletion: start_lifecycle(
-                    self.client, self.task_queue, request, "delete" if deletion else None, deletion
-                ),
-                deletion_requested,
-                grace_seconds=adoption_grace,
-                check_seconds=0.2,
+            lifecycle_adoption(
+                self.client, self.kube, self.task_queue, grace_seconds=adoption_grace, check_seconds=0.2
             )
             if adoption_grace is not None
             else None
