@@ -213,8 +213,9 @@ def test_names_are_karpenters() -> None:
     assert "shortNames" not in names["NodePool"] and "shortNames" not in names["NodeClaim"]
     assert DEFINITIONS["NodeOverlay"]["metadata"]["name"] == "nodeoverlays.karpenter.sh"
     assert names["NodeOverlay"]["shortNames"] == ["overlays"]
+    categories = {"NodeOverlay": ["karpenter"], "CapacityBuffer": ["autoscaling"]}
     for kind, name in names.items():
-        assert name["categories"] == (["karpenter"] if kind == "NodeOverlay" else ["karpenter", "nap"])
+        assert name["categories"] == categories.get(kind, ["karpenter", "nap"])
         assert name["listKind"] == f"{kind}List"
         assert name["singular"] == kind.lower()
     versions = {kind: [v["name"] for v in d["spec"]["versions"]] for kind, d in DEFINITIONS.items()}
@@ -223,6 +224,7 @@ def test_names_are_karpenters() -> None:
         "NodeClaim": ["v1"],
         "AKSNodeClass": ["v1beta1", "v1alpha2"],
         "NodeOverlay": ["v1alpha1"],
+        "CapacityBuffer": ["v1beta1"],
     }
 
 
