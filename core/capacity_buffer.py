@@ -112,9 +112,7 @@ def limit_replicas(limits: Mapping[str, Any], requests: Mapping[str, int]) -> in
     """How many chunks of `requests` fit in `limits`: the smallest floor(limit / request) over the resources
     both name with a request above zero, or None when no such resource limits them."""
     bounded = parse_resources(limits)
-    counts = [
-        bounded[name] // amount for name, amount in requests.items() if amount > 0 and name in bounded
-    ]
+    counts = [bounded[name] // amount for name, amount in requests.items() if amount > 0 and name in bounded]
     return min(min(counts), MAX_CHUNKS) if counts else None
 
 

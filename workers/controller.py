@@ -14,6 +14,8 @@
 - It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
+- With the CapacityBuffer gate on, CapacityBuffers get their status, and the ready ones wake the provisioner
+  (`workers.capacity_buffers`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -49,6 +51,7 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.capacity_buffers import CapacityBuffers
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
@@ -119,6 +122,7 @@ class Controller:
         metrics_seconds: float = 5.0,
         status_seconds: float = 1.0,
         static: StaticPools | None = None,
+        capacity_buffers: bool = False,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -133,6 +137,8 @@ class Controller:
         self.state = WatchedClusterState() if metrics is not None else None
         self.static = static
         """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
+        self.buffers = CapacityBuffers(cluster, capacity_buffers, self._wake_for, self._forget)
+        """Reconciles CapacityBuffers and wakes the provisioner for the ready ones (the CapacityBuffer gate)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -161,6 +167,7 @@ class Controller:
         """Watch and signal until cancelled."""
         if self.disruption is not None:
             await self._start_disruption(self.disruption)
+        await self.buffers.warn_disabled()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
@@ -197,6 +204,7 @@ class Controller:
         self.statuses.observe(event)
         if self.static is not None:
             await self.static.observe(event)
+        await self.buffers.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
@@ -241,6 +249,20 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
             self._signalled.pop(key, None)
+
+    def _wake_for(self, keys: list[str]) -> None:
+        """Plan for these CapacityBuffers now, and again every requeue period while they are ready."""
+        fresh = [key for key in keys if key not in self._unsent]
+        if not fresh:
+            return
+        self.provisionable.update(fresh)
+        self._unsent.update(fresh)
+        self._wake.set()
+
+    def _forget(self, key: str) -> None:
+        self.provisionable.discard(key)
+        self._unsent.discard(key)
+        self._signalled.pop(key, None)
 
     def _nodeclass(self, event: WatchEvent) -> None:
         """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at

@@ -58,6 +58,7 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
         **extra,
     )
     cluster.node_overlays = settings.gates.node_overlay
+    cluster.capacity_buffers = settings.gates.capacity_buffer
     return cluster
 
 
@@ -214,6 +215,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
                 settings.gates.static_capacity,
                 StaticPoolInput(cluster=settings.cluster_name, nodepool=""),
             ),
+            capacity_buffers=settings.gates.capacity_buffer,
         )
         if elector is None:
             await controller.run()

@@ -893,16 +893,28 @@ RESOURCES = (
         versions=("v1beta1",),
         columns=(
             Column("Strategy", ".spec.provisioningStrategy", description="The strategy to be used."),
-            Column("PodTemplate", ".status.podTemplateRef.name", description="The name of the PodTemplate used."),
-            Column("Replicas", ".status.replicas", "integer", description="The actual number of buffer chunks."),
-            Column("ConditionsType", ".status.conditions[*].type", description="List of all condition types."),
             Column(
-                "ConditionsStatus", ".status.conditions[*].status", description="List of all condition statuses."
+                "PodTemplate", ".status.podTemplateRef.name", description="The name of the PodTemplate used."
             ),
             Column(
-                "ConditionsReason", ".status.conditions[*].reason", description="List of all condition reasons."
+                "Replicas", ".status.replicas", "integer", description="The actual number of buffer chunks."
             ),
-            Column("Age", ".metadata.creationTimestamp", "date", description="The age of the CapacityBuffer."),
+            Column(
+                "ConditionsType", ".status.conditions[*].type", description="List of all condition types."
+            ),
+            Column(
+                "ConditionsStatus",
+                ".status.conditions[*].status",
+                description="List of all condition statuses.",
+            ),
+            Column(
+                "ConditionsReason",
+                ".status.conditions[*].reason",
+                description="List of all condition reasons.",
+            ),
+            Column(
+                "Age", ".metadata.creationTimestamp", "date", description="The age of the CapacityBuffer."
+            ),
         ),
         short_names=("cb",),
         categories=("autoscaling",),

@@ -364,9 +364,13 @@ class System:
         """The lifecycle of a NodeClaim, once it has started."""
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
-    def start_controller(self, metrics: Metrics | None = None, **provisioner: Any) -> Controller:
+    def start_controller(
+        self, metrics: Metrics | None = None, capacity_buffers: bool = False, **provisioner: Any
+    ) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
-        signal a test sees comes from a change the controller watched."""
+        signal a test sees comes from a change the controller watched. With `capacity_buffers` (the gate), the
+        controller and the worker's plans read CapacityBuffers."""
+        self.kube.capacity_buffers = capacity_buffers
         controller = Controller(
             self.client,
             self.kube,
@@ -375,6 +379,7 @@ class System:
             debounce_seconds=0.05,
             requeue_seconds=30.0,
             metrics=metrics,
+            capacity_buffers=capacity_buffers,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller

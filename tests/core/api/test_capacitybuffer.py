@@ -14,7 +14,9 @@ from core.api.capacitybuffer import ACTIVE_CAPACITY, CapacityBuffer
 from core.api.crds import custom_resource_definitions
 from core.api.meta import InvalidObjectError
 
-PUBLISHED = yaml.safe_load((Path(__file__).parent / "data" / "autoscaling.x-k8s.io_capacitybuffers.yaml").read_text())
+PUBLISHED = yaml.safe_load(
+    (Path(__file__).parent / "data" / "autoscaling.x-k8s.io_capacitybuffers.yaml").read_text()
+)
 OURS = next(d for d in custom_resource_definitions() if d["spec"]["names"]["kind"] == "CapacityBuffer")
 
 
@@ -84,7 +86,9 @@ def test_the_status_has_karpenters_fields_and_types() -> None:
     # Condition entries are the repository's one StatusCondition (lenient on reason and message, as for every
     # Karpenter object nodewright generates); fields and types are Karpenter's.
     ours = _shape(_version(OURS)["schema"]["openAPIV3Schema"]["properties"]["status"], with_required=False)
-    theirs = _shape(_version(PUBLISHED)["schema"]["openAPIV3Schema"]["properties"]["status"], with_required=False)
+    theirs = _shape(
+        _version(PUBLISHED)["schema"]["openAPIV3Schema"]["properties"]["status"], with_required=False
+    )
 
     def strip(shape: dict[str, Any], dropped: tuple[str, ...]) -> dict[str, Any]:
         return {
@@ -120,7 +124,11 @@ def test_a_buffer_defaults_its_strategy_and_namespace() -> None:
     [
         ({"podTemplateRef": {"name": "t"}}, "If podTemplateRef is set, replicas or limits must also be set"),
         (
-            {"podTemplateRef": {"name": "t"}, "scalableRef": {"kind": "Deployment", "name": "d"}, "replicas": 1},
+            {
+                "podTemplateRef": {"name": "t"},
+                "scalableRef": {"kind": "Deployment", "name": "d"},
+                "replicas": 1,
+            },
             "You must define either PodTemplateRef or ScalableRef, but not both",
         ),
         ({"scalableRef": {"kind": "Deployment", "name": "d"}, "replicas": -1}, "spec.replicas"),
@@ -128,7 +136,9 @@ def test_a_buffer_defaults_its_strategy_and_namespace() -> None:
         ({"scalableRef": {"kind": "Deployment", "name": "d"}, "limits": {"cpu": "lots"}}, "spec.limits"),
     ],
 )
-def test_what_karpenters_schema_refuses_is_refused_naming_the_field(spec: dict[str, Any], problem: str) -> None:
+def test_what_karpenters_schema_refuses_is_refused_naming_the_field(
+    spec: dict[str, Any], problem: str
+) -> None:
     with pytest.raises(InvalidObjectError, match="CapacityBuffer") as error:
         CapacityBuffer.parse(buffer(**spec))
     assert problem in str(error.value)
