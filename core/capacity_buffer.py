@@ -441,3 +441,36 @@ def placements(
         count(pods, 1)
     count(failed, 2)
     return {key: Placement(*values) for key, values in counts.items()}
+
+
+def destinations(
+    existing: Iterable[tuple[str, Sequence[str]]],
+    new: Iterable[tuple[str, Sequence[str]]],
+    failed: Iterable[tuple[str, Sequence[str]]],
+) -> dict[str, str]:
+    """Where each pod went, in words: `node/<name>` for existing capacity (a node, or a NodeClaim still
+    launching), `new NodeClaim <label>` for one a plan would create, `unschedulable: <reasons>`."""
+    where: dict[str, str] = {}
+    for node, pods in existing:
+        where.update((pod, f"node/{node}") for pod in pods)
+    for label, pods in new:
+        where.update((pod, f"new NodeClaim {label}") for pod in pods)
+    for pod, reasons in failed:
+        where[pod] = "unschedulable: " + "; ".join(reasons)
+    return where
+
+
+def buffer_report(entries: Sequence[BufferPods], where: Mapping[str, str]) -> list[dict[str, object]]:
+    """The `buffers` section of the what-if commands: each buffer, whether it resolved (and why not), its
+    chunks, and where each of its virtual pods goes (`destinations`; absent: not simulated)."""
+    return [
+        {
+            "buffer": entry.buffer.key,
+            "ready": entry.resolution.ready,
+            "reason": entry.resolution.reason.value,
+            "message": entry.resolution.message,
+            "replicas": entry.replicas,
+            "pods": {pod: where.get(pod) for pod in entry.pods},
+        }
+        for entry in entries
+    ]

@@ -59,6 +59,7 @@ VALIDATED = frozenset({Method.EMPTINESS, Method.MULTI_NODE_CONSOLIDATION, Method
 UNCONSOLIDATABLE = frozenset(
     {
         BlockReason.PODS_UNSCHEDULABLE,
+        BlockReason.BUFFER_PODS,
         BlockReason.MULTIPLE_REPLACEMENTS,
         BlockReason.NOT_CHEAPER,
         BlockReason.SPOT_TO_SPOT_DISABLED,

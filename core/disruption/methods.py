@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from core import labels
 from core.api.nodepool import ConsolidationPolicy, DisruptionReason
+from core.capacity_buffer import is_virtual
 from core.disruption.candidates import Candidate
 from core.disruption.commands import EXPIRED, BlockReason, Method, Reason
 from core.disruption.consolidation import (
@@ -82,6 +83,9 @@ def emptiness(state: PlanState) -> None:
     per_pool: dict[str, int] = {}
     for candidate in _by_disruption_cost(state.candidates()):
         if not candidate.empty:
+            if all(is_virtual(pod) for pod in candidate.reschedulable):
+                message = f'Node "{candidate.name}" has buffer pods'
+                state.keep(candidate, Reason(BlockReason.BUFFER_PODS, message), Method.EMPTINESS)
             continue
         pool = candidate.nodepool.name
         reason = (
