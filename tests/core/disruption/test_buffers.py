@@ -58,7 +58,7 @@ def test_a_node_holding_buffer_room_is_kept_and_the_other_empty_node_goes() -> N
     reasons = blocked(result, holder).reasons
     assert (reasons[0].code, reasons[0].message) == (
         BlockReason.BUFFER_PODS,
-        f'Node "{holder}" has buffer pods',
+        f'Node "{holder}" has buffer pods (kept for CapacityBuffer default/room)',
     )
     (report,) = result.buffers
     assert report["buffer"] == "default/room" and report["ready"] is True
@@ -95,3 +95,14 @@ def test_consolidation_keeps_a_node_whose_buffer_room_fits_nowhere_else() -> Non
     result = plan(snapshot, [MOST_EXPENSIVE])
     assert result.commands == ()
     assert BlockReason.BUFFER_PODS in [reason.code for reason in blocked(result, "a").reasons]
+
+
+def test_the_unconsolidatable_event_says_karpenters_sentence() -> None:
+    from core.messages import KeptNode, KeptReason
+    from workflows.disruption import kept_event
+
+    message = 'Node "a" has buffer pods (kept for CapacityBuffer default/room)'
+    kept = KeptNode(
+        node="a", reasons=[KeptReason(method="emptiness", code=BlockReason.BUFFER_PODS, message=message)]
+    )
+    assert kept_event(kept) == ("Unconsolidatable", 'Node "a" has buffer pods')
