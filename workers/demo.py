@@ -40,6 +40,7 @@ from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
 from workers.controller import Controller
 from workers.controlplane.build import cache_root, ensure_binaries
+from workers.demo_buffer import buffer_step
 from workers.demo_disruption import (
     WEB_REPLICAS,
     consolidation_steps,
@@ -106,8 +107,9 @@ async def walk_through(self: Walkthrough) -> None:
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
     await template_drift_step(self, 9)
     await static_step(self, 10)
+    await buffer_step(self, 11)
 
-    self.say("11. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("12. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
@@ -129,6 +131,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
         azure = aks.azure
         async with cloud_provider(aks.kube, azure, catalogs) as cloud:
             client = await connect(temporal.target)
+            aks.kube.capacity_buffers = True
             worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
             lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
             provisioner = ProvisionerInput(
@@ -149,6 +152,8 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 metrics=default_metrics(),
                 metrics_seconds=2,
                 # The demo turns the StaticCapacity gate on for its static NodePool step.
+                # ... and the CapacityBuffer gate for its buffer step (the worker's plans read buffers too).
+                capacity_buffers=True,
                 static=StaticPools(
                     client,
                     aks.kube,
