@@ -1,7 +1,8 @@
-"""The demo's CapacityBuffer step (the CapacityBuffer gate is on in the demo): two identical deployments, one with
-a CapacityBuffer of two chunks kept ready, are scaled up together; the buffered one's pods go from pending to
+"""The demo's CapacityBuffer step (the CapacityBuffer gate is on in the demo): two deployments of the same pods, one
+with a CapacityBuffer of two chunks kept ready, are scaled up together; the buffered one's pods go from pending to
 Running in pod-start time on the buffer's nodes, the other's in node-start time; then the buffer is provisioned
-again."""
+again. A buffer's room is capacity like any other (any pod that fits may take it), so the two deployments ask for
+different VM sizes of the same shape: the unbuffered one cannot take the buffer's room."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from workers.walkthrough import Walkthrough
 
 CHUNKS = 2
 INSTANCE_TYPE = "Standard_D4as_v5"
-"""A size no earlier step uses, and a pod of 3 CPUs fills one: each pod needs a node of its own."""
+"""Checkout's size: one no earlier step uses, and a pod of 3 CPUs fills one (each pod needs a node of its own)."""
+OTHER_INSTANCE_TYPE = "Standard_D4ads_v5"
+"""Reports' size: the same 4 vCPUs, another VM size."""
 
 
-def _deployment(name: str) -> str:
+def _deployment(name: str, instance_type: str) -> str:
     return f"""apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: {name}, namespace: default}}
@@ -28,7 +31,7 @@ spec:
   template:
     metadata: {{labels: {{app: {name}}}}}
     spec:
-      nodeSelector: {{{labels.INSTANCE_TYPE}: {INSTANCE_TYPE}, {labels.CAPACITY_TYPE}: on-demand}}
+      nodeSelector: {{{labels.INSTANCE_TYPE}: {instance_type}, {labels.CAPACITY_TYPE}: on-demand}}
       containers:
         - name: app
           image: mcr.microsoft.com/oss/kubernetes/pause:3.6
@@ -36,6 +39,8 @@ spec:
 """
 
 
+CONDITIONS = '{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\\n"}{end}'
+"""The buffer's conditions, one a line (`kubectl get` shows the first of each list only)."""
 BUFFER = f"""apiVersion: autoscaling.x-k8s.io/v1beta1
 kind: CapacityBuffer
 metadata: {{name: checkout-buffer, namespace: default}}
@@ -51,7 +56,9 @@ async def buffer_step(walk: Walkthrough, number: int) -> None:
         f"{number}. A CapacityBuffer keeps room for {CHUNKS} pods of deployment checkout; checkout and reports "
         f"(the same pods, no buffer) are then scaled to {CHUNKS} together"
     )
-    manifests = "---\n".join([_deployment("checkout"), _deployment("reports"), BUFFER])
+    manifests = "---\n".join(
+        [_deployment("checkout", INSTANCE_TYPE), _deployment("reports", OTHER_INSTANCE_TYPE), BUFFER]
+    )
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "capacity-buffer.yaml"
         path.write_text(manifests)
@@ -76,8 +83,9 @@ async def buffer_step(walk: Walkthrough, number: int) -> None:
         f"reports (no buffer) {took['reports']:.1f} s, on nodes launched for it"
     )
     # The buffer's room is taken: the next provisioning pass launches it again.
-    await walk.until("the buffer provisioned again", lambda: _initialized(walk, 3 * CHUNKS))
+    await walk.until("the buffer provisioned again", lambda: _initialized(walk, 2 * CHUNKS))
     await walk.kubectl("get", "capacitybuffers")
+    await walk.kubectl("get", "capacitybuffer", "checkout-buffer", "-o", f"jsonpath={CONDITIONS}")
 
 
 async def _initialized(walk: Walkthrough, count: int) -> bool:
