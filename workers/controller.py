@@ -16,6 +16,8 @@
 - It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.capacity_windows`).
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
 - A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.adoption`).
+- With the CapacityBuffer gate on, CapacityBuffers get their status, and the ready ones wake the provisioner
+  (`workers.capacity_buffers`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -53,6 +55,7 @@ from core.messages import (
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
 from workers.adoption import LifecycleAdoption
+from workers.capacity_buffers import CapacityBuffers
 from workers.capacity_windows import CapacityWindows
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
@@ -139,6 +142,7 @@ class Controller:
         static: StaticPools | None = None,
         windows: CapacityWindows | None = None,
         adoption: LifecycleAdoption | None = None,
+        capacity_buffers: bool = False,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -157,6 +161,8 @@ class Controller:
         """Keeps one Temporal Schedule per CapacityWindow, and their status (None: windows are not read)."""
         self.adoption = adoption
         """Starts the lifecycle of a NodeClaim whose plan did not (None: not checked)."""
+        self.buffers = CapacityBuffers(cluster, capacity_buffers, self._wake_for, self._forget)
+        """Reconciles CapacityBuffers and wakes the provisioner for the ready ones (the CapacityBuffer gate)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -185,6 +191,7 @@ class Controller:
         """Watch and signal until cancelled."""
         if self.disruption is not None:
             await self._start_disruption(self.disruption)
+        await self.buffers.warn_disabled()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
@@ -227,6 +234,7 @@ class Controller:
             self.adoption.observe(event)
         if self.static is not None:
             await self.static.observe(event)
+        await self.buffers.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
@@ -271,6 +279,20 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
             self._signalled.pop(key, None)
+
+    def _wake_for(self, keys: list[str]) -> None:
+        """Plan for these CapacityBuffers now, and again every requeue period while they are ready."""
+        fresh = [key for key in keys if key not in self._unsent]
+        if not fresh:
+            return
+        self.provisionable.update(fresh)
+        self._unsent.update(fresh)
+        self._wake.set()
+
+    def _forget(self, key: str) -> None:
+        self.provisionable.discard(key)
+        self._unsent.discard(key)
+        self._signalled.pop(key, None)
 
     def _nodeclass(self, event: WatchEvent) -> None:
         """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at

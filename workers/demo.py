@@ -43,6 +43,7 @@ from workers.azure import cloud_provider, price_settings
 from workers.capacity_windows import CapacityWindows
 from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.build import cache_root, ensure_binaries
+from workers.demo_buffer import buffer_step
 from workers.demo_disruption import (
     WEB_REPLICAS,
     consolidation_steps,
@@ -111,11 +112,12 @@ async def walk_through(self: Walkthrough) -> None:
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
     await template_drift_step(self, 9)
     await static_step(self, 10)
-    opens = await window_start(self, 11)
-    await overlay_step(self, 12)
-    await window_finish(self, 13, opens)
+    await buffer_step(self, 11)
+    opens = await window_start(self, 12)
+    await overlay_step(self, 13)
+    await window_finish(self, 14, opens)
 
-    self.say("14. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("15. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
@@ -138,6 +140,7 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
         aks.kube.node_overlays = True  # the NodeOverlay gate, for the overlay step
         async with cloud_provider(aks.kube, azure, catalogs) as cloud:
             client = await connect(temporal.target)
+            aks.kube.capacity_buffers = True
             worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
             lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
             provisioner = ProvisionerInput(
@@ -158,6 +161,8 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 metrics=default_metrics(),
                 metrics_seconds=2,
                 # The demo turns the StaticCapacity gate on for its static NodePool step.
+                # ... and the CapacityBuffer gate for its buffer step (the worker's plans read buffers too).
+                capacity_buffers=True,
                 static=StaticPools(
                     client,
                     aks.kube,

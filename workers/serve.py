@@ -58,6 +58,7 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
         **extra,
     )
     cluster.node_overlays = settings.gates.node_overlay
+    cluster.capacity_buffers = settings.gates.capacity_buffer
     return cluster
 
 
@@ -217,6 +218,7 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
             ),
             windows=CapacityWindows(client, cluster, settings.cluster_name, settings.task_queue),
             adoption=lifecycle_adoption(client, cluster, settings.task_queue),
+            capacity_buffers=settings.gates.capacity_buffer,
         )
         if elector is None:
             await controller.run()

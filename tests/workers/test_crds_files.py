@@ -30,6 +30,7 @@ def test_the_committed_crds_are_what_the_models_generate(directory: Path) -> Non
 def test_the_files_are_karpenters_names_and_read_back_as_the_definitions() -> None:
     files = crd_files()
     assert sorted(files) == [
+        "autoscaling.x-k8s.io_capacitybuffers.yaml",
         "karpenter.azure.com_aksnodeclasses.yaml",
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.sh_nodeoverlays.yaml",

@@ -365,11 +365,17 @@ class System:
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
     def start_controller(
-        self, metrics: Metrics | None = None, adoption_grace: float | None = None, **provisioner: Any
+        self,
+        metrics: Metrics | None = None,
+        adoption_grace: float | None = None,
+        capacity_buffers: bool = False,
+        **provisioner: Any,
     ) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
         signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
-        the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`)."""
+        the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`); with
+        `capacity_buffers` (the gate), the controller and the worker's plans read CapacityBuffers."""
+        self.kube.capacity_buffers = capacity_buffers
         adoption = (
             lifecycle_adoption(
                 self.client, self.kube, self.task_queue, grace_seconds=adoption_grace, check_seconds=0.2
@@ -386,6 +392,7 @@ class System:
             requeue_seconds=30.0,
             metrics=metrics,
             adoption=adoption,
+            capacity_buffers=capacity_buffers,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller
