@@ -202,9 +202,8 @@ class NodeClaimWorkflow:
                     summary=summaries.launch_summary(offering),
                 )
             except ActivityError as error:
-                if (
-                    _kind(error) == ErrorKind.NODECLAIM_DELETED
-                ):  # its deletion's signal may still be on the way
+                # The attempt found the NodeClaim gone or deleting (its deletion's signal may still be on the way).
+                if _kind(error) == ErrorKind.NODECLAIM_DELETED:
                     self._request_deletion(
                         TerminationReason.NODECLAIM_DELETED, summaries.nodeclaim_deleted(claim.name, "")
                     )
