@@ -7,7 +7,7 @@
 - The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
-  deleted asks the workflow to terminate.
+  deleted asks the workflow to terminate, and so does a Node that went before it was registered.
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
@@ -180,6 +180,8 @@ class Controller:
         """When each provisionable pod was last sent to the provisioner."""
         self._initialized: set[str] = set()
         """NodeClaims seen Initialized."""
+        self._registering: set[str] = set()
+        """NodeClaims seen neither Registered nor deleting: a Node of theirs that goes is news to their lifecycle."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
         self._notices: set[tuple[str, str]] = set()
@@ -241,12 +243,14 @@ class Controller:
             self._nominated.pop(event.name, None)
             self._told.pop(event.name, None)
             self._initialized.discard(event.name)
+            self._registering.discard(event.name)
         elif event.kind == "NodeClaim":
             await self._nodeclaim(NodeClaim.parse(event.object))
         elif event.kind == "Node" and event.type is EventType.DELETED:
             self._unclaimed_nodes = {
                 p: n for p, n in self._unclaimed_nodes.items() if n.metadata.name != event.name
             }
+            await self._node_gone(Node.model_validate(event.object))
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
         elif event.kind == "AKSNodeClass":
@@ -334,6 +338,10 @@ class Controller:
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
         self._track_nominations(claim)
+        if claim.is_true(NodeClaimConditionType.REGISTERED) or claim.metadata.deletion_timestamp is not None:
+            self._registering.discard(claim.name)
+        else:
+            self._registering.add(claim.name)
         if claim.is_true(NodeClaimConditionType.INITIALIZED) and claim.name not in self._initialized:
             self._initialized.add(claim.name)
             if claim.name in self._told:  # what it was told is now only news if the Node goes
@@ -376,6 +384,20 @@ class Controller:
             self._told[claim] = wake
             workflow_id = nodeclaim_id(claim)
             self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
+
+    async def _node_gone(self, node: Node) -> None:
+        """A Node that went before its NodeClaim was registered (nothing held it: the termination finalizer comes
+        with registration) ends the NodeClaim's lifecycle as a deleting Node does, at once rather than at the
+        registration timeout; the provisioner then plans its pods again."""
+        claim = self._claims_by_provider_id.get(node.spec.provider_id or "")
+        told = self._told.get(claim or "")
+        # A registered Node is deleted through its finalizer (its lifecycle hears of that), or by the lifecycle.
+        if claim not in self._registering or (told is not None and told[:2] == (node.metadata.name, True)):
+            return
+        event = NodeEvent(node=node.metadata.name, ready=False, deleting=True)
+        self._told[claim] = lifecycle_wake(event, claim in self._initialized)
+        workflow_id = nodeclaim_id(claim)
+        self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
 
     async def _interrupt(self, claim: str, notice: Interruption) -> None:
         if (notice.node, notice.event_id) in self._notices:  # handled while this waited its turn

@@ -55,6 +55,7 @@ from tests.workflows.test_disruption import events_about
 from workers.adoption import ADOPTED, LifecycleAdoption
 from workers.controller import Controller, deletion_requested
 from workers.controlplane.run import ControlPlane
+from workflows.nodeclaim import NodeClaimWorkflow
 
 ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
 """A lifecycle that would look for itself only once a minute: anything quicker was a signal's doing."""
@@ -132,6 +133,29 @@ async def test_a_node_event_wakes_the_nodeclaim_workflow(
         temporal_env, task_queue, control_plane, small_delays(registration=1.5)
     ) as system:
         await wakes_on_node_event(system)
+
+
+async def test_a_lifecycle_told_its_unregistered_node_went_terminates_at_once(
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
+) -> None:
+    """What the controller's signal for a Node deleted before registration does: the lifecycle, which would look
+    again only after a minute and wait two for registration, ends at once and leaves nothing."""
+    async with running_system(
+        temporal_env, task_queue, control_plane, small_delays(registration=1.5)
+    ) as system:
+        claim = planned_claim(fresh_name("unregistered"), [offering("eastus-1")])
+        lifecycle = await system.start_nodeclaim(claim, ONLY_SIGNALS)
+        node = f"aks-{claim.name}"
+        await eventually(lambda: system.node(node), timeout=30, what="the Node joined")
+        status = await lifecycle.query(NodeClaimWorkflow.status)
+        assert status.phase is Phase.REGISTERING, "its lifecycle has not looked again yet"
+        await system.kube.delete_node(node)
+
+        await lifecycle.signal(NodeClaimWorkflow.node_event, NodeEvent(node=node, deleting=True))
+
+        result = await asyncio.wait_for(lifecycle.result(), 30)
+        assert (result.phase, result.termination_reason) == (Phase.TERMINATED, TerminationReason.NODE_DELETED)
+        assert await eventually(lambda: system.gone(claim.name, node), what="the VM, Node and NodeClaim gone")
 
 
 async def test_a_node_that_registers_at_once_still_wakes_the_nodeclaim_workflow(system: System) -> None:
@@ -341,6 +365,56 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
         ("node_event", False, [not_ready], True),
     ]
     assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}
+
+
+async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecycle_at_once() -> None:
+    client = Signals()
+    controller = Controller(
+        client=cast(Client, client),
+        cluster=cast(ClusterAPI, None),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+        "status": {"providerID": "azure:///vm/aks-default-abcde"},
+    }
+    await controller.handle(_watched("NodeClaim", claim, 1))
+    node = _node(False, [labels.UNREGISTERED_TAINT], "1")
+    await controller.handle(_watched("Node", node, 2))
+    # Deleted by hand before the lifecycle registered it: no finalizer held it, so the watch's only word of it
+    # is its disappearance.
+    await controller.handle(_watched("Node", node, 3).model_copy(update={"type": WatchEventType.DELETED}))
+    await controller.sent()
+
+    told = [(workflow, name, event.node, event.deleting) for workflow, name, event in client.sent]
+    assert told == [
+        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", False),
+        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", True),
+    ]
+
+    # A registered NodeClaim's Node is deleted through its finalizer, or by the lifecycle itself: its vanishing
+    # tells the lifecycle nothing new, and costs no signal.
+    client.sent.clear()
+    registered = [{"type": "Registered", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    again = {**claim, "metadata": {"name": "default-fghij"}}
+    again["status"] = {"providerID": "azure:///vm/aks-default-fghij", "conditions": registered}
+    await controller.handle(_watched("NodeClaim", again, 4))
+    other = _node(True, [], "1")
+    other["metadata"]["name"], other["spec"]["providerID"] = (
+        "aks-default-fghij",
+        "azure:///vm/aks-default-fghij",
+    )
+    await controller.handle(_watched("Node", other, 5))
+    await controller.handle(_watched("Node", other, 6).model_copy(update={"type": WatchEventType.DELETED}))
+    await controller.sent()
+    assert [event.deleting for _, _, event in client.sent] == [False]
 
 
 class StatusWrites:
