@@ -52,15 +52,27 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError, ResourceNotUniqueError
 from kubernetes.watch.watch import iter_resp_lines
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import DEFAULT_NAMESPACE, Event, Node, PersistentVolumeClaim, Pod, VolumeAttachment
-from core.api.manifests import ManifestError, Manifests, ParseCache, load_yaml, parse_manifests
+from core.api.kube import (
+    DEFAULT_NAMESPACE,
+    Deployment,
+    Event,
+    Node,
+    PersistentVolumeClaim,
+    Pod,
+    PodTemplate,
+    ReplicaSet,
+    StatefulSet,
+    VolumeAttachment,
+)
+from core.api.manifests import ManifestError, Manifests, ParseCache, load_yaml, parse_manifests, without_nulls
 from core.api.meta import Taint
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
+from core.capacity_buffer import target_of
 from core.cluster import EventType, WatchEvent
 from core.errors import (
     CloudError,
@@ -177,6 +189,17 @@ NODECLAIM = Resource("NodeClaim", "karpenter.sh/v1", "nodeclaims")
 NODECLASS = Resource("AKSNodeClass", "karpenter.azure.com/v1beta1", "aksnodeclasses")
 NODEOVERLAY = Resource("NodeOverlay", "karpenter.sh/v1alpha1", "nodeoverlays")
 """Read only with the NodeOverlay feature gate on (`KubernetesCluster.node_overlays`)."""
+CAPACITYWINDOW = Resource("CapacityWindow", "nodewright.io/v1alpha1", "capacitywindows")
+"""nodewright's own extension (`core.api.capacitywindow`); listed by the controller, never watched, so a cluster
+without its CRD runs as before."""
+CAPACITYBUFFER = Resource("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1", "capacitybuffers")
+"""Read and watched only with the CapacityBuffer feature gate on (`KubernetesCluster.capacity_buffers`)."""
+PODTEMPLATE = Resource("PodTemplate", "v1", "podtemplates")
+DEPLOYMENT = Resource("Deployment", "apps/v1", "deployments")
+STATEFULSET = Resource("StatefulSet", "apps/v1", "statefulsets")
+REPLICASET = Resource("ReplicaSet", "apps/v1", "replicasets")
+BUFFER_KINDS = (CAPACITYBUFFER, PODTEMPLATE, DEPLOYMENT, STATEFULSET, REPLICASET)
+"""What the controller also watches with the CapacityBuffer gate on: buffers and what their templates come from."""
 LEASE = Resource("Lease", "coordination.k8s.io/v1", "leases")
 VOLUME_ATTACHMENT = Resource("VolumeAttachment", "storage.k8s.io/v1", "volumeattachments")
 
@@ -199,8 +222,17 @@ _API_VERSIONS = {
     "Event": "events.k8s.io/v1",
     "Lease": "coordination.k8s.io/v1",
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
+    CAPACITYWINDOW.kind: CAPACITYWINDOW.api_version,
+    "PodTemplate": "v1",
+    "CapacityBuffer": CAPACITYBUFFER.api_version,
 }
 """The API version the administration helpers use for a kind named alone (others are looked up by discovery)."""
+SCALABLE_MODELS: dict[str, type[Deployment | StatefulSet | ReplicaSet]] = {
+    "Deployment": Deployment,
+    "StatefulSet": StatefulSet,
+    "ReplicaSet": ReplicaSet,
+}
+"""The models of what a CapacityBuffer's scalableRef may name."""
 
 
 def _manifest(model: BaseModel) -> dict[str, Any]:
@@ -660,7 +692,7 @@ class KubernetesCluster:
         user_agent: str = USER_AGENT,
     ) -> None:
         # Every pool thread and every watch keeps a connection of its own.
-        configuration.connection_pool_maxsize = threads + len(WATCHED_KINDS)
+        configuration.connection_pool_maxsize = threads + len(WATCHED_KINDS) + len(BUFFER_KINDS)
         api_client = k8s.ApiClient(configuration)
         # The API server's audit log and metrics tell our requests apart by it.
         api_client.user_agent = user_agent
@@ -699,13 +731,20 @@ class KubernetesCluster:
             DAEMONSET.kind: self._apps.list_daemon_set_for_all_namespaces,
             PDB.kind: self._policy.list_pod_disruption_budget_for_all_namespaces,
             VOLUME_ATTACHMENT.kind: self._storage.list_volume_attachment,
+            PODTEMPLATE.kind: self._core.list_pod_template_for_all_namespaces,
+            DEPLOYMENT.kind: self._apps.list_deployment_for_all_namespaces,
+            STATEFULSET.kind: self._apps.list_stateful_set_for_all_namespaces,
+            REPLICASET.kind: self._apps.list_replica_set_for_all_namespaces,
             **{
                 resource.kind: functools.partial(self._custom.list_cluster_custom_object, *resource.custom)
-                for resource in (NODEPOOL, NODECLAIM, NODECLASS, NODEOVERLAY)
+                for resource in (NODEPOOL, NODECLAIM, NODECLASS, NODEOVERLAY, CAPACITYWINDOW, CAPACITYBUFFER)
             },
         }
         self.node_overlays = False
         """Whether snapshots include NodeOverlays (Karpenter's NodeOverlay feature gate)."""
+        self.capacity_buffers = False
+        """Whether snapshots include CapacityBuffers and the objects they name, and the watch follows them
+        (Karpenter's CapacityBuffer feature gate)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -839,10 +878,33 @@ class KubernetesCluster:
     async def snapshot(self) -> Manifests:
         """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
         kinds = (*SNAPSHOT_KINDS, NODEOVERLAY) if self.node_overlays else SNAPSHOT_KINDS
+        if self.capacity_buffers:
+            kinds = (*kinds, CAPACITYBUFFER)
         lists = await asyncio.gather(*(self._list(resource) for resource in kinds))
         # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
         # unchanged since the last snapshot are not parsed again.
-        return await asyncio.to_thread(self._parse_snapshot, [item for items in lists for item in items])
+        manifests = await asyncio.to_thread(self._parse_snapshot, [item for items in lists for item in items])
+        if manifests.capacitybuffers:
+            await self._buffer_targets(manifests)
+        return manifests
+
+    async def _buffer_targets(self, manifests: Manifests) -> None:
+        """Add the PodTemplates and workloads the CapacityBuffers name (one GET each; those missing stay out,
+        and the buffer's resolution says so). Not parsed as manifests: a Deployment must not become pods."""
+        wanted = sorted({target for b in manifests.capacitybuffers if (target := target_of(b)) is not None})
+        found = await asyncio.gather(
+            *(self.get_object(kind, name, namespace) for kind, namespace, name in wanted)
+        )
+        for (kind, _, _), raw in zip(wanted, found, strict=True):
+            if raw is None:
+                continue
+            try:
+                if kind == PODTEMPLATE.kind:
+                    manifests.podtemplates.append(PodTemplate.model_validate(without_nulls(raw)))
+                else:
+                    manifests.scalables.append(SCALABLE_MODELS[kind].model_validate(without_nulls(raw)))
+            except ValidationError as error:
+                manifests.problems.append(f"cluster: {kind} {raw['metadata'].get('name')}: {error}")
 
     def _parse_snapshot(self, items: builtins.list[dict[str, Any]]) -> Manifests:
         with self._parse_lock:
@@ -921,19 +983,44 @@ class KubernetesCluster:
 
     # --- ClusterAPI: writes ------------------------------------------------------------------------------
 
-    async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
-        """A merge patch of the status subresource of a NodePool, AKSNodeClass or NodeOverlay, with the
-        resourceVersion as its precondition."""
-        resource = {NODEPOOL.kind: NODEPOOL, NODECLASS.kind: NODECLASS, NODEOVERLAY.kind: NODEOVERLAY}[kind]
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+    async def patch_status(
+        self,
+        kind: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str,
+        namespace: str | None = None,
+    ) -> bool:
+        """A merge patch of the status subresource of a NodePool, AKSNodeClass, NodeOverlay, CapacityWindow or (in
+        `namespace`) CapacityBuffer, with the resourceVersion as its precondition (none when it is empty: the
+        fields patched are the caller's alone)."""
+        resource = {r.kind: r for r in (NODEPOOL, NODECLASS, NODEOVERLAY, CAPACITYWINDOW, CAPACITYBUFFER)}[
+            kind
+        ]
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
-            await self._call(
-                self._custom.patch_cluster_custom_object_status,
-                *resource.custom,
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-            )
+            if namespace is not None:
+                group, version, plural = resource.custom
+                await self._call(
+                    self._custom.patch_namespaced_custom_object_status,
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
+            else:
+                await self._call(
+                    self._custom.patch_cluster_custom_object_status,
+                    *resource.custom,
+                    name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
         except NotFoundError:
             return False
         except ConflictError as error:
@@ -1292,7 +1379,7 @@ class KubernetesCluster:
                 resource_version=str(since) if since else None,
                 reconnect_max_wait=self._reconnect_max_wait,
             )
-            for resource in WATCHED_KINDS
+            for resource in self.watched_kinds
         ]
         for watcher in watchers:
             name = f"nodewright-watch-{watcher.resource.kind}"
@@ -1306,6 +1393,11 @@ class KubernetesCluster:
         finally:
             for watcher in watchers:
                 watcher.stop()
+
+    @property
+    def watched_kinds(self) -> tuple[Resource, ...]:
+        """What `watch` follows: `WATCHED_KINDS`, and with the CapacityBuffer gate on `BUFFER_KINDS`."""
+        return (*WATCHED_KINDS, *BUFFER_KINDS) if self.capacity_buffers else WATCHED_KINDS
 
     def _open_watch(self, resource: Resource, version: str) -> WatchStream:
         response = self._request(
@@ -1483,12 +1575,45 @@ class KubernetesCluster:
 
         await self._in_thread(self._dynamic_raw, call, f"scale {kind} {namespace}/{name}")
 
-    async def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    async def set_replicas(
+        self, kind: str, api_version: str, name: str, namespace: str | None, expected: int, replicas: int
+    ) -> bool:
+        """Set `spec.replicas` of any object if it still holds `expected`; False when it changed meanwhile. One
+        JSON patch whose test makes the change conditional, so a value someone wrote after we read is never
+        overwritten."""
+        path = "/spec/replicas"
+        operations = [
+            {"op": "test", "path": path, "value": expected},
+            {"op": "replace", "path": path, "value": replicas},
+        ]
+
+        def call() -> Any:
+            return self._dynamic().patch(
+                self._resource(kind, api_version),
+                body=operations,
+                name=name,
+                namespace=namespace,
+                content_type=JSON_PATCH,
+                serialize=False,
+                _request_timeout=self._timeout,
+            )
+
+        try:
+            await self._in_thread(self._dynamic_raw, call, f"set the replicas of {kind} {name}")
+        except (ConflictError, InvalidError) as error:
+            if _precondition_failed(error):
+                return False
+            raise
+        return True
+
+    async def get_object(
+        self, kind: str, name: str, namespace: str | None = None, api_version: str | None = None
+    ) -> dict[str, Any] | None:
         """Any object's manifest, or None."""
 
         def call() -> Any:
             return self._dynamic().get(
-                self._resource(kind),
+                self._resource(kind, api_version),
                 name=name,
                 namespace=namespace,
                 serialize=False,

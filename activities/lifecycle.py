@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.azure.nodeclass import ClusterNodeClasses
 from activities.catalog_source import CatalogSource
@@ -22,7 +23,7 @@ from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider, LaunchRequest
 from core.cluster import ClusterAPI
-from core.errors import CloudError, NotFoundError
+from core.errors import CloudError, ErrorKind, NotFoundError
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
@@ -111,6 +112,7 @@ class LifecycleActivities:
             taints=[*request.taints, *request.startup_taints, UNREGISTERED],
             tags={"karpenter.sh_nodepool": request.nodepool, "karpenter.sh_nodeclaim": request.nodeclaim},
         )
+        await self._still_wanted(request.nodeclaim)
         try:
             async with heartbeating():  # a worker that dies mid-launch is noticed in a heartbeat timeout
                 instance = await self.cloud.create(launch)
@@ -146,6 +148,19 @@ class LifecycleActivities:
             ),
         )
         return result
+
+    async def _still_wanted(self, name: str) -> None:
+        """Make nothing for a NodeClaim that is gone or being deleted (Karpenter launches only a NodeClaim that is
+        not): a retried attempt may run after its lifecycle was told to terminate, or after the termination
+        deleted the instance, and must not make it again."""
+        claim = await self.cluster.get_nodeclaim(name)
+        if claim is None or claim.metadata.deletion_timestamp is not None:
+            state = "gone" if claim is None else "being deleted"
+            raise ApplicationError(
+                f"NodeClaim {name} is {state}: not launching",
+                type=ErrorKind.NODECLAIM_DELETED,
+                non_retryable=True,
+            )
 
     async def _launch_failing(self, nodeclaim: str, message: str) -> None:
         """Karpenter's `Launched=Unknown` with reason `LaunchFailed` while a launch is retried (until its timeout);

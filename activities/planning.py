@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.capacity_buffer import write_provisioning_conditions
 from activities.catalog_source import CatalogSource
 from activities.heartbeat import heartbeating
 from activities.kube import nodeclaim_object, pod_event
@@ -284,7 +285,11 @@ class PlanningActivities:
             )
             results = await asyncio.to_thread(self._solve, snapshot, request.min_values_policy)
         uids = {pod_key(pod): pod.metadata.uid for pod in snapshot.pending}
-        for entry in results.unschedulable[:MAX_REPORTED_UNSCHEDULABLE]:
+        # Virtual pods (CapacityBuffers) are scheduled like the others, but never nominated and never told.
+        virtual = {pod for entry in snapshot.buffers for pod in entry.pods}
+        if snapshot.buffers:
+            await write_provisioning_conditions(self.cluster, snapshot.buffers, results, now)
+        for entry in [e for e in results.unschedulable if e.pod not in virtual][:MAX_REPORTED_UNSCHEDULABLE]:
             karpenter_log(logger, "could not schedule pod", Pod=entry.pod, error="; ".join(entry.reasons))
             message = "Failed to schedule pod, " + "; ".join(entry.reasons)
             await self.cluster.record_event(
@@ -320,7 +325,9 @@ class PlanningActivities:
             nodeclaim.metadata.annotations.update(
                 {name: value for name, value in claim.annotations.items() if name in OVERLAY_ANNOTATIONS}
             )
-            nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(claim.pods)
+            nodeclaim.metadata.annotations[NOMINATED_PODS_ANNOTATION] = nominated_pods_value(
+                pod for pod in claim.pods if pod not in virtual
+            )
             decisions.append((nodeclaim, lifecycle, claim.pods))
         before = {claim.name for claim in manifests.nodeclaims}  # count only what this call created
 
@@ -379,6 +386,7 @@ class PlanningActivities:
                 )
                 for target, pods in targets
                 for pod in pods
+                if pod not in virtual
             ]
         )
         return PlanResult(

@@ -130,8 +130,25 @@ class ClusterAPI(Protocol):
         """The AKSNodeClass with its status (the images and Kubernetes version its controller resolved)."""
         ...
 
-    async def patch_status(self, kind: str, name: str, status: dict[str, Any], resource_version: str) -> bool:
-        """Merge `status` into the status of the NodePool, AKSNodeClass or NodeOverlay `name`, if it is still at
-        `resource_version`; False when it changed meanwhile or is gone (whoever wrote it recomputes from the
-        newer version)."""
+    async def patch_status(
+        self,
+        kind: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str,
+        namespace: str | None = None,
+    ) -> bool:
+        """Merge `status` into the status of the NodePool, AKSNodeClass, NodeOverlay or (with its `namespace`)
+        CapacityBuffer `name`, if it is still at `resource_version`; False when it changed meanwhile or is gone
+        (whoever wrote it recomputes from the newer version)."""
+        ...
+
+    async def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """Any object's manifest (a CapacityBuffer's PodTemplate or workload), or None when there is none."""
+        ...
+
+    async def list_objects(
+        self, kind: str, namespace: str | None = None, field_selector: str = "", label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Manifests of a kind, in one namespace or all."""
         ...

@@ -21,6 +21,8 @@ class ErrorKind(StrEnum):
     QUOTA_EXCEEDED = "QuotaExceeded"
     THROTTLED = "Throttled"
     PDB_VIOLATION = "PDBViolation"
+    NODECLAIM_DELETED = "NodeClaimDeleted"
+    """A launch found its NodeClaim gone or being deleted, and made nothing."""
 
 
 OFFERING_ERROR_KINDS = (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED)

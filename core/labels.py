@@ -15,6 +15,9 @@ ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
 WINDOWS_BUILD = "node.kubernetes.io/windows-build"
 
+# nodewright's own annotations and API group (extensions beyond Karpenter, such as CapacityWindow)
+NODEWRIGHT_DOMAIN = "nodewright.io"
+
 # Karpenter
 KARPENTER_DOMAIN = "karpenter.sh"
 NODEPOOL = "karpenter.sh/nodepool"

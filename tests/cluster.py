@@ -23,8 +23,16 @@ from simulator.aks import AksSettings
 from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks, simulated_aks
 
-WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet", "PodDisruptionBudget")
-CLUSTER_KINDS = ("NodePool", "AKSNodeClass", "NodeOverlay")
+WORKLOAD_KINDS = (
+    "CapacityBuffer",
+    "Deployment",
+    "ReplicaSet",
+    "DaemonSet",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "PodTemplate",
+)
+CLUSTER_KINDS = ("NodePool", "AKSNodeClass", "NodeOverlay", "CapacityWindow")
 WORKLOAD_NAMESPACES = ("default", "kube-system")
 """Where tests put workloads (the examples' DaemonSet runs in kube-system; the control plane runs none there)."""
 

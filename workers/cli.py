@@ -20,12 +20,14 @@ import yaml
 
 from core.api.manifests import Manifests, load_yaml, parse_manifests
 from core.api.meta import InvalidObjectError
+from core.capacity_buffer import buffer_report, destinations
 from core.disruption.options import DisruptionOptions
 from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
 from core.features import FeatureGates, MinValuesPolicy
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
 from core.instancetypes.custom import custom_instance_types
+from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import (
     InstanceTypeProvider,
@@ -111,8 +113,11 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
     past, are reported on `err`."""
     manifests = read_manifests(args.filename)
     provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
-    if manifests.nodeoverlays and not karpenter_settings()[0].node_overlay:
+    gates = karpenter_settings()[0]
+    if manifests.nodeoverlays and not gates.node_overlay:
         manifests.ignore_node_overlays()
+    if manifests.capacitybuffers and not gates.capacity_buffer:
+        manifests.ignore_capacity_buffers()
     for problem in manifests.problems:
         print(f"error: {problem}", file=err)
     for warning in manifests.warnings:
@@ -156,16 +161,48 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
     static = static_preview(manifests, provider, datetime.now(UTC))
+    buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes
         document["instance_types_left_out"] = snapshot.left_out
         document["static"] = static
+        if buffers:
+            document["buffers"] = buffers
         write_json(document, manifests, out)
     else:
         render_table(results, out, snapshot.left_out)
         render_static_table(static, out)
+        render_buffers(buffers, out)
     return 1 if manifests.problems else 0
+
+
+def scheduled_destinations(results: SchedulingResults) -> dict[str, str]:
+    """Where each pod of a simulation went (`core.capacity_buffer.destinations`); new NodeClaims are numbered as
+    the table lists them."""
+    return destinations(
+        ((placement.node, placement.pods) for placement in results.existing),
+        (
+            (f"{index} ({claim.nodepool}, {claim.instance_type})", claim.pods)
+            for index, claim in enumerate(results.nodeclaims, start=1)
+        ),
+        ((entry.pod, entry.reasons) for entry in results.unschedulable),
+    )
+
+
+def render_buffers(buffers: list[dict[str, object]], out: TextIO) -> None:
+    """One line per CapacityBuffer: its chunks and where they go, or why it has none."""
+    if not buffers:
+        return
+    out.write("\nCapacityBuffers:\n")
+    for entry in buffers:
+        if not entry["ready"]:
+            out.write(f"  {entry['buffer']}: not ready ({entry['reason']}: {entry['message']})\n")
+            continue
+        pods = entry["pods"]
+        assert isinstance(pods, dict)
+        places = sorted({str(where) for where in pods.values()})
+        out.write(f"  {entry['buffer']}: {entry['replicas']} chunk(s) -> {', '.join(places) or 'none'}\n")
 
 
 def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -193,6 +230,7 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
         from activities.disruption import pass_record
 
         render_disruption_table(pass_record(plan, now), out, err)
+        render_buffers(list(plan.buffers), out)
     return 1 if manifests.problems else 0
 
 
@@ -201,7 +239,9 @@ def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.walkthrough import DemoOptions
 
     record = Path(args.record_histories) if args.record_histories else None
-    return asyncio.run(run_demo(DemoOptions(keep_running=args.keep_running, record_histories=record), out))
+    directory = Path(args.dir) if args.dir else None
+    options = DemoOptions(keep_running=args.keep_running, record_histories=record, directory=directory)
+    return asyncio.run(run_demo(options, out))
 
 
 def explain(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -437,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     walk.add_argument("--keep-running", action="store_true", help="leave everything up to explore afterwards")
     walk.add_argument("--record-histories", metavar="DIR", help="write every workflow history to DIR as JSON")
+    walk.add_argument(
+        "--dir",
+        help="where state, logs and the kubeconfig go (default: the cache directory's demo/, wiped each run)",
+    )
     walk.set_defaults(handler=demo)
 
     story = commands.add_parser(

@@ -7,13 +7,17 @@
 - The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
-  deleted asks the workflow to terminate.
+  deleted asks the workflow to terminate, and so does a Node that went before it was registered.
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
 - It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
+- It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.capacity_windows`).
 - A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
+- A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.adoption`).
+- With the CapacityBuffer gate on, CapacityBuffers get their status, and the ready ones wake the provisioner
+  (`workers.capacity_buffers`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -43,16 +47,21 @@ from core.messages import (
     DeletionRequested,
     DisruptionInput,
     Interruption,
+    LifecycleInput,
     NodeEvent,
     PodsPending,
     ProvisionerInput,
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
+from workers.adoption import LifecycleAdoption
+from workers.capacity_buffers import CapacityBuffers
+from workers.capacity_windows import CapacityWindows
 from workers.hashes import HASHED_KINDS, reconcile_hash
 from workers.metrics import WatchedClusterState, keep_cluster_state
 from workers.nodepool_status import NodePoolStatusWriter
 from workers.static_pools import StaticPools
+from workers.worker import start_lifecycle
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.maintenance import nodeclass_status_id
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id, provisioner_id
@@ -105,6 +114,18 @@ def deletion_requested(claim: NodeClaim) -> DeletionRequested:
     return DeletionRequested(by="nodeclaim deleted", reason=reason)
 
 
+def lifecycle_adoption(
+    client: Client, cluster: ClusterAPI, task_queue: str, **timing: float
+) -> LifecycleAdoption:
+    """The controller's `LifecycleAdoption`, starting lifecycles on `task_queue` as a plan does (`timing`: its
+    `grace_seconds` and `check_seconds`)."""
+
+    async def start(request: LifecycleInput, deletion: DeletionRequested | None) -> None:
+        await start_lifecycle(client, task_queue, request, "delete" if deletion else None, deletion)
+
+    return LifecycleAdoption(client, cluster, start, deletion_requested, **timing)
+
+
 class Controller:
     def __init__(
         self,
@@ -119,6 +140,9 @@ class Controller:
         metrics_seconds: float = 5.0,
         status_seconds: float = 1.0,
         static: StaticPools | None = None,
+        windows: CapacityWindows | None = None,
+        adoption: LifecycleAdoption | None = None,
+        capacity_buffers: bool = False,
     ) -> None:
         self.client = client
         self.cluster = cluster
@@ -133,6 +157,12 @@ class Controller:
         self.state = WatchedClusterState() if metrics is not None else None
         self.static = static
         """Starts and signals the static NodePools' workflows (None: static pools are not watched)."""
+        self.windows = windows
+        """Keeps one Temporal Schedule per CapacityWindow, and their status (None: windows are not read)."""
+        self.adoption = adoption
+        """Starts the lifecycle of a NodeClaim whose plan did not (None: not checked)."""
+        self.buffers = CapacityBuffers(cluster, capacity_buffers, self._wake_for, self._forget)
+        """Reconciles CapacityBuffers and wakes the provisioner for the ready ones (the CapacityBuffer gate)."""
         self.statuses = NodePoolStatusWriter(cluster, status_seconds)
         """Writes NodePool status (resources, nodes, conditions) after the watch is quiet for `status_seconds`."""
         self.provisionable: set[str] = set()
@@ -150,6 +180,8 @@ class Controller:
         """When each provisionable pod was last sent to the provisioner."""
         self._initialized: set[str] = set()
         """NodeClaims seen Initialized."""
+        self._registering: set[str] = set()
+        """NodeClaims seen neither Registered nor deleting: a Node of theirs that goes is news to their lifecycle."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
         """In-flight NodeClaim to the pods nominated to it, and until when once it is Initialized."""
         self._notices: set[tuple[str, str]] = set()
@@ -161,11 +193,16 @@ class Controller:
         """Watch and signal until cancelled."""
         if self.disruption is not None:
             await self._start_disruption(self.disruption)
+        await self.buffers.warn_disabled()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch())
             group.create_task(self._flush_loop())
             group.create_task(self._requeue_loop())
             group.create_task(self.statuses.run())
+            if self.windows is not None:
+                group.create_task(self.windows.run())
+            if self.adoption is not None:
+                group.create_task(self.adoption.run())
             if self.metrics is not None and self.state is not None:
                 group.create_task(keep_cluster_state(self.state, self.metrics, self.metrics_seconds))
 
@@ -195,20 +232,25 @@ class Controller:
         if self.state is not None:
             self.state.observe(event)
         self.statuses.observe(event)
+        if self.adoption is not None:
+            self.adoption.observe(event)
         if self.static is not None:
             await self.static.observe(event)
+        await self.buffers.observe(event)
         if event.kind == "Pod":
             self._pod(event)
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
             self._nominated.pop(event.name, None)
             self._told.pop(event.name, None)
             self._initialized.discard(event.name)
+            self._registering.discard(event.name)
         elif event.kind == "NodeClaim":
             await self._nodeclaim(NodeClaim.parse(event.object))
         elif event.kind == "Node" and event.type is EventType.DELETED:
             self._unclaimed_nodes = {
                 p: n for p, n in self._unclaimed_nodes.items() if n.metadata.name != event.name
             }
+            await self._node_gone(Node.model_validate(event.object))
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
         elif event.kind == "AKSNodeClass":
@@ -241,6 +283,20 @@ class Controller:
             self.provisionable.discard(key)
             self._unsent.discard(key)
             self._signalled.pop(key, None)
+
+    def _wake_for(self, keys: list[str]) -> None:
+        """Plan for these CapacityBuffers now, and again every requeue period while they are ready."""
+        fresh = [key for key in keys if key not in self._unsent]
+        if not fresh:
+            return
+        self.provisionable.update(fresh)
+        self._unsent.update(fresh)
+        self._wake.set()
+
+    def _forget(self, key: str) -> None:
+        self.provisionable.discard(key)
+        self._unsent.discard(key)
+        self._signalled.pop(key, None)
 
     def _nodeclass(self, event: WatchEvent) -> None:
         """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at
@@ -282,6 +338,10 @@ class Controller:
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:
         self._track_nominations(claim)
+        if claim.is_true(NodeClaimConditionType.REGISTERED) or claim.metadata.deletion_timestamp is not None:
+            self._registering.discard(claim.name)
+        else:
+            self._registering.add(claim.name)
         if claim.is_true(NodeClaimConditionType.INITIALIZED) and claim.name not in self._initialized:
             self._initialized.add(claim.name)
             if claim.name in self._told:  # what it was told is now only news if the Node goes
@@ -324,6 +384,20 @@ class Controller:
             self._told[claim] = wake
             workflow_id = nodeclaim_id(claim)
             self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
+
+    async def _node_gone(self, node: Node) -> None:
+        """A Node that went before its NodeClaim was registered (nothing held it: the termination finalizer comes
+        with registration) ends the NodeClaim's lifecycle as a deleting Node does, at once rather than at the
+        registration timeout; the provisioner then plans its pods again."""
+        claim = self._claims_by_provider_id.get(node.spec.provider_id or "")
+        told = self._told.get(claim or "")
+        # A registered Node is deleted through its finalizer (its lifecycle hears of that), or by the lifecycle.
+        if claim not in self._registering or (told is not None and told[:2] == (node.metadata.name, True)):
+            return
+        event = NodeEvent(node=node.metadata.name, ready=False, deleting=True)
+        self._told[claim] = lifecycle_wake(event, claim in self._initialized)
+        workflow_id = nodeclaim_id(claim)
+        self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
 
     async def _interrupt(self, claim: str, notice: Interruption) -> None:
         if (notice.node, notice.event_id) in self._notices:  # handled while this waited its turn

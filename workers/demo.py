@@ -8,7 +8,9 @@ Kubernetes client, as on AKS), applies `deploy/examples/` with the built kubectl
 then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one zone) and the
 unconstrained `inflate-wide` up; scales them down and lets consolidation, then emptiness, remove nodes; ships a
 newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
-NodeClaim's workflow drains and terminates; and ends with a dry-run manual consolidation. Karpenter-style log
+NodeClaim's workflow drains and terminates; a dry-run manual consolidation; a static NodePool; a CapacityWindow
+(nodewright's extension) that scales the static pool up ahead of a window and back after it; and a NodeOverlay that
+moves the same pod to a cheaper family. Karpenter-style log
 lines and real `kubectl get nodeclaims` output show progress; the Temporal UI keeps every workflow's history.
 """
 
@@ -38,8 +40,10 @@ from core.messages import (
 )
 from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
-from workers.controller import Controller
+from workers.capacity_windows import CapacityWindows
+from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.build import cache_root, ensure_binaries
+from workers.demo_buffer import buffer_step
 from workers.demo_disruption import (
     WEB_REPLICAS,
     consolidation_steps,
@@ -48,7 +52,9 @@ from workers.demo_disruption import (
     template_drift_step,
 )
 from workers.demo_interruption import spot_eviction_step
+from workers.demo_overlay import overlay_step
 from workers.demo_static import static_step
+from workers.demo_window import window_finish, window_start
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
@@ -106,8 +112,12 @@ async def walk_through(self: Walkthrough) -> None:
     await dry_run_step(self, self.client, options.cluster, TASK_QUEUE, 8)
     await template_drift_step(self, 9)
     await static_step(self, 10)
+    await buffer_step(self, 11)
+    opens = await window_start(self, 12)
+    await overlay_step(self, 13)
+    await window_finish(self, 14, opens)
 
-    self.say("11. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("15. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
@@ -127,8 +137,10 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
         DevServer(ui=True, db_filename=directory / "temporal.db") as temporal,
     ):
         azure = aks.azure
+        aks.kube.node_overlays = True  # the NodeOverlay gate, for the overlay step
         async with cloud_provider(aks.kube, azure, catalogs) as cloud:
             client = await connect(temporal.target)
+            aks.kube.capacity_buffers = True
             worker = build_worker(client, TASK_QUEUE, aks.kube, cloud, catalogs, price_settings(azure))
             lifecycle = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=2, drain_retry_seconds=1)
             provisioner = ProvisionerInput(
@@ -149,6 +161,8 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                 metrics=default_metrics(),
                 metrics_seconds=2,
                 # The demo turns the StaticCapacity gate on for its static NodePool step.
+                # ... and the CapacityBuffer gate for its buffer step (the worker's plans read buffers too).
+                capacity_buffers=True,
                 static=StaticPools(
                     client,
                     aks.kube,
@@ -158,6 +172,8 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                         cluster=options.cluster, nodepool="", lifecycle=lifecycle, poll_seconds=5
                     ),
                 ),
+                windows=CapacityWindows(client, aks.kube, options.cluster, TASK_QUEUE, resync_seconds=1),
+                adoption=lifecycle_adoption(client, aks.kube, TASK_QUEUE),
             )
             async with worker:
                 await ensure_schedules(

@@ -39,13 +39,14 @@ async def static_step(walk: Walkthrough, number: int) -> None:
         path.write_text(STATIC_NODEPOOL)
         print(STATIC_NODEPOOL.rstrip(), file=walk.out)
         await walk.kubectl("apply", "-f", str(path))
-    await walk.until("2 static nodes", lambda: _ready(walk, 2))
+    await walk.until("2 static nodes", lambda: static_ready(walk, 2))
     await walk.kubectl("scale", "nodepool", STATIC_POOL, "--replicas=3")
-    await walk.until("3 static nodes", lambda: _ready(walk, 3))
+    await walk.until("3 static nodes", lambda: static_ready(walk, 3))
     await walk.kubectl("get", "nodes", "-l", f"{labels.NODEPOOL}={STATIC_POOL}", "-L", labels.INSTANCE_TYPE)
 
 
-async def _ready(walk: Walkthrough, count: int) -> bool:
+async def static_ready(walk: Walkthrough, count: int) -> bool:
+    """Whether the static pool has exactly `count` NodeClaims (not being deleted), all Initialized."""
     claims = [
         claim
         for claim in await walk.sim.list_nodeclaims()

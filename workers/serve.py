@@ -58,6 +58,7 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
         **extra,
     )
     cluster.node_overlays = settings.gates.node_overlay
+    cluster.capacity_buffers = settings.gates.capacity_buffer
     return cluster
 
 
@@ -191,8 +192,9 @@ async def serve_worker(
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
     from core.static_messages import StaticPoolInput
+    from workers.capacity_windows import CapacityWindows
     from workers.consolidate import disruption_input
-    from workers.controller import Controller
+    from workers.controller import Controller, lifecycle_adoption
     from workers.leader import LeaderElectionConfig, LeaderElector
     from workers.static_pools import StaticPools
 
@@ -229,6 +231,9 @@ async def serve_controller(settings: Settings, connection: TemporalConnection) -
                 settings.gates.static_capacity,
                 StaticPoolInput(cluster=settings.cluster_name, nodepool=""),
             ),
+            windows=CapacityWindows(client, cluster, settings.cluster_name, settings.task_queue),
+            adoption=lifecycle_adoption(client, cluster, settings.task_queue),
+            capacity_buffers=settings.gates.capacity_buffer,
         )
         if elector is None:
             await controller.run()

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 import workflows
 from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
+from activities.capacity_window import CapacityWindowActivities
 from activities.catalog_source import CatalogSource
 from activities.cloud import CloudActivities
 from activities.disruption import DisruptionActivities
@@ -37,6 +38,7 @@ from workers.metrics import MeteredCloudProvider
 from workers.schedules import maintenance_activities, maintenance_workflows
 from workers.settings import TemporalConnection
 from workflows import search_attributes as attributes
+from workflows.capacity_window import CapacityWindowWorkflow
 from workflows.disruption import DisruptionWorkflow
 from workflows.nodeclaim import LOCAL_ACTIVITIES, NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow, nodeclaim_id
@@ -83,30 +85,44 @@ WORKFLOWS: Sequence[type] = (
     NodeClaimWorkflow,
     DisruptionWorkflow,
     StaticNodePoolWorkflow,
+    CapacityWindowWorkflow,
     *maintenance_workflows(),
 )
 
 
+async def start_lifecycle(
+    client: Client,
+    task_queue: str,
+    request: LifecycleInput,
+    start_signal: str | None = None,
+    signal_argument: object = None,
+) -> None:
+    """Start a NodeClaim's lifecycle workflow, with the summary the Temporal UI lists it by; starting one that
+    already runs is a no-op (a retried plan). `start_signal` is delivered with the start (signal-with-start)."""
+    await client.start_workflow(
+        NodeClaimWorkflow.run,
+        request,
+        id=nodeclaim_id(request.nodeclaim.name),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        # The planning activity runs on a worker of this queue: the start's answer carries the first
+        # workflow task to it, one trip through the server's matching fewer per lifecycle. (A signal-with-start
+        # cannot start eagerly.)
+        request_eager_start=start_signal is None,
+        search_attributes=attributes.lifecycle_start(
+            request.nodeclaim.name, request.nodeclaim.nodepool, Phase.LAUNCHING.value
+        ),
+        static_summary=summaries.lifecycle_summary(request.nodeclaim),
+        static_details=summaries.lifecycle_details(request.nodeclaim),
+        **({"start_signal": start_signal, "start_signal_args": [signal_argument]} if start_signal else {}),
+    )
+
+
 def lifecycle_starter(client: Client, task_queue: str) -> LifecycleStarter:
-    """Starts a NodeClaim's lifecycle workflow, with the summary the Temporal UI lists it by; starting one that
-    already runs is a no-op (a retried plan)."""
+    """`start_lifecycle` on this client and queue, as the planning activities call it."""
 
     async def start(request: LifecycleInput) -> None:
-        await client.start_workflow(
-            NodeClaimWorkflow.run,
-            request,
-            id=nodeclaim_id(request.nodeclaim.name),
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # The planning activity runs on a worker of this queue: the start's answer carries the first
-            # workflow task to it, one trip through the server's matching fewer per lifecycle.
-            request_eager_start=True,
-            search_attributes=attributes.lifecycle_start(
-                request.nodeclaim.name, request.nodeclaim.nodepool, Phase.LAUNCHING.value
-            ),
-            static_summary=summaries.lifecycle_summary(request.nodeclaim),
-            static_details=summaries.lifecycle_details(request.nodeclaim),
-        )
+        await start_lifecycle(client, task_queue, request)
 
     return start
 
@@ -135,6 +151,7 @@ def activities_for(
         if isinstance(cloud, AzureCloudProvider)
         else []
     )
+    windows = CapacityWindowActivities(cluster)  # type: ignore[arg-type]
     return [
         planning.plan_provisioning,
         planning.reconcile_static_nodepool,
@@ -151,6 +168,8 @@ def activities_for(
         kube.delete_nodeclaim,
         CloudActivities(metered, cluster).delete_instance,
         *disruption_activities(DisruptionActivities(cluster, catalogs, start_lifecycle, metrics)),
+        windows.raise_window_replicas,
+        windows.restore_window_replicas,
         *maintenance,
     ]
 

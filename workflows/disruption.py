@@ -28,6 +28,7 @@ from workflows.conventions import RETRY, log
 with workflow.unsafe.imports_passed_through():
     from core import summaries
     from core.disruption.commands import EXPIRED, BlockReason, Method
+    from core.disruption.methods import BUFFER_PODS_SUFFIX
     from core.disruption.validation import validate
     from core.messages import (
         ActivityName,
@@ -59,6 +60,7 @@ VALIDATED = frozenset({Method.EMPTINESS, Method.MULTI_NODE_CONSOLIDATION, Method
 UNCONSOLIDATABLE = frozenset(
     {
         BlockReason.PODS_UNSCHEDULABLE,
+        BlockReason.BUFFER_PODS,
         BlockReason.MULTIPLE_REPLACEMENTS,
         BlockReason.NOT_CHEAPER,
         BlockReason.SPOT_TO_SPOT_DISABLED,
@@ -98,6 +100,8 @@ def consolidation_id(cluster: str, stamp: str) -> str:
 def kept_event(kept: KeptNode) -> tuple[str, str] | None:
     """The event a kept node gets (reason, message), from the first reason that calls for one."""
     for reason in kept.reasons:
+        if reason.code == BlockReason.BUFFER_PODS:  # Karpenter's sentence, without the buffers' names
+            return "Unconsolidatable", reason.message.partition(BUFFER_PODS_SUFFIX)[0]
         if reason.code in UNCONSOLIDATABLE:
             return "Unconsolidatable", reason.message
         if reason.code in BLOCKED:

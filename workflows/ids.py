@@ -14,3 +14,9 @@ def nodeclaim_id(name: str) -> str:
 
 def static_id(cluster: str, nodepool: str) -> str:
     return f"static/{cluster}/{nodepool}"
+
+
+def capacity_window_id(cluster: str, window: str) -> str:
+    """The id of a CapacityWindow's Temporal Schedule, and the prefix of its runs' workflow ids (Temporal appends
+    the time each run was scheduled for)."""
+    return f"capacity-window/{cluster}/{window}"

@@ -21,7 +21,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 # every NodeClaim it starts or replays.
 with workflow.unsafe.imports_passed_through():
     from core import summaries
-    from core.errors import OFFERING_ERROR_KINDS
+    from core.errors import OFFERING_ERROR_KINDS, ErrorKind
     from core.messages import (
         ActivityName,
         ConditionUpdate,
@@ -204,6 +204,12 @@ class NodeClaimWorkflow:
                     summary=summaries.launch_summary(offering),
                 )
             except ActivityError as error:
+                # The attempt found the NodeClaim gone or deleting (its deletion's signal may still be on the way).
+                if _kind(error) == ErrorKind.NODECLAIM_DELETED:
+                    self._request_deletion(
+                        TerminationReason.NODECLAIM_DELETED, summaries.nodeclaim_deleted(claim.name, "")
+                    )
+                    return False
                 failure = self._offering_failure(error, offering)
                 if failure is None and not liveness:
                     raise
@@ -792,6 +798,11 @@ class NodeClaimWorkflow:
         updates = [update for update in updates if held.get(update.key) != update.value]
         if updates:
             workflow.upsert_search_attributes(updates)
+
+
+def _kind(error: ActivityError) -> str | None:
+    """The error kind an activity failed with (its `ApplicationError`'s type), if any."""
+    return error.cause.type if isinstance(error.cause, ApplicationError) else None
 
 
 def _timed_out(error: ActivityError) -> bool:

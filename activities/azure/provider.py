@@ -6,9 +6,11 @@ finds what an earlier attempt made. A VM that already exists is adopted: still b
 (a worker that died mid-launch resumes instead of starting over); failed, it is deleted, its failure goes into
 the unavailable-offerings cache, and the launch starts over.
 Long-running operations are polled here, calling `heartbeat` while they run, so the Temporal activity around
-the provider stays alive. Any failure after the NIC was sent cleans up what the launch made, and capacity and
-quota failures mark offerings in the unavailable-offerings cache with the provider's scopes and TTLs; a launch of
-an offering the cache rules out fails at once, without calling Azure.
+the provider stays alive. A failure after the NIC was sent that settles the launch (a refusal, a capacity or
+quota error, a failed provisioning) cleans up what the launch made; one that leaves its outcome unknown (a server
+error, throttling, a lost response, a failed poll) leaves it for the retry to adopt, so that no VM is deleted and
+made again. Capacity and quota failures mark offerings in the unavailable-offerings cache with the provider's
+scopes and TTLs; a launch of an offering the cache rules out fails at once, without calling Azure.
 
 The image and Kubernetes version come from the launch's AKSNodeClass status (`status.images`: the first image the
 VM size can boot; `status.kubernetesVersion`) when its image controller has filled them, as the AKS provider
@@ -29,6 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from enum import Enum
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -70,6 +73,7 @@ from core.errors import (
     NotFoundError,
     Offering,
     QuotaExceededError,
+    ThrottledError,
     TransientError,
 )
 from core.instancetypes.azure import REGIONAL_ZONE
@@ -257,7 +261,8 @@ class AzureCloudProvider:
             )
         except AzureError as error:
             failure = self._launch_failure(error, sku, offering, secrets)
-            await self._clean_up(names)
+            if _settles_launch(error, failure):
+                await self._clean_up(names)
             # Not chained: the SDK error's own message is not scrubbed of the bootstrap.
             raise failure from None
         return self._instance(vm)
@@ -422,7 +427,10 @@ class AzureCloudProvider:
             await asyncio.sleep(self._poll_seconds)
             found = await self._find_vm(names.vm)
             if found is None:
-                return None
+                # Deleted while being made: by the lifecycle that gave up on this launch (this attempt outlived
+                # it), or by a failed attempt's clean-up. Not made again here; a retry of a launch still
+                # wanted starts it afresh.
+                raise TransientError(f"VM {names.vm} was deleted while being created", code="Deleted")
             vm = found
         if state == DELETING:
             raise TransientError(
@@ -584,6 +592,16 @@ class AzureCloudProvider:
             )
         except AzureError as error:
             raise classify(error) from error
+
+
+def _settles_launch(error: AzureError, failure: CloudError) -> bool:
+    """Whether a failed launch is over: its request was refused for good, or its operation ended failed. A server
+    error, throttling, a lost response or a failed poll says nothing of the VM, which may be made or on its way:
+    it stays for the retry to adopt (deleting it would have the retry make it a second time), and a lifecycle that
+    gives up on the launch deletes it."""
+    if not isinstance(failure, TransientError | ThrottledError):
+        return True
+    return arm_error(error).status == HTTPStatus.OK  # the operation ran and failed
 
 
 def _security(spec: AKSNodeClassSpec) -> Security:

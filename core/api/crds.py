@@ -1,4 +1,5 @@
-"""The CustomResourceDefinitions of NodePool, NodeClaim, AKSNodeClass and NodeOverlay, generated from the API models.
+"""The CustomResourceDefinitions of NodePool, NodeClaim, AKSNodeClass, NodeOverlay and CapacityBuffer, generated
+from the API models.
 
 The pydantic models in `core.api` are the one source of truth for what a valid object is. This module walks
 their fields and writes the structural OpenAPI v3 schema the API server needs: types, required fields, enums,
@@ -50,6 +51,15 @@ from core.api.aksnodeclass import (
     LocalDNSServeStale,
     LocalDNSZoneOverride,
     SysctlConfiguration,
+)
+from core.api.capacitybuffer import GROUP as CAPACITY_BUFFER_GROUP
+from core.api.capacitybuffer import CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus
+from core.api.capacitywindow import (
+    CapacityWindow,
+    CapacityWindowSpec,
+    TargetKind,
+    TargetReference,
+    target_group,
 )
 from core.api.kube import Quantity
 from core.api.meta import Taint
@@ -354,6 +364,10 @@ _FIELD_EXTRAS: dict[tuple[type[BaseModel], str], Schema] = {
             ),
         ],
     },
+    (CapacityBufferSpec, "replicas"): {"format": "int32"},
+    (CapacityBufferSpec, "percentage"): {"format": "int32"},
+    (CapacityBufferStatus, "replicas"): {"format": "int32"},
+    (CapacityBufferStatus, "pod_template_generation"): {"format": "int64"},
     (NodeOverlaySpec, "price"): {"pattern": _whole(PRICE.pattern)},
     (NodeOverlaySpec, "price_adjustment"): {"pattern": _whole(PRICE_ADJUSTMENT.pattern)},
     (NodeOverlaySpec, "capacity"): {
@@ -404,6 +418,7 @@ _FIELD_EXTRAS: dict[tuple[type[BaseModel], str], Schema] = {
     },
     (Budget, "nodes"): {"pattern": _whole(_BUDGET_NODES.pattern)},
     (Budget, "schedule"): {"pattern": _SCHEDULE},
+    (CapacityWindowSpec, "schedule"): {"pattern": _SCHEDULE},
     (Budget, "reasons"): {"x-kubernetes-list-type": "set"},
     (KubeletConfiguration, "cpu_cfs_quota_period"): {"pattern": _whole(_GO_DURATION.pattern)},
     (LocalDNS, "vnet_dns_overrides"): {
@@ -469,6 +484,40 @@ _MODEL_EXTRAS: dict[type[BaseModel], Schema] = {
                 "!has(self.replicas) || !has(self.weight)",
                 "'weight' is not supported on static NodePools",
                 "weight",
+            ),
+        ]
+    },
+    TargetReference: {
+        "x-kubernetes-validations": [
+            *(
+                _rule(
+                    f"self.kind != {_literal(kind)} || self.apiGroup == {_literal(target_group(kind))}",
+                    f"a {kind} is in group {target_group(kind)}",
+                    "apiGroup",
+                )
+                for kind in TargetKind
+            ),
+            _rule(
+                f"self.kind != {_literal(TargetKind.NODEPOOL)} || !has(self.namespace)",
+                "a NodePool is cluster-scoped: leave namespace out",
+                "namespace",
+            ),
+            _rule(
+                f"self.kind != {_literal(TargetKind.CAPACITY_BUFFER)} || has(self.namespace)",
+                "a CapacityBuffer is namespaced: give its namespace",
+                "namespace",
+            ),
+        ]
+    },
+    CapacityBufferSpec: {
+        "x-kubernetes-validations": [
+            _rule(
+                "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)",
+                "If podTemplateRef is set, replicas or limits must also be set",
+            ),
+            _rule(
+                "!(has(self.podTemplateRef) && has(self.scalableRef))",
+                "You must define either PodTemplateRef or ScalableRef, but not both",
             ),
         ]
     },
@@ -729,11 +778,14 @@ class Column:
     json_path: str
     type: str = "string"
     priority: int = 0
+    description: str = ""
 
     def to_json(self) -> Schema:
         column: Schema = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
         if self.priority:
             column["priority"] = self.priority
+        if self.description:
+            column["description"] = self.description
         return column
 
 
@@ -764,6 +816,7 @@ class Resource:
     categories: tuple[str, ...] = ("karpenter", "nap")
     scale: tuple[str, str] | None = None
     """The `scale` subresource's spec and status replica paths (`kubectl scale`), as Karpenter's NodePool has."""
+    scope: str = "Cluster"
 
     def definition(self) -> Schema:
         """The `apiextensions.k8s.io/v1` CustomResourceDefinition."""
@@ -799,7 +852,7 @@ class Resource:
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{self.plural}.{self.group}"},
-            "spec": {"group": self.group, "names": names, "scope": "Cluster", "versions": versions},
+            "spec": {"group": self.group, "names": names, "scope": self.scope, "versions": versions},
         }
         # A JSON round trip leaves no part shared between two places, which YAML would write as anchors.
         fresh: Schema = json.loads(json.dumps(definition))
@@ -862,8 +915,65 @@ RESOURCES = (
         short_names=("overlays",),
         categories=("karpenter",),
     ),
+    Resource(
+        CapacityBuffer,
+        group=CAPACITY_BUFFER_GROUP,
+        kind="CapacityBuffer",
+        plural="capacitybuffers",
+        versions=("v1beta1",),
+        columns=(
+            Column("Strategy", ".spec.provisioningStrategy", description="The strategy to be used."),
+            Column(
+                "PodTemplate", ".status.podTemplateRef.name", description="The name of the PodTemplate used."
+            ),
+            Column(
+                "Replicas", ".status.replicas", "integer", description="The actual number of buffer chunks."
+            ),
+            Column(
+                "ConditionsType", ".status.conditions[*].type", description="List of all condition types."
+            ),
+            Column(
+                "ConditionsStatus",
+                ".status.conditions[*].status",
+                description="List of all condition statuses.",
+            ),
+            Column(
+                "ConditionsReason",
+                ".status.conditions[*].reason",
+                description="List of all condition reasons.",
+            ),
+            Column(
+                "Age", ".metadata.creationTimestamp", "date", description="The age of the CapacityBuffer."
+            ),
+        ),
+        short_names=("cb",),
+        categories=("autoscaling",),
+        scope="Namespaced",
+    ),
+    Resource(
+        CapacityWindow,
+        group=labels.NODEWRIGHT_DOMAIN,
+        kind="CapacityWindow",
+        plural="capacitywindows",
+        versions=("v1alpha1",),
+        columns=(
+            Column("Target", ".spec.targetRef.name"),
+            Column("Replicas", ".spec.replicas", "integer"),
+            Column("Schedule", ".spec.schedule"),
+            Column("Active", ".status.active", "boolean"),
+            Column("Opens", ".status.nextWindowOpens"),
+            _READY,
+            _AGE,
+            Column("Kind", ".spec.targetRef.kind", priority=1),
+            Column("Closes", ".status.nextWindowCloses", priority=1),
+            Column("Schedule ID", ".status.scheduleID", priority=1),
+        ),
+        short_names=("cw",),
+        categories=("nodewright",),
+    ),
 )
-"""The CRDs nodewright reads, in the order they are installed."""
+"""The CRDs nodewright reads, in the order they are installed: Karpenter's and the AKS provider's, then nodewright's
+own extension (CapacityWindow)."""
 
 
 def custom_resource_definitions() -> list[Schema]:

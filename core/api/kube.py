@@ -308,6 +308,13 @@ class PodTemplateSpec(KubeModel):
     spec: PodSpec = Field(default_factory=PodSpec)
 
 
+class PodTemplate(KubeModel):
+    """A core/v1 PodTemplate: a pod shape on its own, as a CapacityBuffer's `podTemplateRef` names it."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    template: PodTemplateSpec = Field(default_factory=PodTemplateSpec)
+
+
 # --- nodes -----------------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.capacitybuffer import CapacityBuffer
 from core.api.kube import (
     DEFAULT_NAMESPACE,
     DaemonSet,
@@ -28,6 +29,7 @@ from core.api.kube import (
     PodDisruptionBudget,
     PodPhase,
     PodStatus,
+    PodTemplate,
     ReplicaSet,
     StatefulSet,
     Workload,
@@ -67,6 +69,13 @@ class Manifests:
     pdbs: list[PodDisruptionBudget] = field(default_factory=list)
     nodeoverlays: list[NodeOverlay] = field(default_factory=list)
     """Read only where the NodeOverlay feature gate is on (`ignore_node_overlays` otherwise)."""
+    capacitybuffers: list[CapacityBuffer] = field(default_factory=list)
+    """Read only where the CapacityBuffer feature gate is on (`ignore_capacity_buffers` otherwise)."""
+    podtemplates: list[PodTemplate] = field(default_factory=list)
+    """PodTemplates, which CapacityBuffers' `podTemplateRef` name."""
+    scalables: list[Deployment | StatefulSet | ReplicaSet] = field(default_factory=list)
+    """The Deployments, StatefulSets and ReplicaSets read (their pods are in `pods`), which CapacityBuffers'
+    `scalableRef` name."""
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     """Objects of kinds nodewright does not read, as `Kind/name`."""
@@ -80,6 +89,14 @@ class Manifests:
             for overlay in self.nodeoverlays
         )
         self.nodeoverlays.clear()
+
+    def ignore_capacity_buffers(self) -> None:
+        """Drop the CapacityBuffers read, with a warning naming each: the CapacityBuffer feature gate is off."""
+        self.warnings.extend(
+            f"CapacityBuffer {buffer.key}: the CapacityBuffer feature gate is off (FEATURE_GATES); ignored"
+            for buffer in self.capacitybuffers
+        )
+        self.capacitybuffers.clear()
 
 
 def load_yaml(text: str, source: str) -> list[Any]:
@@ -119,6 +136,7 @@ def _flatten(documents: Iterable[Any]) -> Iterator[Any]:
 _KUBE_KINDS: dict[tuple[str, str], tuple[str, type[KubeModel]]] = {
     ("", "Pod"): ("v1", Pod),
     ("", "Node"): ("v1", Node),
+    ("", "PodTemplate"): ("v1", PodTemplate),
     ("apps", "DaemonSet"): ("apps/v1", DaemonSet),
     ("apps", "Deployment"): ("apps/v1", Deployment),
     ("apps", "ReplicaSet"): ("apps/v1", ReplicaSet),
@@ -138,6 +156,9 @@ _LISTS = {
     "DaemonSet": "daemonsets",
     "PodDisruptionBudget": "pdbs",
     "NodeOverlay": "nodeoverlays",
+    "CapacityBuffer": "capacitybuffers",
+    "PodTemplate": "podtemplates",
+    "Scalable": "scalables",
 }
 """Which list of `Manifests` holds each kind that is kept (workloads become pods)."""
 
@@ -145,12 +166,14 @@ _CRDS: dict[tuple[str, str], tuple[tuple[str, ...], Callable[[Mapping[str, Any]]
     ("karpenter.sh", "NodePool"): (("karpenter.sh/v1",), NodePool.parse),
     ("karpenter.sh", "NodeClaim"): (("karpenter.sh/v1",), NodeClaim.parse),
     ("karpenter.sh", "NodeOverlay"): (("karpenter.sh/v1alpha1",), NodeOverlay.parse),
+    ("autoscaling.x-k8s.io", "CapacityBuffer"): (("autoscaling.x-k8s.io/v1beta1",), CapacityBuffer.parse),
     ("karpenter.azure.com", "AKSNodeClass"): (
         ("karpenter.azure.com/v1beta1", "karpenter.azure.com/v1alpha2"),
         AKSNodeClass.parse,
     ),
 }
 """Karpenter's kinds, by API group: the versions nodewright reads and the parser that checks every rule."""
+_NAMESPACED_CRDS = frozenset({"CapacityBuffer"})
 
 
 ParseCache = dict[tuple[str, str], tuple[str, list[tuple[str, str, Any]]]]
@@ -236,12 +259,15 @@ def _read(document: Any, number: int, manifests: Manifests) -> list[tuple[str, s
     if (group, kind) in _CRDS:
         versions, parse = _CRDS[group, kind]
         _check_version(kind, document, api_version, versions)
-        return [(kind, _name(document, namespaced=False), parse(document))]
+        return [(kind, _name(document, namespaced=kind in _NAMESPACED_CRDS), parse(document))]
     if (group, kind) in _KUBE_KINDS:
         version, model = _KUBE_KINDS[group, kind]
         _check_version(kind, document, api_version, (version,))
         obj = _parse_kube(kind, model, document)
-        if isinstance(obj, Deployment | ReplicaSet | StatefulSet | Job):
+        if isinstance(obj, Deployment | ReplicaSet | StatefulSet):
+            pods = [("Pod", _key(pod.metadata), pod) for pod in workload_pods(obj)]
+            return [("Scalable", f"{kind}/{_key(obj.metadata)}", obj), *pods]
+        if isinstance(obj, Job):
             return [("Pod", _key(pod.metadata), pod) for pod in workload_pods(obj)]
         return [(kind, _key(obj.metadata), obj)]
     manifests.ignored.append(f"{kind}/{_name(document, namespaced=False) or '?'}")

@@ -25,6 +25,7 @@ from core.api.kube import Node, Pod, owner_kind, pod_key
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
+from core.capacity_buffer import is_virtual
 from core.cron import as_utc
 from core.disruption.commands import Blocked, BlockReason, Disrupted, Reason
 from core.disruption.drift import Drift, DriftInputs, detect_drift
@@ -389,7 +390,10 @@ def find_candidates(
 def reschedule_cost(pods: Iterable[Pod]) -> float:
     """1 plus the positive eviction costs of the pods: what moving them disrupts (the Balanced policy's
     measure, and an empty node's is 1)."""
-    return 1.0 + sum(max(0.0, eviction_cost(pod)) for pod in pods if is_reschedulable(pod))
+    # A CapacityBuffer's virtual pods are never evicted: moving them costs nothing.
+    return 1.0 + sum(
+        max(0.0, eviction_cost(pod)) for pod in pods if is_reschedulable(pod) and not is_virtual(pod)
+    )
 
 
 def _add_to_pool(

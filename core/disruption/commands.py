@@ -62,6 +62,8 @@ class BlockReason(StrEnum):
     WHEN_EMPTY = "WhenEmptyPolicy"
     BUDGET = "Budget"
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    BUFFER_PODS = "BufferPods"
+    """A CapacityBuffer's virtual pods hold room on the node (emptiness leaves it)."""
     MULTIPLE_REPLACEMENTS = "MultipleReplacements"
     NOT_CHEAPER = "NotCheaper"
     SPOT_TO_SPOT_DISABLED = "SpotToSpotDisabled"

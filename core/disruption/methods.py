@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from core import labels
 from core.api.nodepool import ConsolidationPolicy, DisruptionReason
+from core.capacity_buffer import buffer_of, is_virtual
 from core.disruption.candidates import Candidate
 from core.disruption.commands import EXPIRED, BlockReason, Method, Reason
 from core.disruption.consolidation import (
@@ -76,12 +77,24 @@ def expire(state: PlanState) -> None:
         )
 
 
+BUFFER_PODS_SUFFIX = " (kept for CapacityBuffer "
+
+
+def buffer_pods_reason(candidate: Candidate) -> Reason:
+    """Karpenter's sentence for a node whose only pods are CapacityBuffers' virtual pods, naming the buffers."""
+    buffers = sorted({key for pod in candidate.reschedulable if (key := buffer_of(pod)) is not None})
+    message = f'Node "{candidate.name}" has buffer pods{BUFFER_PODS_SUFFIX}{", ".join(buffers)})'
+    return Reason(BlockReason.BUFFER_PODS, message)
+
+
 def emptiness(state: PlanState) -> None:
     """Delete every empty, quiet candidate the `Empty` budgets allow, in one command."""
     chosen: list[Candidate] = []
     per_pool: dict[str, int] = {}
     for candidate in _by_disruption_cost(state.candidates()):
         if not candidate.empty:
+            if all(is_virtual(pod) for pod in candidate.reschedulable):
+                state.keep(candidate, buffer_pods_reason(candidate), Method.EMPTINESS)
             continue
         pool = candidate.nodepool.name
         reason = (

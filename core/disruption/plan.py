@@ -10,11 +10,12 @@ the disruption workflow all use this function; it reads no clock and does no I/O
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from core.api.kube import Pod, pod_key
 from core.api.manifests import Manifests
+from core.capacity_buffer import buffer_report, destinations, is_virtual
 from core.disruption.budgets import Budgets, BudgetStatus
 from core.disruption.candidates import find_candidates, is_reschedulable, staying_pods
 from core.disruption.commands import Blocked, Command, Method
@@ -33,7 +34,8 @@ from core.disruption.simulation import Sandbox
 from core.disruption.state import PlanState
 from core.instancetypes.overlay import OverlayVerdict
 from core.instancetypes.types import dollars
-from core.scheduling.snapshot import InstanceTypeProvider, build_snapshot
+from core.scheduling.scheduler import Scheduler
+from core.scheduling.snapshot import InstanceTypeProvider, SchedulingSnapshot, build_snapshot
 
 METHODS = (
     (Method.EXPIRATION, expire),
@@ -81,6 +83,8 @@ class DisruptionPlan:
     """Node repair's decisions, when the options ask for it: forceful, outside budgets and validation."""
     overlays: dict[str, OverlayVerdict] = field(default_factory=dict)
     """Each NodeOverlay's verdict, by name, as the plan applied them (`core.instancetypes.overlay`)."""
+    buffers: tuple[dict[str, object], ...] = ()
+    """Each CapacityBuffer, and where its virtual pods stand (`core.capacity_buffer.buffer_report`)."""
 
     @property
     def savings_micros(self) -> int:
@@ -96,6 +100,7 @@ class DisruptionPlan:
             "notes": list(self.notes),
             "repairs": [repair_json(repair) for repair in self.repairs.repairs],
             "refused_repairs": [refused_json(refused) for refused in self.repairs.refused],
+            **({"buffers": list(self.buffers)} if self.buffers else {}),
         }
 
 
@@ -107,8 +112,17 @@ def plan_disruption(
 ) -> DisruptionPlan:
     """The disruption commands Karpenter would start at `now`, in order, and why the other nodes stay.
 
-    `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling."""
+    `instance_types` gives each NodePool's instance types from its AKSNodeClass, as for scheduling.
+
+    CapacityBuffers' virtual pods are placed first as a provisioning pass would place them, and stand on the
+    nodes that hold them like running pods: a node holding buffer room is not empty, and consolidation must
+    find them room elsewhere before it takes the node (Karpenter simulates them among the pending pods)."""
     scheduling = build_snapshot(snapshot, instance_types)
+    buffers = scheduling.buffers
+    where: dict[str, str] = {}
+    if buffers:
+        snapshot, where = _hold_buffer_room(snapshot, scheduling, options)
+        scheduling = build_snapshot(snapshot, instance_types)
     report = find_candidates(snapshot, scheduling.listed_instance_types, options.drift, now)
     pdbs = PdbLimits(snapshot.pdbs, snapshot.pods)
     candidates = [*report.candidates, *report.expiring]
@@ -158,4 +172,35 @@ def plan_disruption(
         notes=tuple(notes),
         repairs=repairs,
         overlays=scheduling.overlays,
+        buffers=tuple(buffer_report(buffers, where)),
     )
+
+
+def _hold_buffer_room(
+    snapshot: Manifests, scheduling: SchedulingSnapshot, options: DisruptionOptions
+) -> tuple[Manifests, dict[str, str]]:
+    """The snapshot with the virtual pods a provisioning pass places on existing Nodes bound to them (those it
+    would place elsewhere left out: they are the provisioner's), and where each virtual pod went."""
+    scheduler = Scheduler(
+        scheduling.nodepools,
+        scheduling.instance_types,
+        scheduling.nodes,
+        scheduling.daemonsets,
+        options.scheduling,
+    )
+    results = scheduler.solve(scheduling.pending)
+    where = destinations(
+        ((p.node, p.pods) for p in results.existing),
+        ((f"{i + 1} ({c.nodepool}, {c.instance_type})", c.pods) for i, c in enumerate(results.nodeclaims)),
+        ((u.pod, u.reasons) for u in results.unschedulable),
+    )
+    virtual = {pod_key(pod): pod for pod in scheduling.pending if is_virtual(pod)}
+    nodes = {node.metadata.name for node in snapshot.nodes}
+    bound = [
+        virtual[pod].model_copy(update={"spec": virtual[pod].spec.model_copy(update={"node_name": p.node})})
+        for p in results.existing
+        if p.node in nodes
+        for pod in p.pods
+        if pod in virtual
+    ]
+    return replace(snapshot, pods=[*snapshot.pods, *bound], capacitybuffers=[]), where

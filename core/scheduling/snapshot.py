@@ -12,7 +12,7 @@ dropped silently.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from core import labels
@@ -22,6 +22,7 @@ from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import ConditionStatus, NodePool
+from core.capacity_buffer import BufferPods, Targets, buffer_pods
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.images import NodeImages, bootable
@@ -96,26 +97,16 @@ class SchedulingSnapshot:
     notes: list[str] = field(default_factory=list)
     overlays: dict[str, OverlayVerdict] = field(default_factory=dict)
     """Each NodeOverlay's verdict, by name (`core.instancetypes.overlay`)."""
+    buffers: list[BufferPods] = field(default_factory=list)
+    """Each CapacityBuffer with its resolution; the virtual pods of the ready ones are in `pending`."""
 
 
 def merge(parts: Sequence[Manifests]) -> Manifests:
     """Several sources read as one."""
     merged = Manifests()
     for part in parts:
-        for name in (
-            "nodepools",
-            "nodeclaims",
-            "nodeclasses",
-            "pods",
-            "nodes",
-            "daemonsets",
-            "pdbs",
-            "nodeoverlays",
-            "problems",
-            "ignored",
-            "warnings",
-        ):
-            getattr(merged, name).extend(getattr(part, name))
+        for kept in fields(Manifests):
+            getattr(merged, kept.name).extend(getattr(part, kept.name))
     return merged
 
 
@@ -345,4 +336,9 @@ def build_snapshot(
         snapshot.pending, snapshot.nodes, snapshot.nominated = nominations.hold(
             snapshot.pending, snapshot.nodes, manifests.nodeclaims, now
         )
+    if manifests.capacitybuffers:
+        # After the nominations: a virtual pod is never nominated, so each pass places it anew.
+        targets = Targets.of(manifests.podtemplates, ((type(w).__name__, w) for w in manifests.scalables))
+        snapshot.buffers, virtual = buffer_pods(manifests.capacitybuffers, targets)
+        snapshot.pending.extend(virtual)
     return snapshot

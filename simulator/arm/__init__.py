@@ -103,8 +103,15 @@ from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential
 from simulator.arm.errors import ALLOCATION_CODES, ArmError, QuotaScope
 from simulator.arm.evictions import EventStatus, EventType, ScheduledEvent, rfc1123
 from simulator.arm.faults import Call, Fault, FaultAction, capacity_type_of, logical_zone
-from simulator.arm.operations import Operation, OperationKind, OperationStatus
-from simulator.arm.resources import ProvisioningState, Resource, ResourceKey, ResourceType
+from simulator.arm.resources import (
+    Operation,
+    OperationKind,
+    OperationStatus,
+    ProvisioningState,
+    Resource,
+    ResourceKey,
+    ResourceType,
+)
 from simulator.arm.server import STATE_KEY, RunningArm, create_arm_app, serve_arm, start_arm
 from simulator.arm.skus import Restriction, resource_sku
 from simulator.arm.state import ArmState

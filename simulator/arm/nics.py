@@ -6,8 +6,8 @@ import copy
 
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call
-from simulator.arm.operations import Operation, Operations
-from simulator.arm.resources import Json, ProvisioningState, Resource, ResourceType, check_tags
+from simulator.arm.operations import Operations
+from simulator.arm.resources import Json, Operation, ProvisioningState, Resource, ResourceType, check_tags
 
 
 class NetworkInterfaces(Operations):

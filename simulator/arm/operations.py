@@ -5,62 +5,20 @@ them, and stores, finds and removes resources as they do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
-
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call, FaultAction
 from simulator.arm.resources import (
     Json,
+    Operation,
+    OperationKind,
+    OperationStatus,
     ProvisioningState,
     Resource,
-    ResourceKey,
     ResourceType,
     check_tags,
     resource_key,
 )
 from simulator.arm.store import ArmStore
-
-
-class OperationKind(StrEnum):
-    CREATE = "create"
-    DELETE = "delete"
-
-
-class OperationStatus(StrEnum):
-    IN_PROGRESS = "InProgress"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELED = "Canceled"
-
-
-@dataclass(slots=True)
-class Operation:
-    """A long-running operation: `polls_left` more status reads answer InProgress, then it ends."""
-
-    id: str
-    kind: OperationKind
-    key: ResourceKey
-    polls_left: int
-    started: datetime
-    error: Json | None = None
-    """The error it ends with (a late failure)."""
-    status: OperationStatus = OperationStatus.IN_PROGRESS
-    ended: datetime | None = None
-
-    def to_json(self) -> Json:
-        body: Json = {"name": self.id, "status": self.status.value, "startTime": iso(self.started)}
-        if self.ended is not None:
-            body["endTime"] = iso(self.ended)
-        if self.status in (OperationStatus.FAILED, OperationStatus.CANCELED) and self.error is not None:
-            body["error"] = self.error
-        return body
-
-
-def iso(moment: datetime) -> str:
-    """A time as ARM writes it."""
-    return moment.isoformat()
 
 
 class Operations(ArmStore):

@@ -1,10 +1,12 @@
 """The resources the emulator stores (VMs, NICs, managed disks), their ids and keys, and the request-body checks
-every resource type shares."""
+every resource type shares, and the long-running operations that create and delete them (`Operation`; the
+`operations` module moves them on)."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -112,3 +114,43 @@ def check_tags(body: Json) -> None:
             "InvalidTagNameCharacters",
             f"The tag names '{','.join(reserved)}' have reserved characters '<,>,%,&,\\,?,/' or control characters.",
         )
+
+
+class OperationKind(StrEnum):
+    CREATE = "create"
+    DELETE = "delete"
+
+
+class OperationStatus(StrEnum):
+    IN_PROGRESS = "InProgress"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+
+@dataclass(slots=True)
+class Operation:
+    """A long-running operation: `polls_left` more status reads answer InProgress, then it ends."""
+
+    id: str
+    kind: OperationKind
+    key: ResourceKey
+    polls_left: int
+    started: datetime
+    error: Json | None = None
+    """The error it ends with (a late failure)."""
+    status: OperationStatus = OperationStatus.IN_PROGRESS
+    ended: datetime | None = None
+
+    def to_json(self) -> Json:
+        body: Json = {"name": self.id, "status": self.status.value, "startTime": iso(self.started)}
+        if self.ended is not None:
+            body["endTime"] = iso(self.ended)
+        if self.status in (OperationStatus.FAILED, OperationStatus.CANCELED) and self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+def iso(moment: datetime) -> str:
+    """A time as ARM writes it."""
+    return moment.isoformat()

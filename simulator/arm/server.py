@@ -24,10 +24,12 @@ from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call, Fault, FaultAction, capacity_type_of, logical_zone
 from simulator.arm.imds import scheduled_events_routes
-from simulator.arm.operations import Operation, OperationKind, OperationStatus
 from simulator.arm.resources import (
     RESOURCE_TYPES,
     Json,
+    Operation,
+    OperationKind,
+    OperationStatus,
     ProvisioningState,
     Resource,
     ResourceType,

@@ -13,18 +13,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
 from simulator.arm.errors import STATUS_OF_CODE, ArmError, default_message, quota_message
 from simulator.arm.faults import Call, Fault, FaultAction, logical_zone
-from simulator.arm.resources import RESOURCE_TYPES, Json, Resource, ResourceKey, ResourceType, resource_key
+from simulator.arm.resources import (
+    RESOURCE_TYPES,
+    Json,
+    Operation,
+    Resource,
+    ResourceKey,
+    ResourceType,
+    resource_key,
+)
 from simulator.arm.skus import Restriction, resource_skus
-
-if TYPE_CHECKING:
-    from simulator.arm.operations import Operation
 
 logger = logging.getLogger(__name__)
 

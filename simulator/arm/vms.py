@@ -12,13 +12,15 @@ from typing import Any
 from core.instancetypes.catalog import AzureSku
 from simulator.arm.errors import ArmError, sku_not_available_message
 from simulator.arm.faults import Call
-from simulator.arm.operations import Operation, Operations, iso
+from simulator.arm.operations import Operations
 from simulator.arm.resources import (
     Json,
+    Operation,
     ProvisioningState,
     Resource,
     ResourceType,
     check_tags,
+    iso,
     json_object,
     resource_key,
 )

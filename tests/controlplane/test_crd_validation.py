@@ -16,13 +16,19 @@ import pytest
 import yaml
 
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.capacitywindow import CapacityWindow
 from core.api.meta import InvalidObjectError
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from tests.core.api.test_crds import MANIFESTS
 from workers.controlplane.run import ControlPlane
 
-MODELS: dict[str, Any] = {"NodePool": NodePool, "NodeClaim": NodeClaim, "AKSNodeClass": AKSNodeClass}
+MODELS: dict[str, Any] = {
+    "NodePool": NodePool,
+    "NodeClaim": NodeClaim,
+    "AKSNodeClass": AKSNodeClass,
+    "CapacityWindow": CapacityWindow,
+}
 NODE_CLASS_REF = {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"}
 SPOT = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
 
@@ -57,6 +63,22 @@ def nodeclass(**spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "karpenter.azure.com/v1beta1",
         "kind": "AKSNodeClass",
+        "metadata": {"name": "invalid"},
+        "spec": spec,
+    }
+
+
+def capacity_window(**change: Any) -> dict[str, Any]:
+    spec = {
+        "targetRef": {"apiGroup": "karpenter.sh", "kind": "NodePool", "name": "fixed"},
+        "schedule": "0 8 * * mon-fri",
+        "duration": "10h",
+        "replicas": 5,
+        **change,
+    }
+    return {
+        "apiVersion": "nodewright.io/v1alpha1",
+        "kind": "CapacityWindow",
         "metadata": {"name": "invalid"},
         "spec": spec,
     }
@@ -322,6 +344,28 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
         local_dns([zone(".", protocol="ForceTCP"), zone("cluster.local", "ClusterCoreDNS")]),
         "spec.localDNS.vnetDNSOverrides[0].serveStale",
         "serveStale Verify cannot be used with protocol ForceTCP",
+    ),
+    "CapacityWindow on a NodePool in the wrong group": (
+        capacity_window(targetRef={"apiGroup": "apps", "kind": "NodePool", "name": "fixed"}),
+        "spec.targetRef.apiGroup",
+        "a NodePool is in group karpenter.sh",
+    ),
+    "CapacityWindow on a CapacityBuffer without its namespace": (
+        capacity_window(
+            targetRef={"apiGroup": "autoscaling.x-k8s.io", "kind": "CapacityBuffer", "name": "b"}
+        ),
+        "spec.targetRef.namespace",
+        "a CapacityBuffer is namespaced: give its namespace",
+    ),
+    "CapacityWindow with a lead time of Never": (
+        capacity_window(leadTime="Never"),
+        "spec.leadTime",
+        "should match",
+    ),
+    "CapacityWindow with negative replicas": (
+        capacity_window(replicas=-1),
+        "spec.replicas",
+        "should be greater than or equal to 0",
     ),
     "LocalDNS zone twice": (
         local_dns([*VNET_ZONES, zone(".")]),

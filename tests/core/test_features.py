@@ -35,4 +35,4 @@ def test_every_bad_entry_is_named() -> None:
 def test_gates_nodewright_does_not_implement_are_reported_when_on() -> None:
     assert FeatureGates().unsupported() == []
     gates = parse_feature_gates("NodeOverlay=true,CapacityBuffer=true,SpotToSpotConsolidation=true")
-    assert gates.unsupported() == ["CapacityBuffer"]
+    assert gates.unsupported() == []

@@ -116,6 +116,15 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (CLUSTER, "karpenter.azure.com", "aksnodeclasses/status", "patch", ""),
         (CLUSTER, "karpenter.sh", "nodeoverlays", "get list watch", ""),
         (CLUSTER, "karpenter.sh", "nodeoverlays/status", "patch", ""),
+        (CLUSTER, "nodewright.io", "capacitywindows", "get list", ""),
+        (CLUSTER, "nodewright.io", "capacitywindows/status", "patch", ""),
+        (CLUSTER, "autoscaling.x-k8s.io", "capacitybuffers", "get patch", ""),
+        (CLUSTER, "autoscaling.x-k8s.io", "capacitybuffers", "get list watch", ""),
+        (CLUSTER, "autoscaling.x-k8s.io", "capacitybuffers/status", "patch", ""),
+        (CLUSTER, "", "podtemplates", "get list watch", ""),
+        (CLUSTER, "apps", "deployments", "get list watch", ""),
+        (CLUSTER, "apps", "statefulsets", "get list watch", ""),
+        (CLUSTER, "apps", "replicasets", "get list watch", ""),
         (CLUSTER, "", "nodes", "get list watch patch delete", ""),
         (CLUSTER, "", "pods", "list watch delete", ""),
         (CLUSTER, "", "pods/eviction", "create", ""),
@@ -147,6 +156,22 @@ NOT_EXERCISED = {
     ("karpenter.sh", "nodeoverlays", "list"): "only with the NodeOverlay feature gate on",
     ("karpenter.sh", "nodeoverlays", "watch"): "only with the NodeOverlay feature gate on",
     ("karpenter.sh", "nodeoverlays/status", "patch"): "only with the NodeOverlay feature gate on",
+    ("nodewright.io", "capacitywindows", "get"): "only when a CapacityWindow exists",
+    ("nodewright.io", "capacitywindows/status", "patch"): "only when a CapacityWindow exists",
+    ("autoscaling.x-k8s.io", "capacitybuffers", "get"): "only for a CapacityWindow on a CapacityBuffer",
+    ("autoscaling.x-k8s.io", "capacitybuffers", "patch"): "only for a CapacityWindow on a CapacityBuffer",
+    **{
+        (group, resource, verb): "only with the CapacityBuffer feature gate on"
+        for group, resource, verbs in (
+            ("autoscaling.x-k8s.io", "capacitybuffers", "get watch"),
+            ("autoscaling.x-k8s.io", "capacitybuffers/status", "patch"),
+            ("", "podtemplates", "get list watch"),
+            ("apps", "deployments", "get list watch"),
+            ("apps", "statefulsets", "get list watch"),
+            ("apps", "replicasets", "get list watch"),
+        )
+        for verb in verbs.split()
+    },
 }
 """Permissions the end-to-end scenario may leave unused, and when they are used; every other one it must use."""
 
@@ -154,6 +179,7 @@ ADMIN_AGGREGATE = {
     ("karpenter.sh", "nodepools"): "get list watch create update patch delete",
     ("karpenter.azure.com", "aksnodeclasses"): "get list watch create update patch delete",
     ("karpenter.sh", "nodeclaims"): "get list watch delete",
+    ("nodewright.io", "capacitywindows"): "get list watch create update patch delete",
 }
 """What the built-in `admin` ClusterRole gains: manage NodePools and AKSNodeClasses, see and delete NodeClaims."""
 
@@ -374,6 +400,12 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "patch aksnodeclasses.karpenter.azure.com",
             "list nodeoverlays.karpenter.sh",
             "patch nodeoverlays.karpenter.sh --subresource=status",
+            "list capacitywindows.nodewright.io",
+            "patch capacitywindows.nodewright.io --subresource=status",
+            "watch capacitybuffers.autoscaling.x-k8s.io --all-namespaces",
+            "patch capacitybuffers.autoscaling.x-k8s.io --subresource=status -n default",
+            "get podtemplates -n default",
+            "watch deployments.apps --all-namespaces",
             "list poddisruptionbudgets.policy --all-namespaces",
             "create events.events.k8s.io -n default",
             "patch events.events.k8s.io -n default",
@@ -398,6 +430,8 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "update nodepools.karpenter.sh --subresource=status",
             "update aksnodeclasses.karpenter.azure.com",
             "patch nodeoverlays.karpenter.sh",
+            "patch capacitywindows.nodewright.io",
+            "patch deployments.apps -n default",
             "patch nodeclaims.karpenter.sh --subresource=status",
             "watch daemonsets.apps --all-namespaces",
             "create events -n default",

@@ -30,10 +30,12 @@ def test_the_committed_crds_are_what_the_models_generate(directory: Path) -> Non
 def test_the_files_are_karpenters_names_and_read_back_as_the_definitions() -> None:
     files = crd_files()
     assert sorted(files) == [
+        "autoscaling.x-k8s.io_capacitybuffers.yaml",
         "karpenter.azure.com_aksnodeclasses.yaml",
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.sh_nodeoverlays.yaml",
         "karpenter.sh_nodepools.yaml",
+        "nodewright.io_capacitywindows.yaml",
     ]
     assert [yaml.safe_load(text) for text in files.values()] == custom_resource_definitions()
     assert all("&id" not in text and "*id" not in text for text in files.values()), "no YAML anchors"

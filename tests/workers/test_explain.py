@@ -408,3 +408,17 @@ def test_a_drifted_node_is_explained_with_the_field_that_changed() -> None:
     text = io.StringIO()
     render_text(story, text)
     assert f"disrupting via drift replace, terminating 1 nodes (n)\n    {detail}\n" in text.getvalue()
+
+
+def test_a_node_holding_buffer_room_is_explained_as_kept_for_its_capacity_buffer() -> None:
+    from activities.disruption import pass_record
+    from tests.core.disruption.fixtures import MOST_EXPENSIVE, NOW, bound, cluster, node_pair, nodepool, plan
+    from tests.core.disruption.test_buffers import with_buffer
+
+    snapshot = with_buffer(
+        cluster([nodepool()], [node_pair("a"), node_pair("c")], [bound("c", cpu="50")]), cpu="20", replicas=1
+    )
+    record = pass_record(plan(snapshot, [MOST_EXPENSIVE]), NOW)
+    [span] = disruption_spans([Pass(workflow_id="disruption/c", record=record)], "a", "a")
+    assert span.outcome == "kept"
+    assert 'Node "a" has buffer pods (kept for CapacityBuffer default/room)' in span.reasons

@@ -50,7 +50,7 @@ from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
 from tests.cluster import EXAMPLES, eventually, fresh_aks, unschedulable
 from workers.azure import cloud_provider
-from workers.controller import Controller
+from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.run import ControlPlane
 from workers.worker import build_worker
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -364,9 +364,25 @@ class System:
         """The lifecycle of a NodeClaim, once it has started."""
         return await started(self.client.get_workflow_handle_for(NodeClaimWorkflow.run, nodeclaim_id(name)))
 
-    def start_controller(self, metrics: Metrics | None = None, **provisioner: Any) -> Controller:
+    def start_controller(
+        self,
+        metrics: Metrics | None = None,
+        adoption_grace: float | None = None,
+        capacity_buffers: bool = False,
+        **provisioner: Any,
+    ) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
-        signal a test sees comes from a change the controller watched."""
+        signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
+        the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`); with
+        `capacity_buffers` (the gate), the controller and the worker's plans read CapacityBuffers."""
+        self.kube.capacity_buffers = capacity_buffers
+        adoption = (
+            lifecycle_adoption(
+                self.client, self.kube, self.task_queue, grace_seconds=adoption_grace, check_seconds=0.2
+            )
+            if adoption_grace is not None
+            else None
+        )
         controller = Controller(
             self.client,
             self.kube,
@@ -375,6 +391,8 @@ class System:
             debounce_seconds=0.05,
             requeue_seconds=30.0,
             metrics=metrics,
+            adoption=adoption,
+            capacity_buffers=capacity_buffers,
         )
         self._tasks.append(asyncio.create_task(controller.run()))
         return controller

@@ -13,6 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.kube import nodeclaim_object
+from activities.planning import LIFECYCLE_ANNOTATION
 from core import labels
 from core.api.nodeclaim import NodeClaim
 from core.cluster import ClusterAPI, WatchEvent
@@ -21,6 +23,7 @@ from core.messages import (
     TERMINATION_REASON_ANNOTATION,
     ActivityName,
     DeletionRequested,
+    LifecycleInput,
     LifecycleSettings,
     NodeEvent,
     Phase,
@@ -34,6 +37,7 @@ from tests.workflows.conftest import (
     FAST,
     System,
     activity_calls,
+    claim_requirements,
     decode,
     deployment,
     eventually,
@@ -47,8 +51,11 @@ from tests.workflows.conftest import (
     start_input,
     started,
 )
+from tests.workflows.test_disruption import events_about
+from workers.adoption import ADOPTED, LifecycleAdoption
 from workers.controller import Controller, deletion_requested
 from workers.controlplane.run import ControlPlane
+from workflows.nodeclaim import NodeClaimWorkflow
 
 ONLY_SIGNALS = LifecycleSettings(registration_ttl_seconds=120, poll_seconds=60, drain_retry_seconds=1)
 """A lifecycle that would look for itself only once a minute: anything quicker was a signal's doing."""
@@ -126,6 +133,29 @@ async def test_a_node_event_wakes_the_nodeclaim_workflow(
         temporal_env, task_queue, control_plane, small_delays(registration=1.5)
     ) as system:
         await wakes_on_node_event(system)
+
+
+async def test_a_lifecycle_told_its_unregistered_node_went_terminates_at_once(
+    temporal_env: WorkflowEnvironment, task_queue: str, control_plane: ControlPlane
+) -> None:
+    """What the controller's signal for a Node deleted before registration does: the lifecycle, which would look
+    again only after a minute and wait two for registration, ends at once and leaves nothing."""
+    async with running_system(
+        temporal_env, task_queue, control_plane, small_delays(registration=1.5)
+    ) as system:
+        claim = planned_claim(fresh_name("unregistered"), [offering("eastus-1")])
+        lifecycle = await system.start_nodeclaim(claim, ONLY_SIGNALS)
+        node = f"aks-{claim.name}"
+        await eventually(lambda: system.node(node), timeout=30, what="the Node joined")
+        status = await lifecycle.query(NodeClaimWorkflow.status)
+        assert status.phase is Phase.REGISTERING, "its lifecycle has not looked again yet"
+        await system.kube.delete_node(node)
+
+        await lifecycle.signal(NodeClaimWorkflow.node_event, NodeEvent(node=node, deleting=True))
+
+        result = await asyncio.wait_for(lifecycle.result(), 30)
+        assert (result.phase, result.termination_reason) == (Phase.TERMINATED, TerminationReason.NODE_DELETED)
+        assert await eventually(lambda: system.gone(claim.name, node), what="the VM, Node and NodeClaim gone")
 
 
 async def test_a_node_that_registers_at_once_still_wakes_the_nodeclaim_workflow(system: System) -> None:
@@ -337,6 +367,56 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
     assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}
 
 
+async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecycle_at_once() -> None:
+    client = Signals()
+    controller = Controller(
+        client=cast(Client, client),
+        cluster=cast(ClusterAPI, None),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+        "status": {"providerID": "azure:///vm/aks-default-abcde"},
+    }
+    await controller.handle(_watched("NodeClaim", claim, 1))
+    node = _node(False, [labels.UNREGISTERED_TAINT], "1")
+    await controller.handle(_watched("Node", node, 2))
+    # Deleted by hand before the lifecycle registered it: no finalizer held it, so the watch's only word of it
+    # is its disappearance.
+    await controller.handle(_watched("Node", node, 3).model_copy(update={"type": WatchEventType.DELETED}))
+    await controller.sent()
+
+    told = [(workflow, name, event.node, event.deleting) for workflow, name, event in client.sent]
+    assert told == [
+        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", False),
+        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", True),
+    ]
+
+    # A registered NodeClaim's Node is deleted through its finalizer, or by the lifecycle itself: its vanishing
+    # tells the lifecycle nothing new, and costs no signal.
+    client.sent.clear()
+    registered = [{"type": "Registered", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    again = {**claim, "metadata": {"name": "default-fghij"}}
+    again["status"] = {"providerID": "azure:///vm/aks-default-fghij", "conditions": registered}
+    await controller.handle(_watched("NodeClaim", again, 4))
+    other = _node(True, [], "1")
+    other["metadata"]["name"], other["spec"]["providerID"] = (
+        "aks-default-fghij",
+        "azure:///vm/aks-default-fghij",
+    )
+    await controller.handle(_watched("Node", other, 5))
+    await controller.handle(_watched("Node", other, 6).model_copy(update={"type": WatchEventType.DELETED}))
+    await controller.sent()
+    assert [event.deleting for _, _, event in client.sent] == [False]
+
+
 class StatusWrites:
     """A ClusterAPI that records AKSNodeClass status writes."""
 
@@ -390,3 +470,92 @@ async def test_the_controller_writes_the_localdns_state_of_each_aksnodeclass_whe
         ("required", {"localDNSState": "Enabled"}),
         ("preferred", {"localDNSState": "Disabled"}),
     ]
+
+
+# --- a NodeClaim its plan did not start the lifecycle of ------------------------------------------------------
+
+
+async def _orphan(system: System, prefix: str) -> str:
+    """A NodeClaim created as a plan creates it (with its lifecycle input) whose lifecycle was never started, as
+    when the plan's attempt is given up between the two."""
+    claim = planned_claim(fresh_name(prefix), [offering("eastus-1")])
+    request = LifecycleInput(cluster=system.cluster, nodeclaim=claim, settings=FAST)
+    nodeclaim = nodeclaim_object(claim, "default", claim_requirements(claim))
+    nodeclaim.metadata.annotations[LIFECYCLE_ANNOTATION] = request.model_dump_json()
+    await system.kube.create_nodeclaim(nodeclaim)
+    return claim.name
+
+
+async def test_a_nodeclaim_whose_plan_stopped_before_its_lifecycle_gets_one(system: System) -> None:
+    name = await _orphan(system, "orphan")
+    system.start_controller(adoption_grace=0.5)
+
+    lifecycle = await system.nodeclaim_workflow(name)
+    status = await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=20, what="running")
+    assert status.node == f"aks-{name}"
+    [note] = await events_about(system, name, ADOPTED)
+    assert note.startswith(f"Started the lifecycle of NodeClaim {name}")
+
+
+async def test_a_deleted_nodeclaim_without_a_lifecycle_is_cleaned_up_by_one(system: System) -> None:
+    name = await _orphan(system, "orphan-deleted")
+    await system.kube.delete_nodeclaim(name)  # its finalizer holds it: nobody would ever remove it
+    assert await system.nodeclaim(name) is not None
+    system.start_controller(adoption_grace=0.5)
+
+    lifecycle = await system.nodeclaim_workflow(name)
+    result = await asyncio.wait_for(lifecycle.result(), 20)
+    assert result.phase is Phase.TERMINATED
+    assert await eventually(lambda: system.gone(name, f"aks-{name}"), timeout=10, what="gone")
+
+
+async def test_a_lifecycle_that_runs_or_ran_is_never_started_again(system: System) -> None:
+    system.start_controller(adoption_grace=0.5)
+    claim = planned_claim(fresh_name("kept"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim, FAST)
+    await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), timeout=20, what="running")
+
+    adoption = LifecycleAdoption(
+        system.client, system.kube, _never_started, deletion_requested, grace_seconds=0.0
+    )
+    nodeclaim = await system.nodeclaim(claim.name)
+    assert nodeclaim is not None
+    assert await adoption.check(nodeclaim) is False  # running
+
+    await lifecycle.terminate("a test")
+    assert await adoption.check(nodeclaim) is False  # ran and ended: not started again
+    assert (await lifecycle.describe()).run_id == lifecycle.result_run_id
+    assert not await events_about(system, claim.name, ADOPTED)
+
+
+async def _never_started(request: LifecycleInput, deletion: DeletionRequested | None) -> None:
+    raise AssertionError(f"started the lifecycle of {request.nodeclaim.name}")
+
+
+def test_a_nodeclaim_is_checked_only_after_its_plan_had_the_grace_to_start_it() -> None:
+    adoption = LifecycleAdoption(
+        cast(Client, None), cast(ClusterAPI, None), _never_started, deletion_requested, grace_seconds=30
+    )
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def claim(name: str, conditions: list[dict[str, str]], annotated: bool = True) -> dict[str, Any]:
+        annotations = {LIFECYCLE_ANNOTATION: "{}"} if annotated else {}
+        return {
+            "metadata": {"name": name, "annotations": annotations, "creationTimestamp": created.isoformat()},
+            "spec": {
+                "requirements": [],
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+            },
+            "status": {"conditions": conditions},
+        }
+
+    launched = [
+        {"type": "Launched", "status": "Unknown", "reason": "x", "lastTransitionTime": created.isoformat()}
+    ]
+    adoption.observe(_watched("NodeClaim", claim("waiting", []), 1))
+    adoption.observe(_watched("NodeClaim", claim("launching", launched), 2))
+    adoption.observe(_watched("NodeClaim", claim("by-hand", [], annotated=False), 3))
+    assert adoption.due(created + timedelta(seconds=29)) == []
+    assert [c.name for c in adoption.due(created + timedelta(seconds=30))] == ["waiting"]
+    adoption.observe(_watched("NodeClaim", claim("waiting", launched), 4))
+    assert adoption.due(created + timedelta(seconds=30)) == []

@@ -175,3 +175,35 @@ async def _nic_requested(system: System) -> bool:
 
 async def deleted_claim(system: System, name: str) -> Any:
     return system.deleted_claim(name)
+
+
+async def test_a_launch_retried_after_its_nodeclaim_was_deleted_makes_no_vm(system: System) -> None:
+    """A launch attempt that runs after the NodeClaim's deletion (a retry, or one that outlived its lifecycle's
+    wait) looks first, and makes nothing: no VM is made for a NodeClaim being deleted, or made again after its
+    termination deleted it."""
+    await system.apply_examples()
+    # Azure refuses the VM's create (500, so the launch is retried) until the NodeClaim is deleted.
+    await system.aks.add_fault(Fault.transient(500, method="PUT", resource="virtualMachines"))
+    claim = planned_claim(fresh_name("retried"), [offering("eastus-1")])
+    lifecycle = await system.start_nodeclaim(claim)
+    # Once an attempt has failed (it says so on the NodeClaim), the NodeClaim goes, then the fault: every attempt
+    # that looked before the deletion meets the fault.
+    await eventually(lambda: _launch_failing(system, claim.name), timeout=SLOW, what="an attempt failed")
+    await system.kube.delete_nodeclaim(claim.name)  # no controller: the lifecycle hears of it from its launch
+    await system.aks.clear_faults()
+
+    result = await asyncio.wait_for(lifecycle.result(), SLOW)
+
+    assert (result.phase, result.termination_reason) == (
+        Phase.TERMINATED,
+        TerminationReason.NODECLAIM_DELETED,
+    )
+    assert (await system.aks.counters()).vms_created == 0
+    assert await system.gone(claim.name)
+    assert await eventually(lambda: _none_left(system), what="its NIC deleted")
+
+
+async def _launch_failing(system: System, name: str) -> bool:
+    claim = await system.nodeclaim(name)
+    launched = claim.status.condition("Launched") if claim is not None else None
+    return launched is not None and (launched.status, launched.reason) == ("Unknown", "LaunchFailed")

@@ -445,7 +445,16 @@ def _bootstrap(plane: ControlPlane, crds: Path | None, timeout: float) -> None:
     plane.apply([plane.bootstrap_token.secret(), *BOOTSTRAP_BINDINGS])
     if crds is not None and crds.is_dir() and any(crds.glob("*.yaml")):
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
-        plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+        def established() -> bool:
+            # `kubectl wait` fails at once, rather than waiting, on a CRD whose status has no conditions yet (one
+            # just created, on a busy machine): ask again until every CRD is Established.
+            done = plane.kubectl(
+                "wait", "--for=condition=Established", "--timeout=10s", "crd", "--all", check=False
+            )
+            return done.returncode == 0
+
+        _wait_until(plane, "the CRDs (Established)", established, 60)
 
     def default_service_account() -> bool:
         return plane.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0

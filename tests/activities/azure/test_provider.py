@@ -688,14 +688,65 @@ async def test_a_short_throttle_is_honoured_and_the_launch_goes_through(world: W
 
 
 @pytest.mark.parametrize("client_options", [{"retry_total": 0}])
-async def test_a_server_error_is_transient_and_cleaned_up(world: World) -> None:
-    world.arm.state.add_fault(Fault.transient(503, method="PUT", resource="virtualMachines"))
+async def test_a_server_error_is_transient_and_leaves_the_nic_to_the_retry(world: World) -> None:
+    world.arm.state.add_fault(Fault.transient(503, method="PUT", resource="virtualMachines", times=1))
 
     with pytest.raises(TransientError, match="ServiceUnavailable"):
         await world.provider.create(launch())
+    assert world.arm.state.nic("aks-default-abc12") is not None, "a 5xx says nothing of what was made"
 
+    instance = await world.provider.create(launch())
+    counters = world.arm.state.counters
+    assert instance.state is InstanceState.RUNNING
+    assert (counters.nics_created, counters.nics_deleted, counters.vms_created) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("client_options", [{"retry_total": 0}])
+async def test_a_failed_poll_of_the_vm_create_leaves_the_vm_to_the_retry_which_adopts_it(
+    world: World,
+) -> None:
+    state = world.arm.state
+    state.add_fault(Fault.slow(polls=3, method="PUT", resource="virtualMachines", times=1))
+    launching = asyncio.create_task(world.provider.create(launch()))
+    await world.creating_vm.wait()
+    state.add_fault(Fault.transient(500, method="GET", resource="operations", times=1))
+    with pytest.raises(TransientError, match="InternalServerError"):
+        await launching
+    vm = state.vm("aks-default-abc12")
+    assert vm is not None, "the VM being made is not deleted on a failed poll"
+
+    instance = await world.provider.create(launch())
+
+    assert instance.state is InstanceState.RUNNING
+    assert state.counters.vms_created_again == [], "the retry adopts the VM rather than making it again"
+    assert (state.counters.vms_created, state.counters.vms_deleted) == (1, 0)
+    assert world.requests("PUT virtualMachines") == 1
+
+
+@pytest.mark.parametrize("client_options", [{"retry_total": 0}])
+async def test_a_launch_whose_vm_is_deleted_while_it_waits_makes_no_second_vm(world: World) -> None:
+    # An attempt that outlived its lifecycle's launch (whose clean-up deleted the VM) must not make it again.
+    await crash_mid_launch(world, polls_after=1000)
+    waiting = asyncio.create_task(world.provider.create(launch()))
+    await asyncio.sleep(0.2)
+    world.arm.state.vanish(GROUP, "aks-default-abc12")  # gone between two of the attempt's looks
+
+    with pytest.raises(TransientError, match="deleted while being created"):
+        await asyncio.wait_for(waiting, 10)
+
+    state = world.arm.state
+    assert state.vm("aks-default-abc12") is None
+    assert (state.counters.vms_created, state.counters.vms_created_again) == (1, [])
+
+
+async def test_a_vm_whose_provisioning_failed_is_cleaned_up_at_once(world: World) -> None:
+    world.arm.state.add_fault(Fault.fail_late("InternalExecutionError", times=1))
+
+    with pytest.raises(TransientError, match="InternalExecutionError"):
+        await world.provider.create(launch())
+
+    assert world.arm.state.vm("aks-default-abc12") is None
     assert world.arm.state.nic("aks-default-abc12") is None
-    assert world.arm.state.counters.nics_deleted == 1
 
 
 # --- the bootstrap secret ------------------------------------------------------------------------------

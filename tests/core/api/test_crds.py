@@ -213,8 +213,12 @@ def test_names_are_karpenters() -> None:
     assert "shortNames" not in names["NodePool"] and "shortNames" not in names["NodeClaim"]
     assert DEFINITIONS["NodeOverlay"]["metadata"]["name"] == "nodeoverlays.karpenter.sh"
     assert names["NodeOverlay"]["shortNames"] == ["overlays"]
+    # nodewright's own extension is in its own group and category, outside Karpenter's.
+    assert DEFINITIONS["CapacityWindow"]["metadata"]["name"] == "capacitywindows.nodewright.io"
+    assert names.pop("CapacityWindow")["categories"] == ["nodewright"]
+    categories = {"NodeOverlay": ["karpenter"], "CapacityBuffer": ["autoscaling"]}
     for kind, name in names.items():
-        assert name["categories"] == (["karpenter"] if kind == "NodeOverlay" else ["karpenter", "nap"])
+        assert name["categories"] == categories.get(kind, ["karpenter", "nap"])
         assert name["listKind"] == f"{kind}List"
         assert name["singular"] == kind.lower()
     versions = {kind: [v["name"] for v in d["spec"]["versions"]] for kind, d in DEFINITIONS.items()}
@@ -223,6 +227,8 @@ def test_names_are_karpenters() -> None:
         "NodeClaim": ["v1"],
         "AKSNodeClass": ["v1beta1", "v1alpha2"],
         "NodeOverlay": ["v1alpha1"],
+        "CapacityWindow": ["v1alpha1"],
+        "CapacityBuffer": ["v1beta1"],
     }
 
 
