@@ -32,7 +32,7 @@ test: lint binaries
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduling.py
 
-# RUNS=200,1000,3000 adds the run of 3,000 pods (see the README's Lifecycle section for how long it takes).
+# RUNS=200,1000,3000 adds the run of 3,000 pods (see docs/benchmarks.md, Lifecycle, for how long it takes).
 RUNS ?= 200,1000
 # PEER=karpenter also runs Karpenter's kwok controller (built once, on first use, not by `make binaries`) and the
 # floor (Nodes made by the benchmark) on the same pods, and prints the three rows and the ratios.

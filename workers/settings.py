@@ -98,7 +98,7 @@ class TemporalConnection:
 
 
 class Settings(BaseSettings):
-    """Where Temporal and the Kubernetes API server are, and the provisioner's timings; see README for each
+    """Where Temporal and the Kubernetes API server are, and the provisioner's timings; see docs/operations.md for each
     variable."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, populate_by_name=True)
