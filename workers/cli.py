@@ -236,7 +236,7 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.demo import run_demo
-    from workers.walkthrough import DemoOptions
+    from workers.demo.walkthrough import DemoOptions
 
     record = Path(args.record_histories) if args.record_histories else None
     directory = Path(args.dir) if args.dir else None

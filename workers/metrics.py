@@ -229,7 +229,7 @@ def update_cluster_state(metrics: Metrics, manifests: Manifests, startup: PodSta
                     resource_value(resource, amount)
                 )
     for pool in manifests.nodepools:
-        # As Karpenter's: what the NodePool's status says it has provisioned (`workers.nodepool_status`).
+        # As Karpenter's: what the NodePool's status says it has provisioned (`workers.controller.nodepool_status`).
         for resource, amount in parse_resources(pool.status.resources).items():
             metrics.nodepools_usage.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
                 resource_value(resource, amount)

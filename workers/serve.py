@@ -192,11 +192,11 @@ async def serve_worker(
 async def serve_controller(settings: Settings, connection: TemporalConnection) -> None:
     from activities.metrics import default_metrics
     from core.static_messages import StaticPoolInput
-    from workers.capacity_windows import CapacityWindows
     from workers.consolidate import disruption_input
     from workers.controller import Controller, lifecycle_adoption
+    from workers.controller.capacity_windows import CapacityWindows
+    from workers.controller.static_pools import StaticPools
     from workers.leader import LeaderElectionConfig, LeaderElector
-    from workers.static_pools import StaticPools
 
     for gate in settings.gates.unsupported():
         logger.warning(

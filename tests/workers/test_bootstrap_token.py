@@ -22,7 +22,7 @@ from typing import Any
 from activities.azure.names import NodeNames
 from activities.kubeclient import KubernetesCluster
 from workers.demo import record_histories, system
-from workers.walkthrough import EXAMPLES, DemoOptions
+from workers.demo.walkthrough import EXAMPLES, DemoOptions
 from workers.worker import connect
 
 STEP_TIMEOUT = 60.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.cluster import EventType, WatchEvent
-from workers.capacity_buffers import GATE_DISABLED, CapacityBuffers
+from workers.controller.capacity_buffers import GATE_DISABLED, CapacityBuffers
 
 
 class Cluster:

@@ -7,7 +7,7 @@ import sysconfig
 from pathlib import Path
 
 from workers.demo import explore_exports
-from workers.walkthrough import DemoOptions
+from workers.demo.walkthrough import DemoOptions
 
 
 def test_the_exports_put_kubectl_and_nodewright_on_the_path(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from core.api.aksnodeclass import AKSNodeClass
-from workers.demo_disruption import newer_image, status_images
+from workers.demo.disruption import newer_image, status_images
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "nodepool.yaml"
 

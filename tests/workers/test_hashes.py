@@ -12,7 +12,7 @@ from core.api.hashes import nodepool_stamp
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.errors import TransientError
-from workers.hashes import reconcile_hash
+from workers.controller.hashes import reconcile_hash
 
 POOL: dict[str, Any] = {
     "apiVersion": "karpenter.sh/v1",

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from tests.cluster import eventually
-from workers.nodepool_status import NodePoolStatusWriter
+from workers.controller.nodepool_status import NodePoolStatusWriter
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 REF = {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"}

@@ -7,7 +7,7 @@ from typing import Any
 from core import labels
 from core.cluster import EventType, WatchEvent
 from core.static_messages import StaticPoolChanged, StaticPoolInput
-from workers.static_pools import GATE_DISABLED, StaticPools
+from workers.controller.static_pools import GATE_DISABLED, StaticPools
 
 
 class Client:

@@ -373,7 +373,7 @@ class System:
     ) -> Controller:
         """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
         signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
-        the lifecycle of a NodeClaim left without one that long after its creation (`workers.adoption`); with
+        the lifecycle of a NodeClaim left without one that long after its creation (`workers.controller.adoption`); with
         `capacity_buffers` (the gate), the controller and the worker's plans read CapacityBuffers."""
         self.kube.capacity_buffers = capacity_buffers
         adoption = (

@@ -18,9 +18,9 @@ from core.static_messages import StaticPoolInput
 from tests.cluster import events, eventually
 from tests.workflows.conftest import FAST, TIMER, System, fresh_name, step_summaries
 from tests.workflows.test_static import POOL, ready_nodes, static_pool
-from workers.capacity_windows import CapacityWindows
 from workers.controller import Controller
-from workers.static_pools import StaticPools
+from workers.controller.capacity_windows import CapacityWindows
+from workers.controller.static_pools import StaticPools
 from workflows.capacity_window import CapacityWindowWorkflow, capacity_window_id
 
 NODEPOOL = Target(kind="NodePool", api_version="karpenter.sh/v1", name=POOL)

@@ -52,8 +52,8 @@ from tests.workflows.conftest import (
     started,
 )
 from tests.workflows.test_disruption import events_about
-from workers.adoption import ADOPTED, LifecycleAdoption
 from workers.controller import Controller, deletion_requested
+from workers.controller.adoption import ADOPTED, LifecycleAdoption
 from workers.controlplane.run import ControlPlane
 from workflows.nodeclaim import NodeClaimWorkflow
 

@@ -16,7 +16,7 @@ from core.static_messages import StaticPoolInput
 from tests.cluster import events, eventually
 from tests.workflows.conftest import FAST, INSTANCE_TYPE, System, current_details, started, step_summaries
 from workers.controller import Controller
-from workers.static_pools import GATE_DISABLED, StaticPools
+from workers.controller.static_pools import GATE_DISABLED, StaticPools
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.static import StaticNodePoolWorkflow, static_id
 

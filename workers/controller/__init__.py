@@ -11,13 +11,13 @@
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
-- It writes NodePool status as Karpenter does (`workers.nodepool_status`): resources, nodes and the Ready,
+- It writes NodePool status as Karpenter does (`workers.controller.nodepool_status`): resources, nodes and the Ready,
   ValidationSucceeded and NodeClassReady conditions, from what it watches.
-- It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.capacity_windows`).
-- A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.hashes`).
-- A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.adoption`).
+- It keeps one Temporal Schedule per CapacityWindow, and the window's status (`workers.controller.capacity_windows`).
+- A NodePool or AKSNodeClass gets its static-drift hash annotations when its spec changed (`workers.controller.hashes`).
+- A NodeClaim whose plan stopped before starting its lifecycle gets one (`workers.controller.adoption`).
 - With the CapacityBuffer gate on, CapacityBuffers get their status, and the ready ones wake the provisioner
-  (`workers.capacity_buffers`).
+  (`workers.controller.capacity_buffers`).
 - Every few seconds it recomputes Karpenter's cluster-state gauges (nodes, their allocatable and requests,
   NodePool usage and limits) from the objects its watch keeps, without asking the API server.
 """
@@ -54,13 +54,13 @@ from core.messages import (
     TerminationReason,
 )
 from core.scheduling.nominations import held_until, in_flight, nominated_pods
-from workers.adoption import LifecycleAdoption
-from workers.capacity_buffers import CapacityBuffers
-from workers.capacity_windows import CapacityWindows
-from workers.hashes import HASHED_KINDS, reconcile_hash
+from workers.controller.adoption import LifecycleAdoption
+from workers.controller.capacity_buffers import CapacityBuffers
+from workers.controller.capacity_windows import CapacityWindows
+from workers.controller.hashes import HASHED_KINDS, reconcile_hash
+from workers.controller.nodepool_status import NodePoolStatusWriter
+from workers.controller.static_pools import StaticPools
 from workers.metrics import WatchedClusterState, keep_cluster_state
-from workers.nodepool_status import NodePoolStatusWriter
-from workers.static_pools import StaticPools
 from workers.worker import start_lifecycle
 from workflows.disruption import DisruptionWorkflow, disruption_id
 from workflows.maintenance import nodeclass_status_id

@@ -23,7 +23,7 @@ from core import labels
 from core.api.aksnodeclass import AKSNodeClass
 from core.messages import DisruptionInput, DisruptionMode, DisruptionSettings
 from workers.consolidate import consolidate
-from workers.walkthrough import Walkthrough
+from workers.demo.walkthrough import Walkthrough
 
 WEB_REPLICAS = 3
 WEB_MIN_AVAILABLE = 2

@@ -9,8 +9,8 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from workers.demo_static import STATIC_POOL, static_ready
-from workers.walkthrough import TASK_QUEUE, Walkthrough
+from workers.demo.static import STATIC_POOL, static_ready
+from workers.demo.walkthrough import TASK_QUEUE, Walkthrough
 from workflows.ids import capacity_window_id
 
 WINDOW = "demo-window"

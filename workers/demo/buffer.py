@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core import labels
 from core.api.nodeclaim import NodeClaimConditionType
-from workers.walkthrough import Walkthrough
+from workers.demo.walkthrough import Walkthrough
 
 CHUNKS = 2
 INSTANCE_TYPE = "Standard_D4as_v5"

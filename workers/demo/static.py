@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core import labels
 from core.api.nodeclaim import NodeClaimConditionType
-from workers.walkthrough import Walkthrough
+from workers.demo.walkthrough import Walkthrough
 
 STATIC_POOL = "static"
 STATIC_NODEPOOL = f"""apiVersion: karpenter.sh/v1

@@ -1,6 +1,6 @@
 """What the demo's steps share: its options, and a `Walkthrough` that runs the built kubectl, waits for a state
 while printing `kubectl get nodeclaims` as it changes, and reads pods. The steps themselves are in `workers.demo`
-(scale-ups, node deletion) and `workers.demo_disruption` (consolidation, emptiness, drift, a dry run)."""
+(scale-ups, node deletion) and `workers.demo.disruption` (consolidation, emptiness, drift, a dry run)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from core.api.kube import Pod
 from core.api.nodeclaim import NodeClaim
 from workers.simulated_aks import SimulatedAks
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "deploy" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 TASK_QUEUE = "nodewright-demo"
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from core import labels
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from workers.demo.walkthrough import Walkthrough
 from workers.explain import explain, render_text
-from workers.walkthrough import Walkthrough
 
 OVERLAY_POOL = "overlay"
 APP = "overlay-demo"

@@ -40,29 +40,29 @@ from core.messages import (
 )
 from core.static_messages import StaticPoolInput
 from workers.azure import cloud_provider, price_settings
-from workers.capacity_windows import CapacityWindows
 from workers.controller import Controller, lifecycle_adoption
+from workers.controller.capacity_windows import CapacityWindows
+from workers.controller.static_pools import StaticPools
 from workers.controlplane.build import cache_root, ensure_binaries
-from workers.demo_buffer import buffer_step
-from workers.demo_disruption import (
+from workers.demo.buffer import buffer_step
+from workers.demo.disruption import (
     WEB_REPLICAS,
     consolidation_steps,
     drift_step,
     dry_run_step,
     template_drift_step,
 )
-from workers.demo_interruption import spot_eviction_step
-from workers.demo_overlay import overlay_step
-from workers.demo_static import static_step
-from workers.demo_window import window_finish, window_start
+from workers.demo.interruption import spot_eviction_step
+from workers.demo.overlay import overlay_step
+from workers.demo.static import static_step
+from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
+from workers.demo.window import window_finish, window_start
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
 from workers.schedules import ensure_schedules, refresh_catalog_now
 from workers.simulated_aks import SimulatedAks, local_aks
-from workers.static_pools import StaticPools
 from workers.temporal_server import DevServer
-from workers.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.worker import build_worker, connect
 
 

@@ -15,7 +15,7 @@ import time
 from core import labels
 from core.api.kube import Pod, is_daemonset_pod
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
-from workers.walkthrough import Walkthrough
+from workers.demo.walkthrough import Walkthrough
 from workflows.provisioner import ProvisionerWorkflow, provisioner_id
 
 
