@@ -202,7 +202,8 @@ class DevServer:
         if self.ui:
             self.ui_port = self._claim_port(self.ui_port)
         args = self.arguments()
-        self._log = open(self.log_path, "ab") if self.log_path else tempfile.TemporaryFile()  # noqa: SIM115
+        # Readable too: a start that fails quotes the log's tail.
+        self._log = open(self.log_path, "ab+") if self.log_path else tempfile.TemporaryFile()  # noqa: SIM115
         self._process = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,

@@ -149,6 +149,13 @@ async def test_dev_server_failing_to_start_shows_its_log() -> None:
         await DevServer(log_level="bogus").start()
 
 
+async def test_dev_server_failing_to_start_shows_the_log_file_it_was_given(tmp_path: Path) -> None:
+    # A log file of its own (the chaos benchmark's): read back for the tail, not only appended to.
+    server = DevServer(log_level="bogus", log_path=tmp_path / "temporal.log")
+    with pytest.raises(DevServerError, match=r"exited with code \d+(.|\n)*its log ends with:(.|\n)*bogus"):
+        await server.start()
+
+
 async def test_dev_server_refuses_a_port_in_use(temporal_env: WorkflowEnvironment) -> None:
     port = int(temporal_env.client.service_client.config.target_host.rsplit(":", 1)[1])
     with pytest.raises(DevServerError, match=f"cannot listen on 127.0.0.1:{port}"):
