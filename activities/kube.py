@@ -414,7 +414,12 @@ class KubeActivities:
         if not pods:
             if claim is None:
                 return DrainResult(remaining=0)
-            settle = timedelta(seconds=request.min_drain_seconds) - draining_for(claim, datetime.now(UTC))
+            # Once drained (a retried attempt finds Drained=True), `draining_for` is forever: nothing to wait.
+            minimum, drained_for = (
+                timedelta(seconds=request.min_drain_seconds),
+                draining_for(claim, datetime.now(UTC)),
+            )
+            settle = minimum - drained_for if drained_for < minimum else timedelta(0)
             if settle > timedelta(0):
                 return DrainResult(remaining=0, settle_seconds=settle.total_seconds())
             await mark_nodeclaim(self.cluster, request.nodeclaim, "Drained", "True")

@@ -43,6 +43,12 @@ async def test_a_drained_node_counts_as_drained_only_after_the_minimum_drain_tim
     assert drained.last_transition_time is not None and draining.last_transition_time is not None
     assert drained.last_transition_time >= draining.last_transition_time
 
+    # An attempt retried after one that marked it Drained (its worker killed before it answered) is done too.
+    again = await environment.run(
+        activities.drain_node, DrainInput(node=node, nodeclaim=name, min_drain_seconds=5)
+    )
+    assert (again.remaining, again.settle_seconds) == (0, 0)
+
 
 async def test_registration_and_initialization_say_what_they_wait_for(aks: SimulatedAks) -> None:
     name, _ = await planned_claim(aks)
