@@ -95,4 +95,3 @@ def test_a_thread_interrupted_while_it_logs_leaves_the_others_logging(logger: lo
     assert logs_within(logger, "the event loop's next line"), "logging hangs after the interruption"
     lines = stream.getvalue().splitlines()
     assert "a slow line" in lines and "the event loop's next line" in lines
-
