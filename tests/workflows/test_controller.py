@@ -552,10 +552,10 @@ def test_a_nodeclaim_is_checked_only_after_its_plan_had_the_grace_to_start_it() 
     launched = [
         {"type": "Launched", "status": "Unknown", "reason": "x", "lastTransitionTime": created.isoformat()}
     ]
-    adoption.observe(_watched("NodeClaim", claim("waiting", []), 1))
-    adoption.observe(_watched("NodeClaim", claim("launching", launched), 2))
-    adoption.observe(_watched("NodeClaim", claim("by-hand", [], annotated=False), 3))
+    adoption.observe(NodeClaim.parse(claim("waiting", [])))
+    adoption.observe(NodeClaim.parse(claim("launching", launched)))
+    adoption.observe(NodeClaim.parse(claim("by-hand", [], annotated=False)))
     assert adoption.due(created + timedelta(seconds=29)) == []
     assert [c.name for c in adoption.due(created + timedelta(seconds=30))] == ["waiting"]
-    adoption.observe(_watched("NodeClaim", claim("waiting", launched), 4))
+    adoption.observe(NodeClaim.parse(claim("waiting", launched)))
     assert adoption.due(created + timedelta(seconds=30)) == []

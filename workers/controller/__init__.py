@@ -232,8 +232,6 @@ class Controller:
         if self.state is not None:
             self.state.observe(event)
         self.statuses.observe(event)
-        if self.adoption is not None:
-            self.adoption.observe(event)
         if self.static is not None:
             await self.static.observe(event)
         await self.buffers.observe(event)
@@ -244,8 +242,13 @@ class Controller:
             self._told.pop(event.name, None)
             self._initialized.discard(event.name)
             self._registering.discard(event.name)
+            if self.adoption is not None:
+                self.adoption.forget(event.name)
         elif event.kind == "NodeClaim":
-            await self._nodeclaim(NodeClaim.parse(event.object))
+            claim = NodeClaim.parse(event.object)
+            if self.adoption is not None:
+                self.adoption.observe(claim)
+            await self._nodeclaim(claim)
         elif event.kind == "Node" and event.type is EventType.DELETED:
             self._unclaimed_nodes = {
                 p: n for p, n in self._unclaimed_nodes.items() if n.metadata.name != event.name

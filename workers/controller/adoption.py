@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.kube import kube_event
 from activities.planning import LIFECYCLE_ANNOTATION
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
-from core.cluster import ClusterAPI, EventType, WatchEvent
+from core.cluster import ClusterAPI
 from core.messages import DeletionRequested, LifecycleInput
 from workflows.provisioner import nodeclaim_id
 
@@ -64,21 +64,20 @@ class LifecycleAdoption:
         self._checked: set[str] = set()
         """NodeClaims whose lifecycle this process found or started."""
 
-    def observe(self, event: WatchEvent) -> None:
-        if event.kind != "NodeClaim":
+    def observe(self, claim: NodeClaim) -> None:
+        """A NodeClaim the controller's watch added or changed (parsed once, by the controller)."""
+        if claim.name in self._checked:
             return
-        if event.type is EventType.DELETED:
-            self._pending.pop(event.name, None)
-            self._checked.discard(event.name)
-            return
-        if event.name in self._checked:
-            return
-        claim = NodeClaim.parse(event.object)
         launched = any(c.type == NodeClaimConditionType.LAUNCHED for c in claim.status.conditions)
         if launched or LIFECYCLE_ANNOTATION not in claim.metadata.annotations:
-            self._pending.pop(event.name, None)
+            self._pending.pop(claim.name, None)
             return
-        self._pending[event.name] = claim
+        self._pending[claim.name] = claim
+
+    def forget(self, name: str) -> None:
+        """A NodeClaim the watch saw deleted."""
+        self._pending.pop(name, None)
+        self._checked.discard(name)
 
     def due(self, now: datetime) -> list[NodeClaim]:
         """The NodeClaims whose plan had `grace` to start their lifecycle, oldest first."""
