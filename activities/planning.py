@@ -205,6 +205,21 @@ def drift_hashes(pool: NodePool | None, nodeclasses: Mapping[str, AKSNodeClass])
     return nodeclaim_hash_annotations(pool, nodeclass)
 
 
+async def create_nodeclaim(
+    cluster: ClusterAPI, nodeclaim: NodeClaim, planned: PlannedNodeClaim, log: logging.Logger
+) -> None:
+    """Create a planned NodeClaim and log Karpenter's "created nodeclaim" line for it on `log`."""
+    await cluster.create_nodeclaim(nodeclaim)
+    karpenter_log(
+        log,
+        "created nodeclaim",
+        NodePool=planned.nodepool,
+        NodeClaim=planned.name,
+        requests=planned.requests,
+        **{"instance-types": planned.instance_types},
+    )
+
+
 CONCURRENT_CALLS = 32
 """Calls a plan keeps in flight at once (creations, events, lifecycle starts)."""
 
@@ -352,23 +367,12 @@ class PlanningActivities:
                 pods=sum(summary.pod_count for summary in summaries),
             )
 
-        async def create(nodeclaim: NodeClaim, summary: NodeClaimSummary) -> None:
-            await self.cluster.create_nodeclaim(nodeclaim)
-            # Logged here, not by the provisioner: thousands of lines in one workflow task outlast the SDK's
-            # 2 s deadlock detection on a busy worker, and the task then fails and is retried forever.
-            karpenter_log(
-                logger,
-                "created nodeclaim",
-                NodePool=summary.nodepool,
-                NodeClaim=summary.name,
-                requests=summary.requests,
-                **{"instance-types": summary.instance_types},
-            )
-
+        # Logged here, not by the provisioner: thousands of lines in one workflow task outlast the SDK's 2 s
+        # deadlock detection on a busy worker, and the task then fails and is retried forever.
         await concurrently(
             [
-                create(nodeclaim, summary)
-                for (nodeclaim, _, _), summary in zip(decisions, summaries, strict=True)
+                create_nodeclaim(self.cluster, nodeclaim, lifecycle.nodeclaim, logger)
+                for nodeclaim, lifecycle, _ in decisions
             ]
         )
         for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):

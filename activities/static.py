@@ -20,6 +20,7 @@ from activities.planning import (
     PLAN_LABEL,
     PlanningActivities,
     concurrently,
+    create_nodeclaim,
     lifecycle_nodeclaim,
     nodeclaim_suffix,
     planned,
@@ -164,15 +165,7 @@ class StaticActivities(PlanningActivities):
             lifecycles.append((nodeclaim, lifecycle))
 
         async def create(nodeclaim: NodeClaim, lifecycle: LifecycleInput) -> None:
-            await self.cluster.create_nodeclaim(nodeclaim)
-            karpenter_log(
-                logger,
-                "created nodeclaim",
-                NodePool=pool.name,
-                NodeClaim=nodeclaim.name,
-                requests=lifecycle.nodeclaim.requests,
-                **{"instance-types": lifecycle.nodeclaim.instance_types},
-            )
+            await create_nodeclaim(self.cluster, nodeclaim, lifecycle.nodeclaim, logger)
             created_reason = (
                 DisruptionReason.DRIFTED.value.lower() if step.replace else CreatedReason.PROVISIONED
             )
