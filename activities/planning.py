@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities.capacity_buffer import write_provisioning_conditions
 from activities.catalog_source import CatalogSource
-from activities.heartbeat import heartbeating
+from activities.heartbeat import AttemptFence, AttemptGivenUpError, heartbeating
 from activities.kube import nodeclaim_object, pod_event
 from activities.logs import karpenter_log
 from activities.metrics import CreatedReason, Metrics, default_metrics
@@ -87,7 +87,7 @@ def plan_key(run: str, batch: int) -> str:
 
 async def resume_attempt(
     manifests: Manifests, batch: int, start_lifecycle: LifecycleStarter
-) -> tuple[str, str, int]:
+) -> tuple[str, int, str]:
     """This activity attempt's workflow run, attempt number and plan key (of the run and `batch`). A retry first
     starts the lifecycles of the NodeClaims an earlier attempt created and died before starting."""
     info = activity.info() if activity.in_activity() else None
@@ -225,14 +225,18 @@ CONCURRENT_CALLS = 32
 
 
 async def concurrently(calls: Sequence[Awaitable[object]], limit: int = CONCURRENT_CALLS) -> None:
-    """Await the calls with at most `limit` in flight."""
+    """Await the calls with at most `limit` in flight; every call ends before the first error is raised, so
+    none is left running behind the caller's back."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(call: Awaitable[object]) -> None:
         async with semaphore:
             await call
 
-    await asyncio.gather(*(one(call) for call in calls))
+    outcomes = await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 def existing_targets(manifests: Manifests) -> Callable[[str], str]:
@@ -369,12 +373,31 @@ class PlanningActivities:
 
         # Logged here, not by the provisioner: thousands of lines in one workflow task outlast the SDK's 2 s
         # deadlock detection on a busy worker, and the task then fails and is retried forever.
-        await concurrently(
-            [
-                create_nodeclaim(self.cluster, nodeclaim, lifecycle.nodeclaim, logger)
-                for nodeclaim, lifecycle, _ in decisions
-            ]
-        )
+        # Each creation first makes sure the server still runs this attempt: one it gave up on (a starved
+        # worker's late heartbeats) would create NodeClaims for the pods its retry plans again.
+        fence = AttemptFence()
+        created: set[str] = set()
+
+        async def create(nodeclaim: NodeClaim, lifecycle: LifecycleInput) -> None:
+            await fence.check()
+            await create_nodeclaim(self.cluster, nodeclaim, lifecycle.nodeclaim, logger)
+            created.add(nodeclaim.name)
+
+        try:
+            await concurrently([create(nodeclaim, lifecycle) for nodeclaim, lifecycle, _ in decisions])
+        except AttemptGivenUpError as given_up:
+            # What this attempt did create gets its lifecycle; the retry plans the rest.
+            await concurrently(
+                [
+                    self.start_lifecycle(lifecycle)
+                    for nodeclaim, lifecycle, _ in decisions
+                    if nodeclaim.name in created
+                ]
+            )
+            logger.warning(
+                "stopped creating NodeClaims after %d of %d: %s", len(created), len(decisions), given_up
+            )
+            raise
         for (nodeclaim, _, _), claim in zip(decisions, launched, strict=True):
             if nodeclaim.name not in before:
                 relaxed = claim.annotations.get(labels.MIN_VALUES_RELAXED) == "true"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from activities.heartbeat import AttemptFence, AttemptGivenUpError
 from activities.kube import apply_condition
 from activities.planning import PlanningActivities, existing_targets, planned
 from core import labels
@@ -57,6 +58,33 @@ async def test_a_retried_plan_starts_what_the_failed_attempt_created(aks: Simula
     assert started[0] == orphan.name
     assert plan.nodeclaims == []  # the pods fit the NodeClaim the first attempt made
     assert [claim.name for claim in await aks.kube.list_nodeclaims()] == [orphan.name]
+
+
+async def test_a_plan_attempt_the_server_gave_up_on_stops_creating_and_starts_what_it_created(
+    aks: SimulatedAks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await apply_examples(aks.kube)
+    await scale_pending(aks.kube, "inflate", 12)
+    checks: list[int] = []
+
+    async def given_up_after_one(fence: AttemptFence) -> None:
+        checks.append(1)
+        if len(checks) > 1:
+            raise AttemptGivenUpError("attempt 1 was given up by the server, which now counts attempt 2")
+
+    monkeypatch.setattr(AttemptFence, "check", given_up_after_one)
+    started: list[str] = []
+
+    async def record(request: LifecycleInput) -> None:
+        started.append(request.nodeclaim.name)
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), record)
+    with pytest.raises(AttemptGivenUpError):
+        await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+
+    [created] = await aks.kube.list_nodeclaims()
+    assert len(checks) > 1  # the plan wanted more than one NodeClaim; only the first creation was let through
+    assert started == [created.name]
 
 
 async def test_a_planned_nodeclaim_names_its_pods_and_why_its_launch_was_chosen(aks: SimulatedAks) -> None:
