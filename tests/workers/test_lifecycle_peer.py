@@ -75,6 +75,7 @@ def _row(side: str, seconds: float, cpu_per_claim: float) -> dict[str, Any]:
         "autoscaler_cpu_seconds_per_nodeclaim": cpu_per_claim,
         "autoscaler_cpu_seconds": cpu_per_claim * 20,
         "simulation_cpu_seconds": 1.0,
+        "control_plane_cpu_seconds": 10.0 * seconds,
     }
 
 
@@ -84,6 +85,8 @@ def test_the_comparison_prints_a_row_per_side_and_nodewrights_ratios(
     print_comparison([_row("karpenter", 4.0, 0.1), _row("floor", 1.0, 0.0), _row("nodewright", 8.0, 0.4)])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:4]] == ["karpenter", "nodewright", "floor"]
+    assert "control plane CPU s" in lines[0]
+    assert [line.split()[-1] for line in lines[1:4]] == ["40.0", "80.0", "10.0"]
     over_karpenter = next(line for line in lines if line.startswith("nodewright / karpenter")).split()[3:]
     assert over_karpenter == ["2.00"] * 6 + ["4.00"]
     over_floor = next(line for line in lines if line.startswith("nodewright / floor")).split()[3:]
