@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import ParamSpec, TypeVar
 
 from temporalio import activity
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.service import RPCError
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @contextlib.asynccontextmanager
@@ -37,6 +41,17 @@ async def heartbeating(interval: float = 1.0) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def heartbeats(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """An activity that heartbeats all the while it runs (`heartbeating`): put it under `@activity.defn`."""
+
+    @functools.wraps(function)
+    async def beating(*args: P.args, **kwargs: P.kwargs) -> R:
+        async with heartbeating():
+            return await function(*args, **kwargs)
+
+    return beating
 
 
 class AttemptGivenUpError(Exception):

@@ -712,6 +712,8 @@ class CatalogRefreshInput(BaseModel):
     cluster: str
     timeout_seconds: float = 300.0
     """For the whole refresh: every page of both APIs (the Retail Prices API pages 1,000 items at a time)."""
+    heartbeat_seconds: float = 10.0
+    """The activity heartbeats every second: a worker that died with it is noticed this long after."""
 
 
 class CatalogRefreshResult(BaseModel):
@@ -737,11 +739,15 @@ class GarbageCollectionInput(BaseModel):
     """A VM with no NodeClaim is left alone this long after its creation (the provider's 5 minutes): its
     NodeClaim may not have its providerID yet."""
     timeout_seconds: float = 300.0
+    heartbeat_seconds: float = 10.0
+    """The activity heartbeats every second: a worker that died with it is noticed this long after."""
 
 
 class NodeClassStatusInput(BaseModel):
     cluster: str
     timeout_seconds: float = 120.0
+    heartbeat_seconds: float = 10.0
+    """The activity heartbeats every second: a worker that died with it is noticed this long after."""
 
 
 class NodeClassStatusResult(BaseModel):

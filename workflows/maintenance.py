@@ -46,12 +46,14 @@ def nodeclass_status_id(cluster: str) -> str:
 
 
 async def _one_activity(name: MaintenanceActivity, request: Any, result_type: type[T], summary: str) -> T:
-    """A maintenance run: its one activity, retried until the request's timeout."""
+    """A maintenance run: its one activity, retried until the request's timeout; one whose worker died is
+    retried a heartbeat timeout later."""
     result: T = await workflow.execute_activity(
         name,
         request,
         result_type=result_type,
         schedule_to_close_timeout=timedelta(seconds=request.timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=request.heartbeat_seconds),
         retry_policy=RETRY,
         summary=summary,
     )

@@ -20,6 +20,7 @@ from temporalio import activity
 from activities.azure.prices import LivePrices, PriceFetchError, RetailPricesClient
 from activities.azure.skus import SkuListError, list_skus
 from activities.catalog_source import CatalogSource
+from activities.heartbeat import heartbeats
 from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
 from core.messages import CatalogRefreshInput, CatalogRefreshResult, MaintenanceActivity
 
@@ -60,6 +61,7 @@ class CatalogRefreshActivities:
         self._clock = clock
 
     @activity.defn(name=MaintenanceActivity.REFRESH_CATALOG)
+    @heartbeats
     async def refresh_catalog(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
         """Replace the catalog with live data, or keep it and say why."""
         region = self.catalogs.current.region

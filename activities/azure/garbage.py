@@ -36,6 +36,7 @@ from temporalio.exceptions import ApplicationError
 from activities.azure.names import PREFIX, NodeNames, provider_id, vm_name_from_provider_id
 from activities.azure.provider import AzureCloudProvider
 from activities.azure.vm import CLUSTER_TAG, NODEPOOL_TAG
+from activities.heartbeat import heartbeats
 from activities.logs import karpenter_log
 from activities.planning import concurrently
 from core import labels
@@ -78,6 +79,7 @@ class GarbageCollectionActivities:
         self._clock = clock
 
     @activity.defn(name=MaintenanceActivity.COLLECT_GARBAGE)
+    @heartbeats
     async def collect_garbage(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
         """One pass of the three collections; listing failures fail the activity (Temporal retries it)."""
         cluster_name = self.provider.settings.cluster_name

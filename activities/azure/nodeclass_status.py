@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.azure.errors import classify
 from activities.azure.provider import AzureCloudProvider
+from activities.heartbeat import heartbeats
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.condition_set import conditions_json, readable_conditions
 from core.api.nodepool import ConditionStatus
@@ -47,6 +48,7 @@ class NodeClassStatusActivities:
         self.provider = provider
 
     @activity.defn(name=MaintenanceActivity.RECONCILE_NODECLASS_STATUS)
+    @heartbeats
     async def reconcile_nodeclass_status(self, request: NodeClassStatusInput) -> NodeClassStatusResult:
         return await self.reconcile(datetime.now(UTC))
 

@@ -16,19 +16,30 @@ from typing import Any
 import pytest_asyncio
 from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.network.aio import NetworkManagementClient
+from temporalio import activity
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleIntervalSpec, WorkflowExecution
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.azure.bootstrap import ClusterBootstrap
+from activities.azure.catalog_refresh import CatalogRefreshActivities
+from activities.azure.garbage import GarbageCollectionActivities
 from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.nodeclass_status import NodeClassStatusActivities
 from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
+from activities.heartbeat import heartbeats
 from activities.kubeclient import KubernetesCluster
 from core.cloudprovider import LaunchRequest
-from core.messages import CatalogOrigin, CatalogRefreshInput, GarbageCollectionInput, NodeClassStatusInput
+from core.messages import (
+    CatalogOrigin,
+    CatalogRefreshInput,
+    GarbageCollectionInput,
+    GarbageCollectionResult,
+    MaintenanceActivity,
+    NodeClassStatusInput,
+)
 from simulator.arm import RunningArm
 from simulator.retail_prices import PATH, RETAIL_PRICES_KEY
 from tests.activities.azure.test_provider import launch
@@ -274,3 +285,63 @@ async def test_a_subnet_azure_does_not_have_makes_its_nodeclass_not_ready(
     # Nothing changed: nothing is written again.
     again = await NodeClassStatusActivities(maintenance.kube, provider).reconcile(datetime.now(UTC))
     assert again.written == []
+
+
+class SilentFirstAttempt:
+    """`collect_garbage` whose first attempt goes silent, as on a worker that died mid-run (no heartbeat, no
+    answer), and whose second collects nothing."""
+
+    def __init__(self) -> None:
+        self.attempts: list[int] = []
+
+    @activity.defn(name=MaintenanceActivity.COLLECT_GARBAGE)
+    async def collect_garbage(self, request: GarbageCollectionInput) -> GarbageCollectionResult:
+        self.attempts.append(activity.info().attempt)
+        if activity.info().attempt == 1:
+            await asyncio.Event().wait()  # until cancelled; never heartbeats
+        return GarbageCollectionResult()
+
+
+async def test_a_maintenance_run_whose_worker_went_silent_is_retried_a_heartbeat_timeout_later(
+    temporal_env: WorkflowEnvironment,
+) -> None:
+    silent = SilentFirstAttempt()
+    queue = f"maintenance-silent-{uuid.uuid4()}"
+    async with Worker(
+        temporal_env.client,
+        task_queue=queue,
+        workflows=[GarbageCollectionWorkflow],
+        activities=[silent.collect_garbage],
+    ):
+        started = asyncio.get_running_loop().time()
+        result = await temporal_env.client.execute_workflow(
+            GarbageCollectionWorkflow.run,
+            GarbageCollectionInput(cluster="silent", timeout_seconds=120, heartbeat_seconds=1),
+            id=f"garbage-collection/silent-{uuid.uuid4()}",
+            task_queue=queue,
+            result_type=GarbageCollectionResult,
+        )
+        took = asyncio.get_running_loop().time() - started
+    assert result == GarbageCollectionResult()
+    assert silent.attempts == [1, 2]
+    assert took < 30  # a heartbeat timeout and a retry, not the 120 s the run may take
+
+
+async def test_the_maintenance_activities_heartbeat_while_they_run() -> None:
+    beats: list[object] = []
+    environment = ActivityEnvironment()
+    environment.on_heartbeat = lambda *details: beats.append(details)
+
+    @heartbeats
+    async def slow() -> str:
+        await asyncio.sleep(1.5)
+        return "done"
+
+    assert await environment.run(slow) == "done"
+    assert len(beats) >= 2  # at the start, and a second later
+    for method in (
+        GarbageCollectionActivities.collect_garbage,
+        CatalogRefreshActivities.refresh_catalog,
+        NodeClassStatusActivities.reconcile_nodeclass_status,
+    ):
+        assert method.__wrapped__ is not None, method  # type: ignore[attr-defined]
