@@ -179,7 +179,7 @@ class Supervised:
                 self.process.wait()
 
 
-LAST_WORDS = ("Fatal Python error", "panicked at", "lost leader lease", "Traceback", "Error", "error")
+LAST_WORDS = ("Fatal Python error", "panicked at", "error:", "Traceback", "Error")
 
 
 def last_words(log: Path, size: int = 16384) -> str:
