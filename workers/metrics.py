@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from temporalio import activity
 
 from activities.metrics import PROVIDER, Metrics, resource_type, resource_value
@@ -190,24 +191,60 @@ class PodStartup:
         self.pending &= present
 
 
+class GaugeSeries:
+    """A gauge's series, set afresh at each computation: each series' child is kept between computations (asking
+    the gauge for it by labels costs more than the value: thousands of pods and nodes each time), and `finish`
+    removes the series that were not set again."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._set: set[tuple[str, ...]] = set()
+
+    def set(self, value: float, **label_values: str) -> None:
+        key = tuple(label_values[name] for name in self.gauge._labelnames)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.gauge.labels(*key)
+        child.set(value)
+        self._set.add(key)
+
+    def finish(self) -> None:
+        for key in [key for key in self._children if key not in self._set]:
+            self.gauge.remove(*key)
+            del self._children[key]
+        self._set = set()
+
+
+_SERIES: weakref.WeakKeyDictionary[Gauge, GaugeSeries] = weakref.WeakKeyDictionary()
+
+
+def _series(gauge: Gauge) -> GaugeSeries:
+    series = _SERIES.get(gauge)
+    if series is None:
+        series = _SERIES[gauge] = GaugeSeries(gauge)
+    return series
+
+
 def update_cluster_state(metrics: Metrics, manifests: Manifests, startup: PodStartup | None = None) -> None:
     """Set the cluster-state gauges from one snapshot; series of nodes, pools and pods that are gone disappear.
     With `startup`, also observe the pods that started since the last snapshot."""
     if startup is not None:
         startup.observe(metrics, manifests.pods)
     nodes = {node.metadata.name: node for node in manifests.nodes}
-    metrics.pods_state.clear()
+    pods_state = _series(metrics.pods_state)
     for pod in manifests.pods:
-        metrics.pods_state.labels(**_pod_state(pod, nodes.get(pod.spec.node_name or ""))).set(1)
-    gauges = (
-        metrics.nodes_allocatable,
-        metrics.nodes_pod_requests,
-        metrics.nodes_daemon_requests,
-        metrics.nodepools_usage,
-        metrics.nodepools_limit,
+        pods_state.set(1, **_pod_state(pod, nodes.get(pod.spec.node_name or "")))
+    allocatable, pod_requests_series, daemon_requests, usage, limit = (
+        _series(gauge)
+        for gauge in (
+            metrics.nodes_allocatable,
+            metrics.nodes_pod_requests,
+            metrics.nodes_daemon_requests,
+            metrics.nodepools_usage,
+            metrics.nodepools_limit,
+        )
     )
-    for gauge in gauges:
-        gauge.clear()
     metrics.cluster_state_node_count.set(len(manifests.nodes))
     pods: dict[str, Resources] = {}
     daemons: dict[str, Resources] = {}
@@ -219,25 +256,27 @@ def update_cluster_state(metrics: Metrics, manifests: Manifests, startup: PodSta
     for node in manifests.nodes:
         node_labels = _node_labels(node)
         name = node.metadata.name
-        for gauge, resources in (
-            (metrics.nodes_allocatable, parse_resources(node.status.allocatable)),
-            (metrics.nodes_pod_requests, pods.get(name, {})),
-            (metrics.nodes_daemon_requests, daemons.get(name, {})),
+        for series, resources in (
+            (allocatable, parse_resources(node.status.allocatable)),
+            (pod_requests_series, pods.get(name, {})),
+            (daemon_requests, daemons.get(name, {})),
         ):
             for resource, amount in resources.items():
-                gauge.labels(**node_labels, resource_type=resource_type(resource)).set(
-                    resource_value(resource, amount)
+                series.set(
+                    resource_value(resource, amount), **node_labels, resource_type=resource_type(resource)
                 )
     for pool in manifests.nodepools:
         # As Karpenter's: what the NodePool's status says it has provisioned (`workers.controller.nodepool_status`).
         for resource, amount in parse_resources(pool.status.resources).items():
-            metrics.nodepools_usage.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
-                resource_value(resource, amount)
+            usage.set(
+                resource_value(resource, amount), nodepool=pool.name, resource_type=resource_type(resource)
             )
         for resource, amount in pool.resource_limits.items():
-            metrics.nodepools_limit.labels(nodepool=pool.name, resource_type=resource_type(resource)).set(
-                resource_value(resource, amount)
+            limit.set(
+                resource_value(resource, amount), nodepool=pool.name, resource_type=resource_type(resource)
             )
+    for series in (pods_state, allocatable, pod_requests_series, daemon_requests, usage, limit):
+        series.finish()
 
 
 _GAUGE_KINDS: dict[str, Callable[[dict[str, Any]], Any]] = {
