@@ -128,7 +128,15 @@ class Simulation:
         self.templates = [self._template(pool, instance_types.get(pool.name, ())) for pool in nodepools]
         self.pool_limits: dict[str, Resources | None] = {pool.name: pool.limits for pool in nodepools}
         self.remaining: dict[str, Resources] = {}
-        self.existing = [self._existing(node) for node in nodes]
+        # Each node's bound pods compiled, and its labels as requirements, once: the existing nodes, the bound pods
+        # of the topology and its domains all read them (a plan at 1,000 nodes did each twice).
+        prepared = [
+            (self._compile_bound(node), Requirements.from_labels(_with_hostname(node))) for node in nodes
+        ]
+        self.existing = [
+            self._existing(node, compiled, requirements)
+            for node, (compiled, requirements) in zip(nodes, prepared, strict=True)
+        ]
         self.existing.sort(key=lambda node: (not node.initialized, node.name))
         for pool in nodepools:
             if pool.limits is not None:
@@ -146,10 +154,12 @@ class Simulation:
         )
         bound = [
             BoundPod(compiled, node.labels, node.taints)
-            for node in nodes
-            for compiled in self._compile_bound(node)
+            for node, (pods_on_node, _) in zip(nodes, prepared, strict=True)
+            for compiled in pods_on_node
         ]
-        self.topology = Topology(self._universe(nodes), pods, bound)
+        self.topology = Topology(
+            self._universe(nodes, [requirements for _, requirements in prepared]), pods, bound
+        )
         self.claims: list[SimNodeClaim] = []
         self._claim_capacity = 64
         width = len(self.axes.names)
@@ -238,18 +248,19 @@ class Simulation:
             lands |= types.compatible(merged)
         return lands
 
-    def _existing(self, node: NodeSnapshot) -> ExistingNode:
+    def _existing(
+        self, node: NodeSnapshot, compiled: list[PodInfo], requirements: Requirements
+    ) -> ExistingNode:
+        """`compiled`: its bound pods (`_compile_bound`); `requirements`: its labels (`_with_hostname`)."""
         available = self.axes.vector(node.allocatable)
         host_ports: set[tuple[str, str, int]] = set()
         present_owners: set[str] = set()
-        for pod in self._compile_bound(node):
+        for pod in compiled:
             available = available - self.axes.vector(pod.requests)
             host_ports.update(pod.host_ports)
             for owner in pod.pod.metadata.owner_references:
                 present_owners.add(owner.uid or owner.name)
-        node_labels = dict(node.labels)
-        node_labels.setdefault(labels.HOSTNAME, node.name)
-        requirements = Requirements.from_labels(node_labels)
+        node_labels = _with_hostname(node)
         for daemon in self.daemonsets:
             owners = {owner.uid or owner.name for owner in daemon.pod.metadata.owner_references}
             if owners & present_owners:
@@ -269,7 +280,10 @@ class Simulation:
             host_ports=host_ports,
         )
 
-    def _universe(self, nodes: Sequence[NodeSnapshot]) -> dict[str, list[DomainSource]]:
+    def _universe(
+        self, nodes: Sequence[NodeSnapshot], requirements: Sequence[Requirements]
+    ) -> dict[str, list[DomainSource]]:
+        """`requirements`: each node's labels (`_with_hostname`), in the order of `nodes`."""
         universe: dict[str, list[DomainSource]] = {}
         for template in self.templates:
             types = template.instance_types
@@ -293,8 +307,11 @@ class Simulation:
                     universe.setdefault(key, []).append(
                         DomainSource(value, template.requirements, template.taints)
                     )
-        for node in nodes:
-            node_requirements = Requirements.from_labels(node.labels)
+        for node, with_hostname in zip(nodes, requirements, strict=True):
+            # A node without the hostname label counts in no hostname domain by its labels.
+            node_requirements = (
+                with_hostname if labels.HOSTNAME in node.labels else Requirements.from_labels(node.labels)
+            )
             for key, value in {
                 **node.labels,
                 labels.HOSTNAME: node.labels.get(labels.HOSTNAME, node.name),
@@ -753,3 +770,10 @@ class _ExistingIndex:
             allowed, _ = group.allowed(selects_self, strict.get(group.key))
             refused = [table[d] for d in group.domains if d not in allowed and d in table]
         return ~np.isin(ids, refused)
+
+
+def _with_hostname(node: NodeSnapshot) -> dict[str, str]:
+    """A node's labels, with its name as the hostname label when it has none."""
+    node_labels = dict(node.labels)
+    node_labels.setdefault(labels.HOSTNAME, node.name)
+    return node_labels
