@@ -61,7 +61,9 @@ class FencedWorkflow:
         )
 
 
-async def test_an_attempt_the_server_gave_up_on_is_stopped_by_its_fence(temporal_env: WorkflowEnvironment) -> None:
+async def test_an_attempt_the_server_gave_up_on_is_stopped_by_its_fence(
+    temporal_env: WorkflowEnvironment,
+) -> None:
     attempts = Attempts()
     queue = f"fence-{uuid.uuid4()}"
     async with Worker(
