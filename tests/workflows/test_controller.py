@@ -248,6 +248,24 @@ async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nomin
     assert controller.requeued(initialized + NOMINATION_WINDOW) == ["default/web-0", "default/web-1"]
 
 
+async def test_a_pending_pod_stops_being_provisionable_once_bound_without_being_parsed_again() -> None:
+    controller = Controller(
+        client=cast(Client, None),
+        cluster=cast(ClusterAPI, None),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+    )
+    pending = builders.pod("web-0", cpu="1").model_dump(mode="json", by_alias=True)
+    await controller.handle(_watched("Pod", pending, 1))
+    assert controller.provisionable == {"default/web-0"}
+
+    # Bound (by kube-scheduler), with a status nothing could parse: it is simply no longer pending.
+    bound = {**pending, "spec": {**pending["spec"], "nodeName": "aks-default-abcde"}, "status": {"phase": 7}}
+    await controller.handle(_watched("Pod", bound, 2))
+    assert controller.provisionable == set()
+    assert controller.requeued() == []
+
+
 class Starts:
     """A Temporal client that only records the workflow starts (with their start signal) asked for."""
 

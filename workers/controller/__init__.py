@@ -37,7 +37,7 @@ from temporalio.service import RPCError
 from activities.metrics import Metrics
 from core import labels, summaries
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
+from core.api.kube import DEFAULT_NAMESPACE, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
@@ -275,9 +275,15 @@ class Controller:
             logger.warning("AKSNodeClass %s: could not write status.localDNSState: %s", nodeclass.name, error)
 
     def _pod(self, event: WatchEvent) -> None:
-        pod = Pod.model_validate(event.object)
-        key = pod_key(pod)
-        if event.type is not EventType.DELETED and is_provisionable(pod):
+        # Most pod events are of bound pods (their status, their binding): never provisionable, and not worth
+        # parsing whole to learn so.
+        bound = bool((event.object.get("spec") or {}).get("nodeName"))
+        if event.type is EventType.DELETED or bound:
+            key, provisionable = f"{event.namespace or DEFAULT_NAMESPACE}/{event.name}", False
+        else:
+            pod = Pod.model_validate(event.object)
+            key, provisionable = pod_key(pod), is_provisionable(pod)
+        if provisionable:
             if key not in self.provisionable:
                 self.provisionable.add(key)
                 self._unsent.add(key)
