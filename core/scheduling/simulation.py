@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 
 import numpy as np
 
@@ -778,14 +777,3 @@ def _with_hostname(node: NodeSnapshot) -> dict[str, str]:
     node_labels = dict(node.labels)
     node_labels.setdefault(labels.HOSTNAME, node.name)
     return node_labels
-
-
-@lru_cache(maxsize=16384)
-def _requirements_of(items: tuple[tuple[str, str], ...]) -> Requirements:
-    return Requirements.from_labels(dict(items))
-
-
-def _label_requirements(node_labels: Mapping[str, str]) -> Requirements:
-    """`Requirements.from_labels`, kept between solves: a plan sees the same thousand nodes as the last one. The
-    result is shared, so it is only read (a narrowed copy is made where one is needed, as in the topology)."""
-    return _requirements_of(tuple(node_labels.items()))
