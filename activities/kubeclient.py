@@ -55,6 +55,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
+from activities.informer import SnapshotInformer
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import (
     DEFAULT_NAMESPACE,
@@ -471,6 +472,11 @@ class ListWatch:
             reraise=True,
         )
 
+    @property
+    def listed(self) -> bool:
+        """Whether the first list has been handed on."""
+        return self._listed
+
     def stop(self) -> None:
         """Make `run` return soon (an open watch is interrupted); safe from any thread."""
         self._stop.set()
@@ -692,7 +698,9 @@ class KubernetesCluster:
         user_agent: str = USER_AGENT,
     ) -> None:
         # Every pool thread and every watch keeps a connection of its own.
-        configuration.connection_pool_maxsize = threads + len(WATCHED_KINDS) + len(BUFFER_KINDS)
+        configuration.connection_pool_maxsize = (
+            threads + len(WATCHED_KINDS) + len(BUFFER_KINDS) + len(SNAPSHOT_KINDS) + 2
+        )
         api_client = k8s.ApiClient(configuration)
         # The API server's audit log and metrics tell our requests apart by it.
         api_client.user_agent = user_agent
@@ -745,6 +753,8 @@ class KubernetesCluster:
         self.capacity_buffers = False
         """Whether snapshots include CapacityBuffers and the objects they name, and the watch follows them
         (Karpenter's CapacityBuffer feature gate)."""
+        self.informer: SnapshotInformer | None = None
+        """Set by `start_informer`: snapshots then read watched objects instead of listing them."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -755,6 +765,8 @@ class KubernetesCluster:
         await self.close()
 
     async def close(self) -> None:
+        if self.informer is not None:
+            self.informer.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.api_client.close()
 
@@ -875,15 +887,45 @@ class KubernetesCluster:
         readiness probes."""
         await self._call(k8s.VersionApi(self.api_client).get_code)
 
-    async def snapshot(self) -> Manifests:
-        """Every object the scheduler reads, listed concurrently (each kind at its own resource version)."""
+    @property
+    def snapshot_kinds(self) -> tuple[Resource, ...]:
+        """What `snapshot` reads: `SNAPSHOT_KINDS`, and NodeOverlays and CapacityBuffers with their gates on."""
         kinds = (*SNAPSHOT_KINDS, NODEOVERLAY) if self.node_overlays else SNAPSHOT_KINDS
-        if self.capacity_buffers:
-            kinds = (*kinds, CAPACITYBUFFER)
-        lists = await asyncio.gather(*(self._list(resource) for resource in kinds))
+        return (*kinds, CAPACITYBUFFER) if self.capacity_buffers else kinds
+
+    def start_informer(self) -> None:
+        """Follow every kind `snapshot` reads with a watch (`activities.informer`), so that snapshots stop listing
+        them once each kind has been listed once. For a long-running process that plans: the worker."""
+        if self.informer is not None:
+            return
+        resources = {resource.kind: resource for resource in self.snapshot_kinds}
+
+        def watch_for(kind: str, emit: Emit) -> ListWatch:
+            resource = resources[kind]
+            return ListWatch(
+                resource,
+                functools.partial(self._list_page, resource),
+                functools.partial(self._open_watch, resource),
+                emit,
+                reconnect_max_wait=self._reconnect_max_wait,
+            )
+
+        self.informer = SnapshotInformer(list(resources), watch_for)
+        self.informer.start()
+
+    async def snapshot(self, *, fresh: bool = False) -> Manifests:
+        """Every object the scheduler reads: from the informer when one is started and synced, else listed
+        concurrently (each kind at its own resource version); `fresh` always lists."""
+        kinds = self.snapshot_kinds
+        items = None
+        if self.informer is not None and not fresh:
+            items = await asyncio.to_thread(self.informer.items, [resource.kind for resource in kinds])
+        if items is None:
+            lists = await asyncio.gather(*(self._list(resource) for resource in kinds))
+            items = [item for listed in lists for item in listed]
         # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
         # unchanged since the last snapshot are not parsed again.
-        manifests = await asyncio.to_thread(self._parse_snapshot, [item for items in lists for item in items])
+        manifests = await asyncio.to_thread(self._parse_snapshot, items)
         if manifests.capacitybuffers:
             await self._buffer_targets(manifests)
         return manifests
@@ -1037,6 +1079,9 @@ class KubernetesCluster:
         for _ in range(self._conflict_retries):
             try:
                 created = await self._call(self._custom.create_cluster_custom_object, *NODECLAIM.custom, body)
+                if self.informer is not None:
+                    # The next plan must see it (and the pods nominated to it) before its watch event comes.
+                    self.informer.remember(NODECLAIM.kind, created)
                 return NodeClaim.parse(self._remember(NODECLAIM.kind, created))
             except ConflictError as error:
                 if error.code != "AlreadyExists":

@@ -38,9 +38,10 @@ class WatchEvent(BaseModel):
 
 
 class ClusterAPI(Protocol):
-    async def snapshot(self) -> Manifests:
+    async def snapshot(self, *, fresh: bool = False) -> Manifests:
         """Every object the scheduler reads, at one resource version. Its objects may be shared with the next
-        snapshot's (those that did not change): read them, do not change them."""
+        snapshot's (those that did not change): read them, do not change them. A cluster may answer from a
+        cache its watches keep; `fresh` asks for the objects as they stand on the server."""
         ...
 
     async def get_node(self, name: str) -> Node | None: ...

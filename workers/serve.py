@@ -133,6 +133,8 @@ async def serve_worker(
 
     cluster = connect_cluster(settings, "worker")
     await cluster.check_connection()
+    if role.runs_activities and settings.worker_informer:
+        cluster.start_informer()
     connections = Connections(cluster, connection)
     worker: Worker | None = None
     stopping = False

@@ -182,6 +182,8 @@ class Settings(BaseSettings):
     retries them on another worker)."""
     worker_workflow_tasks: int = Field(default=16, ge=2)
     """How many workflow tasks one worker process holds at once (`workers.worker.WORKFLOW_TASKS`)."""
+    worker_informer: bool = True
+    """Whether a worker's plans read what watches keep (`activities.informer`) instead of listing every object."""
 
     @field_validator("feature_gates")
     @classmethod

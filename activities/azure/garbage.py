@@ -91,11 +91,11 @@ class GarbageCollectionActivities:
                 f"{cluster_name!r}",
                 non_retryable=True,
             )
-        claims_before = (await self.cluster.snapshot()).nodeclaims
+        claims_before = (await self.cluster.snapshot(fresh=True)).nodeclaims
         listed = await self.provider.list()
         instances = [instance for instance in listed if _karpenter_owned(instance.tags, cluster_name)]
         nics = [nic for nic in await self.provider.list_nics() if _karpenter_owned(nic.tags, cluster_name)]
-        after = await self.cluster.snapshot()
+        after = await self.cluster.snapshot(fresh=True)
         result = GarbageCollectionResult()
         grace = timedelta(seconds=request.grace_seconds)
         await self._collect_instances(

@@ -46,6 +46,13 @@ def _as_int(value: str) -> int | None:
     return number if _MIN_INT64 <= number <= MAX_INT64 else None
 
 
+@functools.lru_cache(maxsize=65536)
+def _label_requirement(key: str, value: str) -> Requirement:
+    """`key In [value]`, made once per label: every plan reads the labels of every existing node, which mostly
+    stay the same from one plan to the next (requirements are immutable, so they are shared)."""
+    return Requirement.new(key, Operator.IN, [value])
+
+
 def _within(value: str, lower: int | None, upper: int | None) -> bool:
     if lower is None and upper is None:
         return True
@@ -415,7 +422,7 @@ class Requirements:
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Requirements:
         """One `In` requirement per label (a node selector, or the labels of an existing node)."""
-        return cls(Requirement.new(key, Operator.IN, [value]) for key, value in labels.items())
+        return cls(_label_requirement(key, value) for key, value in labels.items())
 
     @classmethod
     def from_dicts(cls, entries: Iterable[Mapping[str, Any]]) -> Requirements:

@@ -1093,3 +1093,54 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
     finally:
         monkeypatch.undo()
         await cluster.delete_node(name)
+
+
+async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_nodeclaims_at_once(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    node, claim = unique("node"), unique("claim")
+    async with load_cluster(str(control_plane.kubeconfig)) as cluster:
+        cluster.start_informer()
+        informer = cluster.informer
+        assert informer is not None
+        await eventually(lambda: _true(informer.synced()))
+
+        def names(snapshot: Any) -> tuple[set[str], set[str], set[str]]:
+            return (
+                {n.metadata.name for n in snapshot.nodes},
+                {p.metadata.name for p in snapshot.pods if p.metadata.namespace == namespace},
+                {c.name for c in snapshot.nodeclaims},
+            )
+
+        async def settled() -> bool:
+            cached, listed = await cluster.snapshot(), await cluster.snapshot(fresh=True)
+            return (
+                names(cached) == names(listed) and node in names(cached)[0] and names(cached)[1] == {"solo"}
+            )
+
+        await cluster.apply(
+            [
+                kwok_node(node),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "solo", "namespace": namespace},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+                },
+            ]
+        )
+        try:
+            await eventually(settled)
+            # With the NodeClaim watch stopped, only the write-through can show the new NodeClaim.
+            informer._watches[NODECLAIM.kind].stop()
+            await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(claim)))
+            assert claim in names(await cluster.snapshot())[2]
+            await cluster.delete_pod(namespace, "solo", grace_period_seconds=0)
+
+            async def pod_gone() -> bool:
+                return not names(await cluster.snapshot())[1]
+
+            await eventually(pod_gone)
+        finally:
+            await cluster.delete_nodeclaim(claim)
+            await cluster.delete_node(node)
