@@ -8,6 +8,8 @@ the same requirements come back for every pod of a deployment.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -50,7 +52,33 @@ def _intersects(type_requirement: Requirement, requirement: Requirement) -> bool
     return type_requirement.has_intersection(requirement)
 
 
-def _index_by_key(items: Sequence[Requirements]) -> tuple[dict[str, list[Requirement]], dict[str, IntArray]]:
+KeyIndex = tuple[dict[str, list[Requirement]], dict[str, IntArray]]
+
+_INDEXES: OrderedDict[tuple[int, ...], tuple[list[Requirements], KeyIndex]] = OrderedDict()
+_INDEXES_KEPT = 16
+_INDEXES_LOCK = threading.Lock()
+
+
+def _index_by_key(items: Sequence[Requirements]) -> KeyIndex:
+    """`_index_of`, kept for the last few sequences of the same objects: a catalog's instance types and their
+    offerings stay the same objects from one plan to the next, and indexing them is half of setting up a
+    simulation. The entry holds the objects, so their ids cannot be reused while it is kept; the index is
+    shared, read it only."""
+    key = tuple(map(id, items))
+    with _INDEXES_LOCK:
+        hit = _INDEXES.get(key)
+        if hit is not None:
+            _INDEXES.move_to_end(key)
+            return hit[1]
+    index = _index_of(items)
+    with _INDEXES_LOCK:
+        _INDEXES[key] = (list(items), index)
+        if len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+    return index
+
+
+def _index_of(items: Sequence[Requirements]) -> KeyIndex:
     """For every key any item defines: the distinct requirements on it (an item without the key counts as
     DoesNotExist) and, per item, which of them it has. A question about a key is then answered once per
     distinct requirement and spread to all items with one gather."""

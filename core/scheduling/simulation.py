@@ -16,8 +16,9 @@ nodes) drive it; nothing outside this package does.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -158,7 +159,9 @@ class Simulation:
             for compiled in pods_on_node
         ]
         self.topology = Topology(
-            self._universe(nodes, [requirements for _, requirements in prepared]), pods, bound
+            functools.partial(self._universe, nodes, [requirements for _, requirements in prepared]),
+            pods,
+            bound,
         )
         self.claims: list[SimNodeClaim] = []
         self._claim_capacity = 64
@@ -281,13 +284,18 @@ class Simulation:
         )
 
     def _universe(
-        self, nodes: Sequence[NodeSnapshot], requirements: Sequence[Requirements]
+        self, nodes: Sequence[NodeSnapshot], requirements: Sequence[Requirements], keys: Collection[str]
     ) -> dict[str, list[DomainSource]]:
-        """`requirements`: each node's labels (`_with_hostname`), in the order of `nodes`."""
+        """The domains of `keys` (the topology keys of the pods' groups; no other key is ever looked up), from
+        the templates and the nodes. `requirements`: each node's labels (`_with_hostname`), in the order of
+        `nodes`."""
         universe: dict[str, list[DomainSource]] = {}
+        wanted = set(keys)
+        if not wanted:
+            return universe
         for template in self.templates:
             types = template.instance_types
-            for key in {
+            for key in wanted & {
                 labels.ZONE,
                 labels.CAPACITY_TYPE,
                 *types.defined_keys(),
@@ -308,14 +316,23 @@ class Simulation:
                         DomainSource(value, template.requirements, template.taints)
                     )
         for node, with_hostname in zip(nodes, requirements, strict=True):
+            domains = [
+                (
+                    key,
+                    node.labels.get(labels.HOSTNAME, node.name)
+                    if key == labels.HOSTNAME
+                    else node.labels[key],
+                )
+                for key in wanted
+                if key == labels.HOSTNAME or key in node.labels
+            ]
+            if not domains:
+                continue
             # A node without the hostname label counts in no hostname domain by its labels.
             node_requirements = (
                 with_hostname if labels.HOSTNAME in node.labels else Requirements.from_labels(node.labels)
             )
-            for key, value in {
-                **node.labels,
-                labels.HOSTNAME: node.labels.get(labels.HOSTNAME, node.name),
-            }.items():
+            for key, value in domains:
                 universe.setdefault(key, []).append(DomainSource(value, node_requirements, node.taints))
         return universe
 

@@ -12,7 +12,7 @@ domains. Ties between equal domains are broken by name, so the outcome is determ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -240,11 +240,13 @@ class Topology:
 
     def __init__(
         self,
-        universe: dict[str, list[DomainSource]],
+        universe: Callable[[set[str]], dict[str, list[DomainSource]]],
         pending: Sequence[PodInfo],
         bound: Sequence[BoundPod],
     ) -> None:
-        self._universe = universe
+        """`universe(keys)`: the domains each of these topology keys can take (asked once, when the groups are
+        known: a cluster's nodes carry many labels no group is keyed on)."""
+        self._universe: dict[str, list[DomainSource]] = {}
         self._groups: dict[tuple[object, ...], TopologyGroup] = {}
         self._inverse: dict[tuple[object, ...], TopologyGroup] = {}
         self._owned: dict[str, dict[int, TopologyGroup]] = {}
@@ -259,6 +261,7 @@ class Topology:
         for bound_pod in bound:
             if bound_pod.pod.uid not in pending_uids:
                 self._register_inverse(bound_pod.pod, inverse_only=True)
+        self._universe = universe(self.topology_keys())
         for group in [*self._groups.values(), *self._inverse.values()]:
             self._seed_domains(group)
         self._count_bound(bound, pending_uids)
