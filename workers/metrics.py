@@ -2,16 +2,17 @@
 
 The metrics themselves are defined in `activities.metrics`, where the activities that count them can import
 them; this module holds what only processes do: the HTTP endpoint, the decorator the worker puts around its
-CloudProvider, and the gauges the controller recomputes every few seconds from the objects its watch keeps.
+CloudProvider, and the cluster-state gauges the controller keeps, every few seconds, from what its watch saw change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -32,7 +33,6 @@ from core.api.kube import (
     pod_requests,
 )
 from core.api.manifests import Manifests
-from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.cloudprovider import CloudProvider, Instance, LaunchRequest
 from core.cluster import EventType, WatchEvent
@@ -169,177 +169,257 @@ class PodStartup:
     def __init__(self) -> None:
         self.pending: set[tuple[str, str]] = set()
 
-    def observe(self, metrics: Metrics, pods: list[Pod]) -> None:
-        present: set[tuple[str, str]] = set()
-        for pod in pods:
-            key = (pod.metadata.namespace or DEFAULT_NAMESPACE, pod.metadata.name)
-            present.add(key)
-            if pod.status.phase == "Pending":
-                self.pending.add(key)
-            elif key in self.pending:
-                ready = next(
-                    (c for c in pod.status.conditions if c.type == "Ready" and c.status == "True"), None
-                )
-                created = pod.metadata.creation_timestamp
-                if ready is not None and ready.last_transition_time is not None and created is not None:
-                    metrics.pods_startup_duration.observe(
-                        (ready.last_transition_time - created).total_seconds()
-                    )
-                    self.pending.discard(key)
-                elif is_terminal(pod):
-                    self.pending.discard(key)
-        self.pending &= present
+    def see(self, metrics: Metrics, pod: Pod) -> None:
+        """A pod as it is now (new or changed)."""
+        key = (pod.metadata.namespace or DEFAULT_NAMESPACE, pod.metadata.name)
+        if pod.status.phase == "Pending":
+            self.pending.add(key)
+        elif key in self.pending:
+            ready = next((c for c in pod.status.conditions if c.type == "Ready" and c.status == "True"), None)
+            created = pod.metadata.creation_timestamp
+            if ready is not None and ready.last_transition_time is not None and created is not None:
+                metrics.pods_startup_duration.observe((ready.last_transition_time - created).total_seconds())
+                self.pending.discard(key)
+            elif is_terminal(pod):
+                self.pending.discard(key)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A pod that is gone."""
+        self.pending.discard((namespace or DEFAULT_NAMESPACE, name))
 
 
-class GaugeSeries:
-    """A gauge's series, set afresh at each computation: each series' child is kept between computations (asking
-    the gauge for it by labels costs more than the value: thousands of pods and nodes each time), and `finish`
-    removes the series that were not set again."""
-
-    def __init__(self, gauge: Gauge) -> None:
-        self.gauge = gauge
-        self._children: dict[tuple[str, ...], Any] = {}
-        self._set: set[tuple[str, ...]] = set()
-
-    def set(self, value: float, **label_values: str) -> None:
-        key = tuple(label_values[name] for name in self.gauge._labelnames)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.gauge.labels(*key)
-        child.set(value)
-        self._set.add(key)
-
-    def finish(self) -> None:
-        for key in [key for key in self._children if key not in self._set]:
-            self.gauge.remove(*key)
-            del self._children[key]
-        self._set = set()
+Series = tuple[Gauge, tuple[str, ...]]
+"""One series of a gauge: the gauge and its label values in the gauge's order."""
 
 
-_SERIES: weakref.WeakKeyDictionary[Gauge, GaugeSeries] = weakref.WeakKeyDictionary()
+def _series(gauge: Gauge, **label_values: str) -> Series:
+    return gauge, tuple(label_values[name] for name in gauge._labelnames)
 
 
-def _series(gauge: Gauge) -> GaugeSeries:
-    series = _SERIES.get(gauge)
-    if series is None:
-        series = _SERIES[gauge] = GaugeSeries(gauge)
-    return series
+class ClusterStateGauges:
+    """Karpenter's cluster-state gauges (`karpenter_pods_state`, `karpenter_nodes_*`, `karpenter_nodepools_*`,
+    `karpenter_cluster_state_node_count`), kept object by object as Karpenter's metrics controllers keep them.
+
+    `pod`, `node` and `nodepool` record an object as it is now (None: gone); `flush` sets the series of what
+    changed since the last flush, and removes those no longer true: a pod's state series, and each node's
+    allocatable and requests (a pod's change touches its node's requests; a node's labels, its pods' series).
+    The cost of a flush follows what changed, not the size of the cluster."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.startup = PodStartup()
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[tuple[str, str], Pod] = {}
+        self._pools: dict[str, NodePool] = {}
+        self._pods_on: dict[str, set[tuple[str, str]]] = {}
+        self._set: dict[tuple[str, str], list[Series]] = {}
+        """What each object set, by ("pod:<namespace>", name), ("node", name) or ("nodepool", name)."""
+        self._changed_pods: dict[tuple[str, str], Pod | None] = {}
+        self._changed_nodes: dict[str, Node | None] = {}
+        self._changed_pools: dict[str, NodePool | None] = {}
+
+    def pod(self, namespace: str, name: str, pod: Pod | None) -> None:
+        self._changed_pods[(namespace or DEFAULT_NAMESPACE, name)] = pod
+
+    def node(self, name: str, node: Node | None) -> None:
+        self._changed_nodes[name] = node
+
+    def nodepool(self, name: str, pool: NodePool | None) -> None:
+        self._changed_pools[name] = pool
+
+    def known(self) -> tuple[set[tuple[str, str]], set[str], set[str]]:
+        """The pods, nodes and NodePools the gauges hold now, changes not flushed yet included."""
+
+        def present(held: Iterable[Any], changed: dict[Any, Any]) -> set[Any]:
+            return (set(held) | set(changed)) - {key for key, value in changed.items() if value is None}
+
+        return (
+            present(self._pods, self._changed_pods),
+            present(self._nodes, self._changed_nodes),
+            present(self._pools, self._changed_pools),
+        )
+
+    def flush(self) -> None:
+        metrics = self.metrics
+        touched: set[str] = set()
+        for name, node in self._changed_nodes.items():
+            old = self._nodes.pop(name, None)
+            if node is not None:
+                self._nodes[name] = node
+            touched.add(name)
+            if old is None or node is None or old.metadata.labels != node.metadata.labels:
+                for key in self._pods_on.get(name, ()):
+                    self._changed_pods.setdefault(key, self._pods[key])
+        for (namespace, name), pod in self._changed_pods.items():
+            key = (namespace, name)
+            before = self._pods.pop(key, None)
+            if before is not None and before.spec.node_name:
+                self._pods_on[before.spec.node_name].discard(key)
+                touched.add(before.spec.node_name)
+            if pod is None:
+                self.startup.forget(namespace, name)
+                self._replace(("pod:" + namespace, name), [])
+                continue
+            self._pods[key] = pod
+            host = pod.spec.node_name
+            if host:
+                self._pods_on.setdefault(host, set()).add(key)
+                touched.add(host)
+            self.startup.see(metrics, pod)
+            state = _pod_state(pod, self._nodes.get(host or ""))
+            self._replace(("pod:" + namespace, name), [(_series(metrics.pods_state, **state), 1.0)])
+        for name in touched:
+            self._replace(("node", name), self._node_values(name))
+            if not self._pods_on.get(name, True):
+                del self._pods_on[name]
+        for name, pool in self._changed_pools.items():
+            self._pools.pop(name, None)
+            if pool is not None:
+                self._pools[name] = pool
+            self._replace(("nodepool", name), self._pool_values(pool))
+        metrics.cluster_state_node_count.set(len(self._nodes))
+        self._changed_nodes, self._changed_pods, self._changed_pools = {}, {}, {}
+
+    def _node_values(self, name: str) -> list[tuple[Series, float]]:
+        node = self._nodes.get(name)
+        if node is None:
+            return []
+        metrics, node_labels = self.metrics, _node_labels(node)
+        pods: Resources = {}
+        daemons: Resources = {}
+        for key in self._pods_on.get(name, ()):
+            pod = self._pods[key]
+            if not is_terminal(pod):
+                if is_daemonset_pod(pod):
+                    daemons = merge(daemons, pod_requests(pod))
+                else:
+                    pods = merge(pods, pod_requests(pod))
+        values = []
+        for gauge, resources in (
+            (metrics.nodes_allocatable, parse_resources(node.status.allocatable)),
+            (metrics.nodes_pod_requests, pods),
+            (metrics.nodes_daemon_requests, daemons),
+        ):
+            for resource, amount in resources.items():
+                series = _series(gauge, **node_labels, resource_type=resource_type(resource))
+                values.append((series, resource_value(resource, amount)))
+        return values
+
+    def _pool_values(self, pool: NodePool | None) -> list[tuple[Series, float]]:
+        if pool is None:
+            return []
+        metrics = self.metrics
+        values = []
+        # As Karpenter's: what the NodePool's status says it has provisioned (`workers.controller.nodepool_status`).
+        for gauge, resources in (
+            (metrics.nodepools_usage, parse_resources(pool.status.resources)),
+            (metrics.nodepools_limit, pool.resource_limits),
+        ):
+            for resource, amount in resources.items():
+                series = _series(gauge, nodepool=pool.name, resource_type=resource_type(resource))
+                values.append((series, resource_value(resource, amount)))
+        return values
+
+    def _replace(self, owner: tuple[str, str], values: list[tuple[Series, float]]) -> None:
+        """Set what `owner` sets now, and remove the series it set before and no longer does."""
+        now = {series for series, _ in values}
+        for gauge, label_values in self._set.pop(owner, ()):
+            if (gauge, label_values) not in now:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*label_values)
+        for (gauge, label_values), amount in values:
+            gauge.labels(*label_values).set(amount)
+        if values:
+            self._set[owner] = list(now)
+
+
+_GAUGES: weakref.WeakKeyDictionary[Metrics, ClusterStateGauges] = weakref.WeakKeyDictionary()
 
 
 def update_cluster_state(metrics: Metrics, manifests: Manifests, startup: PodStartup | None = None) -> None:
-    """Set the cluster-state gauges from one snapshot; series of nodes, pools and pods that are gone disappear.
-    With `startup`, also observe the pods that started since the last snapshot."""
+    """Set the cluster-state gauges from one snapshot of the whole cluster: what is not in it any more is gone,
+    and its series with it. With `startup`, also observe the pods that started since the last snapshot."""
+    gauges = _GAUGES.get(metrics)
+    if gauges is None:
+        gauges = _GAUGES[metrics] = ClusterStateGauges(metrics)
     if startup is not None:
-        startup.observe(metrics, manifests.pods)
-    nodes = {node.metadata.name: node for node in manifests.nodes}
-    pods_state = _series(metrics.pods_state)
+        gauges.startup = startup
+    pods, nodes, pools = gauges.known()
     for pod in manifests.pods:
-        pods_state.set(1, **_pod_state(pod, nodes.get(pod.spec.node_name or "")))
-    allocatable, pod_requests_series, daemon_requests, usage, limit = (
-        _series(gauge)
-        for gauge in (
-            metrics.nodes_allocatable,
-            metrics.nodes_pod_requests,
-            metrics.nodes_daemon_requests,
-            metrics.nodepools_usage,
-            metrics.nodepools_limit,
-        )
-    )
-    metrics.cluster_state_node_count.set(len(manifests.nodes))
-    pods: dict[str, Resources] = {}
-    daemons: dict[str, Resources] = {}
-    for pod in manifests.pods:
-        if pod.spec.node_name and not is_terminal(pod):
-            bucket = daemons if is_daemonset_pod(pod) else pods
-            host = pod.spec.node_name
-            bucket[host] = merge(bucket.get(host, {}), pod_requests(pod))
+        namespace = pod.metadata.namespace or DEFAULT_NAMESPACE
+        gauges.pod(namespace, pod.metadata.name, pod)
+        pods.discard((namespace, pod.metadata.name))
     for node in manifests.nodes:
-        node_labels = _node_labels(node)
-        name = node.metadata.name
-        for series, resources in (
-            (allocatable, parse_resources(node.status.allocatable)),
-            (pod_requests_series, pods.get(name, {})),
-            (daemon_requests, daemons.get(name, {})),
-        ):
-            for resource, amount in resources.items():
-                series.set(
-                    resource_value(resource, amount), **node_labels, resource_type=resource_type(resource)
-                )
+        gauges.node(node.metadata.name, node)
+        nodes.discard(node.metadata.name)
     for pool in manifests.nodepools:
-        # As Karpenter's: what the NodePool's status says it has provisioned (`workers.controller.nodepool_status`).
-        for resource, amount in parse_resources(pool.status.resources).items():
-            usage.set(
-                resource_value(resource, amount), nodepool=pool.name, resource_type=resource_type(resource)
-            )
-        for resource, amount in pool.resource_limits.items():
-            limit.set(
-                resource_value(resource, amount), nodepool=pool.name, resource_type=resource_type(resource)
-            )
-    for series in (pods_state, allocatable, pod_requests_series, daemon_requests, usage, limit):
-        series.finish()
+        gauges.nodepool(pool.name, pool)
+        pools.discard(pool.name)
+    for namespace, name in pods:
+        gauges.pod(namespace, name, None)
+    for name in nodes:
+        gauges.node(name, None)
+    for name in pools:
+        gauges.nodepool(name, None)
+    gauges.flush()
 
 
 _GAUGE_KINDS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "Pod": Pod.model_validate,
     "Node": Node.model_validate,
-    "NodeClaim": NodeClaim.parse,
     "NodePool": NodePool.parse,
 }
 
 
 class WatchedClusterState:
-    """The objects the cluster-state gauges are computed from, kept by the controller's watch: no snapshot, no
-    request to the API server. Each object is parsed when the gauges are next computed after it changed."""
+    """The cluster-state gauges kept from the controller's watch: no snapshot, no request to the API server.
+    Each changed object is parsed when the gauges are next flushed (`update`), and only what changed is set
+    again."""
 
     def __init__(self) -> None:
-        self._raw: dict[str, dict[tuple[str | None, str], dict[str, Any]]] = {
-            kind: {} for kind in _GAUGE_KINDS
-        }
-        self._parsed: dict[str, dict[tuple[str | None, str], Any]] = {kind: {} for kind in _GAUGE_KINDS}
+        self._changed: dict[tuple[str, str | None, str], dict[str, Any] | None] = {}
         self.changed = False
         self.startup = PodStartup()
+        self._gauges: ClusterStateGauges | None = None
 
     def observe(self, event: WatchEvent) -> None:
-        raw = self._raw.get(event.kind)
-        if raw is None:
+        if event.kind not in _GAUGE_KINDS:
             return
-        key = (event.namespace, event.name)
-        self._parsed[event.kind].pop(key, None)
-        if event.type is EventType.DELETED:
-            raw.pop(key, None)
-        else:
-            raw[key] = event.object
+        gone = event.type is EventType.DELETED
+        self._changed[(event.kind, event.namespace, event.name)] = None if gone else event.object
         self.changed = True
 
-    def _objects(self, kind: str) -> list[Any]:
-        parse, parsed = _GAUGE_KINDS[kind], self._parsed[kind]
-        for key, raw in self._raw[kind].items():
-            if key not in parsed:
+    def update(self, metrics: Metrics) -> None:
+        """Set the gauges of what changed since the last update."""
+        gauges = self._gauges
+        if gauges is None or gauges.metrics is not metrics:
+            gauges = self._gauges = ClusterStateGauges(metrics)
+            gauges.startup = self.startup
+        changed, self._changed, self.changed = self._changed, {}, False
+        for (kind, namespace, name), raw in changed.items():
+            parsed = None
+            if raw is not None:
                 try:
-                    parsed[key] = parse(raw)
+                    parsed = _GAUGE_KINDS[kind](raw)
                 except ValueError as error:  # an object we cannot read is no reason to stop the gauges
-                    logger.debug("cluster-state gauges skip %s %s: %s", kind, key[1], error)
-                    parsed[key] = None
-        return [item for item in parsed.values() if item is not None]
-
-    def manifests(self) -> Manifests:
-        self.changed = False
-        return Manifests(
-            pods=self._objects("Pod"),
-            nodes=self._objects("Node"),
-            nodeclaims=self._objects("NodeClaim"),
-            nodepools=self._objects("NodePool"),
-        )
+                    logger.debug("cluster-state gauges skip %s %s: %s", kind, name, error)
+            if kind == "Pod":
+                gauges.pod(namespace or DEFAULT_NAMESPACE, name, parsed)
+            elif kind == "Node":
+                gauges.node(name, parsed)
+            else:
+                gauges.nodepool(name, parsed)
+        gauges.flush()
 
 
 async def keep_cluster_state(
     state: WatchedClusterState, metrics: Metrics, period_seconds: float = 5.0
 ) -> None:
-    """Recompute the cluster-state gauges from what the watch saw, every `period_seconds` in which something
+    """Set the cluster-state gauges of what the watch saw change, every `period_seconds` in which something
     changed, until cancelled."""
     while True:
         if state.changed:
-            update_cluster_state(metrics, state.manifests(), state.startup)
+            state.update(metrics)
         await asyncio.sleep(period_seconds)
 
 

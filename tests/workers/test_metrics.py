@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import random
 import urllib.request
 import uuid
 from datetime import timedelta
@@ -24,6 +25,7 @@ from activities.metrics import Metrics, snake_case
 from activities.planning import PlanningActivities
 from core import labels
 from core.api.kube import Condition, Pod
+from core.api.manifests import Manifests
 from core.api.nodepool import StatusCondition
 from core.cloudprovider import Instance, LaunchRequest
 from core.cluster import EventType, WatchEvent
@@ -578,6 +580,73 @@ async def test_the_controller_keeps_the_gauges_from_what_its_watch_saw(metrics: 
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    gauges = (
+        metrics.pods_state,
+        metrics.nodes_allocatable,
+        metrics.nodes_pod_requests,
+        metrics.nodes_daemon_requests,
+        metrics.nodepools_usage,
+        metrics.nodepools_limit,
+        metrics.cluster_state_node_count,
+    )
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for gauge in gauges
+        for family in gauge.collect()
+        for sample in family.samples
+    }
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gauges_kept_change_by_change_equal_gauges_computed_from_the_whole_cluster(seed: int) -> None:
+    """Pods come, move, change phase and go, nodes change labels and go, a NodePool changes: after each batch of
+    changes the watch-kept gauges are those computed afresh from the cluster as it then is."""
+    rng = random.Random(seed)
+    kept = Metrics(CollectorRegistry())
+    state = WatchedClusterState()
+    nodes: dict[str, Any] = {}
+    pods: dict[str, Pod] = {}
+    pool = nodepool().model_copy(deep=True)
+    state.observe(_event("NodePool", pool))
+    for step in range(12):
+        for _ in range(rng.randint(1, 6)):
+            choice = rng.random()
+            if choice < 0.25 or not nodes:
+                name = f"n{rng.randint(0, 5)}"
+                zone = rng.choice(["eastus-1", "eastus-2"])
+                _, node = node_pair(
+                    name, node_labels={labels.ZONE: zone}, allocatable={"cpu": str(rng.randint(2, 8))}
+                )
+                nodes[name] = node
+                state.observe(_event("Node", node))
+            elif choice < 0.35:
+                name = rng.choice(sorted(nodes))
+                state.observe(_event("Node", nodes.pop(name), EventType.DELETED))
+            elif choice < 0.8 or not pods:
+                name = f"p{rng.randint(0, 12)}"
+                host = rng.choice([*sorted(nodes), None])
+                options: dict[str, Any] = {"cpu": f"{rng.randint(1, 9) * 100}m"}
+                if rng.random() < 0.3:
+                    options.update(owner_kind="DaemonSet", owner_name="agent")
+                phase = rng.choice(["Pending", "Running", "Succeeded"]) if host else "Pending"
+                made = bound(host, name, phase=phase, **options) if host else pod(name, phase=phase)
+                pods[name] = made
+                state.observe(_event("Pod", made))
+            elif choice < 0.9:
+                name = rng.choice(sorted(pods))
+                state.observe(_event("Pod", pods.pop(name), EventType.DELETED))
+            else:
+                pool = pool.model_copy(deep=True)
+                pool.status.resources = {"cpu": str(rng.randint(0, 64)), "nodes": str(len(nodes))}
+                state.observe(_event("NodePool", pool))
+        state.update(kept)
+        fresh = Metrics(CollectorRegistry())
+        whole = Manifests(nodepools=[pool], nodes=list(nodes.values()), pods=list(pods.values()))
+        update_cluster_state(fresh, whole)
+        assert _samples(kept) == _samples(fresh), f"step {step}"
 
 
 # --- settings ------------------------------------------------------------------------------------------------

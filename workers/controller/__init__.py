@@ -152,7 +152,7 @@ class Controller:
         self.requeue_seconds = requeue_seconds
         self.disruption = disruption
         self.metrics = metrics
-        """Where the cluster-state gauges go, recomputed every `metrics_seconds`; None: not kept."""
+        """Where the cluster-state gauges go, set every `metrics_seconds` for what changed; None: not kept."""
         self.metrics_seconds = metrics_seconds
         self.state = WatchedClusterState() if metrics is not None else None
         self.static = static
