@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from core.cluster import EventType, WatchEvent
@@ -46,15 +46,18 @@ class Watch(Protocol):
     def stop(self) -> None: ...
 
 
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """An object's namespace ("" for a cluster-scoped one) and name."""
     metadata = obj.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
-def revision(obj: dict[str, Any]) -> int:
-    """An object's resourceVersion as the etcd revision it is (0 if the server uses something else)."""
-    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return int(version) if version.isdigit() else 0
+def revision(resource_version: str | None) -> int:
+    """A resourceVersion as the etcd revision it is (0 if the server uses something else)."""
+    try:
+        return int(resource_version or 0)
+    except ValueError:
+        return 0
 
 
 class SnapshotInformer:
@@ -97,7 +100,7 @@ class SnapshotInformer:
     def remember(self, kind: str, obj: dict[str, Any]) -> None:
         """Write through an object this process created or changed, as the API server answered it."""
         if kind in self._objects:
-            self._apply(kind, EventType.MODIFIED, obj, revision(obj))
+            self._apply(kind, EventType.MODIFIED, obj, revision(obj["metadata"].get("resourceVersion")))
 
     def _emitter(self, kind: str) -> Emit:
         def emit(item: WatchEvent | Exception) -> None:
@@ -113,7 +116,7 @@ class SnapshotInformer:
         return emit
 
     def _apply(self, kind: str, change: EventType, obj: dict[str, Any], at: int) -> None:
-        key = _key(obj)
+        key = object_key(obj)
         with self._lock:
             objects = self._objects[kind]
             held = objects.get(key)

@@ -55,7 +55,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
-from activities.informer import SnapshotInformer
+from activities.informer import SnapshotInformer, object_key, revision
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import (
     DEFAULT_NAMESPACE,
@@ -261,19 +261,6 @@ def list_every_page(list_page: ListPage) -> tuple[builtins.list[dict[str, Any]],
         token = metadata.get("continue") or None
         if token is None:
             return items, str(metadata.get("resourceVersion") or "")
-
-
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
-    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-
-
-def _revision(resource_version: str | None) -> int:
-    """An object's resourceVersion as the etcd revision it is (0 if the server uses something else)."""
-    try:
-        return int(resource_version or 0)
-    except ValueError:
-        return 0
 
 
 def _one_line(text: object) -> str:
@@ -528,7 +515,7 @@ class ListWatch:
         items, version = list_every_page(self._list_page)
         current: dict[tuple[str, str], str] = {}
         for item in _with_kind(self.resource, items):
-            key = _key(item)
+            key = object_key(item)
             item_version = str(item["metadata"].get("resourceVersion") or "")
             current[key] = item_version
             previous = self.seen.get(key)
@@ -540,7 +527,7 @@ class ListWatch:
             if namespace:
                 metadata["namespace"] = namespace
             gone = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, "metadata": metadata}
-            self._hand_on(EventType.DELETED, gone, _revision(version))
+            self._hand_on(EventType.DELETED, gone, revision(version))
         self.seen = current
         self._listed = True
         self.resource_version = version
@@ -568,7 +555,7 @@ class ListWatch:
             stream.close()
 
     def _on_event(self, kind: EventType, obj: dict[str, Any]) -> None:
-        key = _key(obj)
+        key = object_key(obj)
         version = str(obj["metadata"].get("resourceVersion") or "")
         if kind is EventType.DELETED:
             if key not in self.seen and self._listed:
@@ -581,15 +568,15 @@ class ListWatch:
         self._hand_on(kind, obj)
 
     def _hand_on(self, kind: EventType, obj: dict[str, Any], version: int | None = None) -> None:
-        namespace, name = _key(obj)
-        revision = _revision(obj["metadata"].get("resourceVersion")) if version is None else version
+        namespace, name = object_key(obj)
+        at = revision(obj["metadata"].get("resourceVersion")) if version is None else version
         self._emit(
             WatchEvent(
                 type=kind,
                 kind=self.resource.kind,
                 name=name,
                 namespace=namespace or None,
-                resource_version=revision,
+                resource_version=at,
                 object=obj,
             )
         )
