@@ -71,13 +71,9 @@ class SnapshotInformer:
         self._tombstones: OrderedDict[tuple[str, str, str], int] = OrderedDict()
         self._failed: dict[str, Exception] = {}
         self._watches = {kind: watch_for(kind, self._emitter(kind)) for kind in kinds}
-        self._started = False
 
     def start(self) -> None:
-        """Start each kind's watch on a thread of its own (daemon threads: they end with the process)."""
-        if self._started:
-            return
-        self._started = True
+        """Start each kind's watch on a thread of its own (daemon threads: they end with the process); once."""
         for kind, watch in self._watches.items():
             threading.Thread(target=watch.run, name=f"nodewright-informer-{kind}", daemon=True).start()
 
@@ -117,18 +113,19 @@ class SnapshotInformer:
 
     def _apply(self, kind: str, change: EventType, obj: dict[str, Any], at: int) -> None:
         key = object_key(obj)
+        tombstone = (kind, *key)
         with self._lock:
             objects = self._objects[kind]
             held = objects.get(key)
-            newest = held[0] if held is not None else self._tombstones.get((kind, *key), -1)
+            newest = held[0] if held is not None else self._tombstones.get(tombstone, -1)
             if at < newest:
                 return  # older than what is held: a late write-through, or a watch behind it
             if change is EventType.DELETED:
                 objects.pop(key, None)
-                self._tombstones[(kind, *key)] = at
-                self._tombstones.move_to_end((kind, *key))
+                self._tombstones[tombstone] = at
+                self._tombstones.move_to_end(tombstone)
                 if len(self._tombstones) > TOMBSTONES:
                     self._tombstones.popitem(last=False)
             else:
                 objects[key] = (at, obj)
-                self._tombstones.pop((kind, *key), None)
+                self._tombstones.pop(tombstone, None)

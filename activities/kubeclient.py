@@ -55,7 +55,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from pydantic import BaseModel, ValidationError
 from tenacity import Retrying, retry_if_exception_type, wait_random_exponential
 
-from activities.informer import SnapshotInformer, object_key, revision
+from activities.informer import Emit, SnapshotInformer, object_key, revision
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import (
     DEFAULT_NAMESPACE,
@@ -412,9 +412,6 @@ class _ResponseStream:
 
 class _Stopped(Exception):
     """The watch was asked to stop."""
-
-
-Emit = Callable[[WatchEvent | Exception], None]
 
 
 class ListWatch:

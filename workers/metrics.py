@@ -205,9 +205,9 @@ class ClusterStateGauges:
     allocatable and requests (a pod's change touches its node's requests; a node's labels, its pods' series).
     The cost of a flush follows what changed, not the size of the cluster."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, startup: PodStartup | None = None) -> None:
         self.metrics = metrics
-        self.startup = PodStartup()
+        self.startup = startup or PodStartup()
         self._nodes: dict[str, Node] = {}
         self._pods: dict[tuple[str, str], Pod] = {}
         self._pools: dict[str, NodePool] = {}
@@ -378,24 +378,26 @@ class WatchedClusterState:
 
     def __init__(self) -> None:
         self._changed: dict[tuple[str, str | None, str], dict[str, Any] | None] = {}
-        self.changed = False
         self.startup = PodStartup()
         self._gauges: ClusterStateGauges | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the watch saw something change since the last update."""
+        return bool(self._changed)
 
     def observe(self, event: WatchEvent) -> None:
         if event.kind not in _GAUGE_KINDS:
             return
         gone = event.type is EventType.DELETED
         self._changed[(event.kind, event.namespace, event.name)] = None if gone else event.object
-        self.changed = True
 
     def update(self, metrics: Metrics) -> None:
         """Set the gauges of what changed since the last update."""
         gauges = self._gauges
         if gauges is None or gauges.metrics is not metrics:
-            gauges = self._gauges = ClusterStateGauges(metrics)
-            gauges.startup = self.startup
-        changed, self._changed, self.changed = self._changed, {}, False
+            gauges = self._gauges = ClusterStateGauges(metrics, self.startup)
+        changed, self._changed = self._changed, {}
         for (kind, namespace, name), raw in changed.items():
             parsed = None
             if raw is not None:

@@ -316,16 +316,8 @@ class Simulation:
                         DomainSource(value, template.requirements, template.taints)
                     )
         for node, with_hostname in zip(nodes, requirements, strict=True):
-            domains = [
-                (
-                    key,
-                    node.labels.get(labels.HOSTNAME, node.name)
-                    if key == labels.HOSTNAME
-                    else node.labels[key],
-                )
-                for key in wanted
-                if key == labels.HOSTNAME or key in node.labels
-            ]
+            node_labels = _with_hostname(node)
+            domains = [(key, node_labels[key]) for key in wanted if key in node_labels]
             if not domains:
                 continue
             # A node without the hostname label counts in no hostname domain by its labels.

@@ -202,6 +202,18 @@ def test_a_deleted_nodeclaim_tells_its_lifecycle_why_when_its_deleter_said(
     assert deletion_requested(claim) == DeletionRequested(by="nodeclaim deleted", reason=reason)
 
 
+def offline_controller(client: object = None, cluster: object = None, **options: Any) -> Controller:
+    """A Controller of cluster "test" on task queue "unused", with no Temporal client and no API server unless
+    given (fakes): what it does is read off its state."""
+    return Controller(
+        client=cast(Client, client),
+        cluster=cast(ClusterAPI, cluster),
+        provisioner=ProvisionerInput(cluster="test"),
+        task_queue="unused",
+        **options,
+    )
+
+
 def _watched(kind: str, manifest: dict[str, Any], version: int) -> WatchEvent:
     name = manifest["metadata"]["name"]
     return WatchEvent(
@@ -210,12 +222,7 @@ def _watched(kind: str, manifest: dict[str, Any], version: int) -> WatchEvent:
 
 
 async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nominated_to() -> None:
-    controller = Controller(
-        client=cast(Client, None),
-        cluster=cast(ClusterAPI, None),
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-    )
+    controller = offline_controller()
     web = [builders.pod(f"web-{index}", cpu="1") for index in range(2)]
     for version, pod in enumerate(web):
         await controller.handle(_watched("Pod", pod.model_dump(mode="json", by_alias=True), version))
@@ -249,12 +256,7 @@ async def test_the_requeue_leaves_pods_to_the_in_flight_nodeclaim_they_are_nomin
 
 
 async def test_a_pending_pod_stops_being_provisionable_once_bound_without_being_parsed_again() -> None:
-    controller = Controller(
-        client=cast(Client, None),
-        cluster=cast(ClusterAPI, None),
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-    )
+    controller = offline_controller()
     pending = builders.pod("web-0", cpu="1").model_dump(mode="json", by_alias=True)
     await controller.handle(_watched("Pod", pending, 1))
     assert controller.provisionable == {"default/web-0"}
@@ -280,13 +282,7 @@ async def test_the_requeue_leaves_pods_signalled_within_its_period_to_the_plan_m
     None
 ):
     client = Starts()
-    controller = Controller(
-        client=cast(Client, client),
-        cluster=cast(ClusterAPI, None),
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-        requeue_seconds=10,
-    )
+    controller = offline_controller(client=client, requeue_seconds=10)
     web = [builders.pod(f"web-{index}", cpu="1") for index in range(2)]
     await controller.handle(_watched("Pod", web[0].model_dump(mode="json", by_alias=True), 1))
     await controller._signal_provisioner(["default/web-0"])
@@ -333,12 +329,8 @@ def _node(ready: bool, taints: list[str], heartbeat: str) -> dict[str, Any]:
 
 async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on() -> None:
     client = Signals()
-    controller = Controller(
-        client=cast(Client, client),
-        cluster=cast(ClusterAPI, None),  # it asks the API server nothing: its watch tells it all
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-    )
+    # it asks the API server nothing: its watch tells it all
+    controller = offline_controller(client=client)
     # The Node registers before the NodeClaim shows its providerID.
     unregistered, not_ready = labels.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready"
     await controller.handle(_watched("Node", _node(False, [unregistered, not_ready, "startup"], "1"), 1))
@@ -387,12 +379,7 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
 
 async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecycle_at_once() -> None:
     client = Signals()
-    controller = Controller(
-        client=cast(Client, client),
-        cluster=cast(ClusterAPI, None),
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-    )
+    controller = offline_controller(client=client)
     claim: dict[str, Any] = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -467,12 +454,7 @@ def _nodeclass(name: str, mode: str | None, state: str | None) -> dict[str, Any]
 
 async def test_the_controller_writes_the_localdns_state_of_each_aksnodeclass_when_it_differs() -> None:
     cluster = StatusWrites()
-    controller = Controller(
-        client=cast(Client, None),
-        cluster=cast(ClusterAPI, cluster),
-        provisioner=ProvisionerInput(cluster="test"),
-        task_queue="unused",
-    )
+    controller = offline_controller(cluster=cluster)
     for version, (name, mode, state) in enumerate(
         [
             ("plain", None, None),
