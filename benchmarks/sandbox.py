@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # Plain string operations: the sandbox runs this module again, and forbids `Path.resolve` there.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from workers.temporal_server import DevServer
     from workers.worker import WORKFLOW_TASKS, connect
 
@@ -33,20 +34,24 @@ async def noop(step: int) -> int:
     return step
 
 
+async def three_noops() -> None:
+    """What both workflows do: three no-op activities, one after the other."""
+    for step in range(3):
+        await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+
+
 @workflow.defn(name="SandboxedTrivial")
 class Sandboxed:
     @workflow.run
     async def run(self) -> None:
-        for step in range(3):
-            await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+        await three_noops()
 
 
 @workflow.defn(name="PlainTrivial", sandboxed=False)
 class Plain:
     @workflow.run
     async def run(self) -> None:
-        for step in range(3):
-            await workflow.execute_activity(noop, step, start_to_close_timeout=timedelta(seconds=30))
+        await three_noops()
 
 
 def cpu_seconds() -> float:
