@@ -93,6 +93,16 @@ class SnapshotInformer:
                 return None
             return [self._objects[kind][key][1] for kind in kinds for key in sorted(self._objects[kind])]
 
+    def matching(
+        self, kind: str, matches: Callable[[Mapping[str, Any]], bool]
+    ) -> list[dict[str, Any]] | None:
+        """The objects of a kind that `matches` accepts, in no order; None when that kind is not followed or not
+        synced (the caller lists). Shared, like `items`."""
+        with self._lock:
+            if kind not in self._watches or not self.synced([kind]):
+                return None
+            return [obj for _, obj in self._objects[kind].values() if matches(obj)]
+
     def remember(self, kind: str, obj: dict[str, Any]) -> None:
         """Write through an object this process created or changed, as the API server answered it."""
         if kind in self._objects:

@@ -949,8 +949,15 @@ class KubernetesCluster:
             node = await self.get_node(guess)
             if node is not None and node.spec.provider_id == provider_id:
                 return node
-        for item in await self._list(NODE):
-            if (item.get("spec") or {}).get("providerID") == provider_id:
+
+        # Not under that name (or not yet there): the informer's Nodes when it follows them, so that each
+        # lifecycle waiting for its Node does not LIST every Node; else a LIST.
+        def matches(item: Mapping[str, Any]) -> bool:
+            return (item.get("spec") or {}).get("providerID") == provider_id
+
+        found = self.informer.matching(NODE.kind, matches) if self.informer is not None else None
+        for item in found if found is not None else await self._list(NODE):
+            if matches(item):
                 return Node.model_validate(item)
         return None
 

@@ -163,6 +163,7 @@ async def serve_worker(
                 settings.shutdown_grace,
                 role,
                 settings.worker_workflow_tasks,
+                settings.worker_lifecycle_sandbox,
             )
             await ensure_schedules(
                 client,

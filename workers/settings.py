@@ -184,6 +184,8 @@ class Settings(BaseSettings):
     """How many workflow tasks one worker process holds at once (`workers.worker.WORKFLOW_TASKS`)."""
     worker_informer: bool = True
     """Whether a worker's plans read what watches keep (`activities.informer`) instead of listing every object."""
+    worker_lifecycle_sandbox: bool = False
+    """Whether the NodeClaim lifecycle runs in the Temporal SDK's workflow sandbox (`workflows.nodeclaim`)."""
 
     @field_validator("feature_gates")
     @classmethod

@@ -15,7 +15,8 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import workflows
 from activities.azure.prices import PriceSettings
@@ -205,11 +206,13 @@ def build_worker(
     shutdown_grace: timedelta = timedelta(seconds=5),
     role: WorkerRole = WorkerRole.ALL,
     workflow_tasks: int = WORKFLOW_TASKS,
+    sandbox_lifecycles: bool = False,
 ) -> Worker:
     """A worker for our workflows and activities, or for the ones its `role` takes.
 
     `shutdown_grace` applies when `shutdown()` is called: polling stops at once, running activities get that
-    long to finish, then they are cancelled and Temporal retries them elsewhere."""
+    long to finish, then they are cancelled and Temporal retries them elsewhere. The NodeClaim lifecycle runs
+    outside the SDK's sandbox unless `sandbox_lifecycles` (the tests' workers); the others run in it."""
     activities = activities_for(cluster, cloud, catalog, lifecycle_starter(client, task_queue), prices)
     if role is WorkerRole.WORKFLOWS:
         activities = [activity for activity in activities if activity.__name__ in LOCAL_ACTIVITIES]
@@ -228,6 +231,9 @@ def build_worker(
         # Every node's lifecycle stays open while the node lives, plus the provisioner: with the SDK's 1,000
         # a worker of a cluster of 1,000 nodes evicts workflows and replays their whole history at each task.
         max_cached_workflows=MAX_CACHED_WORKFLOWS,
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner()
+        if sandbox_lifecycles
+        else UnsandboxedWorkflowRunner(),
     )
 
 

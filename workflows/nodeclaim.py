@@ -98,7 +98,11 @@ def disruption_reason(reason: str) -> TerminationReason:
         return TerminationReason.NODECLAIM_DELETED
 
 
-@workflow.defn(name="NodeClaim")
+# Outside the SDK's sandbox, as the worker runs it by default: every lifecycle it starts or replays would import
+# this module afresh in a sandbox of its own and enter it for every payload, about a fifth of a busy worker's
+# CPU. The tests and the replayer run it inside the sandbox (`build_worker(sandbox_lifecycles=True)`), where a
+# call that could not replay fails; `NODEWRIGHT_WORKER_LIFECYCLE_SANDBOX=true` runs it there in production too.
+@workflow.defn(name="NodeClaim", sandboxed=False)
 class NodeClaimWorkflow:
     @workflow.init
     def __init__(self, request: LifecycleInput) -> None:

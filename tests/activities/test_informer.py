@@ -141,3 +141,21 @@ def test_a_kind_whose_watch_failed_sends_plans_back_to_lists_and_stop_stops_ever
     assert cache.items(["Pod"]) == []
     cache.stop()
     assert all(watch.stopped for watch in watches.values())
+
+
+def test_matching_answers_from_one_synced_kind_and_none_for_others() -> None:
+    cache, watches = informer("Node", "Pod")
+    nodes = watches["Node"]
+    nodes.send(EventType.ADDED, "a", 1, spec={"providerID": "azure:///vm/a"})
+    nodes.send(EventType.ADDED, "b", 2, spec={"providerID": "azure:///vm/b"})
+
+    def vm_b(item: Any) -> bool:
+        return bool(item["spec"]["providerID"] == "azure:///vm/b")
+
+    assert cache.matching("Node", vm_b) is None  # not listed yet: the caller lists
+    nodes.listed = True
+    assert names(cache.matching("Node", vm_b)) == [("Node", "", "b")]
+    nodes.send(EventType.DELETED, "b", 3)
+    assert cache.matching("Node", vm_b) == []
+    assert cache.matching("Pod", vm_b) is None
+    assert cache.matching("VolumeAttachment", vm_b) is None  # a kind it does not follow

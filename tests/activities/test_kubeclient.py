@@ -6,6 +6,7 @@ annotated for it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -22,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.kube import kube_event, pod_event
 from activities.kubeclient import (
+    NODE,
     NODECLAIM,
     ClusterConfigError,
     KubernetesCluster,
@@ -1098,7 +1100,7 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
 async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_nodeclaims_at_once(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    node, claim = unique("node"), unique("claim")
+    node, other, claim = unique("node"), unique("node"), unique("claim")
     async with load_cluster(str(control_plane.kubeconfig)) as cluster:
         cluster.start_informer()
         informer = cluster.informer
@@ -1131,6 +1133,23 @@ async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_
         )
         try:
             await eventually(settled)
+            # A Node looked up by a providerID unlike its name comes from the informer, not from a LIST.
+            renamed = f"azure:///subscriptions/s/virtualMachines/{unique('vm')}"
+            await cluster.apply([{**kwok_node(other), "spec": {"providerID": renamed}}])
+
+            async def followed() -> bool:
+                nodes = informer.matching(NODE.kind, lambda item: item["spec"].get("providerID") == renamed)
+                return bool(nodes)
+
+            await eventually(followed)
+            listing = cluster._list
+            cluster._list = None  # type: ignore[assignment]
+            try:
+                found = await cluster.find_node_by_provider_id(renamed)
+                assert await cluster.find_node_by_provider_id(renamed + "x") is None
+            finally:
+                cluster._list = listing  # type: ignore[method-assign]
+            assert found is not None and found.metadata.name == other
             # With the NodeClaim watch stopped, only the write-through can show the new NodeClaim.
             informer._watches[NODECLAIM.kind].stop()
             await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(claim)))
@@ -1144,3 +1163,5 @@ async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_
         finally:
             await cluster.delete_nodeclaim(claim)
             await cluster.delete_node(node)
+            with contextlib.suppress(NotFoundError):
+                await cluster.delete_node(other)

@@ -7,8 +7,11 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.kube import nodeclaim_object
 from core.messages import ActivityName, LifecycleInput, LifecycleSettings, Phase
@@ -68,6 +71,22 @@ async def test_each_role_registers_only_its_own_tasks(
         everything = registered(WorkerRole.ALL)
         assert everything[0] == every and set(LOCAL_ACTIVITIES) < everything[1] and not everything[2]
         assert registered(WorkerRole.WORKFLOWS) == (every, set(LOCAL_ACTIVITIES), True)
+
+        # The NodeClaim lifecycle runs outside the sandbox by default; the tests' workers put it back in.
+        def lifecycle_runner(sandboxed: bool) -> object:
+            worker = build_worker(
+                temporal_env.client,
+                f"{task_queue}-sandbox-{sandboxed}",
+                aks.kube,
+                cloud,
+                CATALOG,
+                sandbox_lifecycles=sandboxed,
+            )
+            return worker.config().get("unsandboxed_workflow_runner")
+
+        assert isinstance(lifecycle_runner(False), UnsandboxedWorkflowRunner)
+        assert isinstance(lifecycle_runner(True), SandboxedWorkflowRunner)
+        assert not workflow._Definition.must_from_class(NodeClaimWorkflow).sandboxed
         assert registered(WorkerRole.ACTIVITIES) == (set(), everything[1], False)
 
 

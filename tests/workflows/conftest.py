@@ -478,7 +478,9 @@ async def running_system(
         system = System(env.client, aks.kube, aks.emulator, task_queue, cluster=cluster, cloud=cloud)
         system._tasks.append(asyncio.create_task(system._record()))
         make = worker or (
-            lambda client, queue, kube, cloud: build_worker(client, queue, kube, cloud, CATALOG)
+            lambda client, queue, kube, cloud: build_worker(
+                client, queue, kube, cloud, CATALOG, sandbox_lifecycles=True
+            )
         )
         try:
             async with make(env.client, task_queue, aks.kube, cloud):

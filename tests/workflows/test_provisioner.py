@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType as HistoryEventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.kubeclient import KubernetesCluster
 from activities.planning import LifecycleStarter, PlanningActivities
@@ -197,6 +198,7 @@ async def test_continue_as_new_carries_the_pending_pods_and_the_unavailable_offe
             task_queue=queue,
             workflows=list(WORKFLOWS),
             activities=[gates[0].plan_provisioning, *others],
+            unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
         )
 
     async with running_system(temporal_env, task_queue, control_plane, worker=worker) as system:

@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 with workflow.unsafe.imports_passed_through():
     import pytest
@@ -168,7 +169,12 @@ def load_history(path: Path) -> WorkflowHistory:
 
 
 def replayer(*workflows: type) -> Replayer:
-    return Replayer(workflows=list(workflows), data_converter=pydantic_data_converter)
+    """Every workflow in the SDK's sandbox, the NodeClaim lifecycle too (a worker runs it outside)."""
+    return Replayer(
+        workflows=list(workflows),
+        data_converter=pydantic_data_converter,
+        unsandboxed_workflow_runner=SandboxedWorkflowRunner(),
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
