@@ -123,6 +123,13 @@ class SnapshotInformer:
 
     def _apply(self, kind: str, change: EventType, obj: dict[str, Any], at: int) -> None:
         key = object_key(obj)
+        metadata = obj.get("metadata") or {}
+        if "managedFields" in metadata:
+            # No plan reads them, and they are a good part of an object's dicts (which the garbage collector scans).
+            obj = {
+                **obj,
+                "metadata": {name: value for name, value in metadata.items() if name != "managedFields"},
+            }
         tombstone = (kind, *key)
         with self._lock:
             objects = self._objects[kind]

@@ -319,8 +319,10 @@ def component_settings(args: argparse.Namespace, err: TextIO) -> Settings | None
 
 def start_component(settings: Settings, out: TextIO, err: TextIO) -> TemporalConnection | None:
     """What a worker and a controller do before their loop starts: read the Temporal TLS files, set up
-    logging, serve `/metrics`; None after one line on `err` when something cannot be used."""
+    logging, serve `/metrics`, keep full garbage collections short; None after one line on `err` when something
+    cannot be used."""
     from workers.logs import setup_logging
+    from workers.processes import freeze_after_full_collections
     from workers.settings import SettingsError
 
     try:
@@ -331,6 +333,7 @@ def start_component(settings: Settings, out: TextIO, err: TextIO) -> TemporalCon
     if not start_metrics_server(settings.metrics_port, "NODEWRIGHT_METRICS_PORT", err):
         return None
     setup_logging(out, level=logging.getLevelName(settings.log_level.value), log_format=settings.log_format)
+    freeze_after_full_collections()
     return connection
 
 

@@ -1,5 +1,6 @@
-"""How nodewright's long-running commands end: children that die with their parent, and SIGINT/SIGTERM that
-stop the main coroutine so every `async with` unwinds and stops what it started.
+"""How nodewright's long-running commands run and end: children that die with their parent, SIGINT/SIGTERM that
+stop the main coroutine so every `async with` unwinds and stops what it started, and full garbage collections
+kept short.
 
 A process started in the background by a non-interactive shell inherits SIGINT as ignored; installing our own
 handlers for both signals makes `kill -INT` and `kill -TERM` (what Kubernetes sends) stop it either way.
@@ -10,13 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
+import logging
 import signal
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
+LONG_COLLECTION_SECONDS = 1.0
+"""A full garbage collection that holds the process this long is logged."""
+
+logger = logging.getLogger("nodewright")
+GcCallback = Callable[[str, dict[str, int]], None]
 
 
 def die_with_parent() -> None:
@@ -48,3 +57,37 @@ async def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
     finally:
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
+
+
+def freeze_after_full_collections(warn_after: float = LONG_COLLECTION_SECONDS) -> GcCallback:
+    """Keep Python's full garbage collections short in a long-running process; returns the installed callback.
+
+    A worker holds a million container objects or more (the informer's objects and their parsed models, the
+    cached workflows), nearly all alive for minutes. Python collects its oldest generation whenever a quarter as
+    many objects again have survived into it, and scans every object there with the GIL held: at 1,000
+    NodeClaims that took 1.5 to 3 s every 15 to 25 s, during which no workflow task ran (the SDK fails an
+    activation that has not finished within 2 s) and no lifecycle moved. After each full collection the objects
+    that survived it are frozen (`gc.freeze`), so the next one scans only what was allocated since. A frozen
+    object is still freed when nothing refers to it; only a reference cycle among frozen objects that dies is not
+    reclaimed, and the worker's full collections found next to none (0 to 144 objects each). A full collection
+    that still takes `warn_after` seconds is logged."""
+    started = 0.0
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started = time.perf_counter()
+            return
+        took = time.perf_counter() - started
+        gc.freeze()
+        if took >= warn_after:
+            logger.warning(
+                "a full garbage collection held the process for %.1f s (%d objects frozen)",
+                took,
+                gc.get_freeze_count(),
+            )
+
+    gc.callbacks.append(callback)
+    return callback

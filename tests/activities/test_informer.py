@@ -159,3 +159,25 @@ def test_matching_answers_from_one_synced_kind_and_none_for_others() -> None:
     assert cache.matching("Node", vm_b) == []
     assert cache.matching("Pod", vm_b) is None
     assert cache.matching("VolumeAttachment", vm_b) is None  # a kind it does not follow
+
+
+def test_objects_are_kept_without_their_managed_fields() -> None:
+    cache, watches = informer("Pod")
+    pods = watches["Pod"]
+    pods.listed = True
+    managed = [{"manager": "kube-scheduler", "fieldsV1": {"f:status": {}}}]
+    pods.emit(
+        WatchEvent(
+            type=EventType.ADDED,
+            kind="Pod",
+            name="p",
+            namespace="default",
+            resource_version=4,
+            object={
+                "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default", "managedFields": managed},
+            },
+        )
+    )
+    [kept] = cache.items(["Pod"]) or []
+    assert kept["metadata"] == {"name": "p", "namespace": "default"}

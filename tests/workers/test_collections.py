@@ -1,0 +1,55 @@
+"""`freeze_after_full_collections`: what survives a full garbage collection is frozen, so the next one scans only
+what came since; a frozen object is still freed when nothing refers to it; a long full collection is logged."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from workers.processes import freeze_after_full_collections
+
+
+class Thing:
+    pass
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_a_full_collection_freezes_what_survived_it_and_a_long_one_is_logged(
+    unfrozen: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    callback = freeze_after_full_collections(warn_after=0.0)
+    try:
+        kept = [Thing() for _ in range(10_000)]
+        gc.collect(1)
+        assert gc.get_freeze_count() == 0  # a young collection freezes nothing
+        with caplog.at_level(logging.WARNING, logger="nodewright"):
+            gc.collect()
+        assert gc.get_freeze_count() >= len(kept)
+        assert "a full garbage collection held the process for" in caplog.text
+
+        last = weakref.ref(kept[-1])
+        del kept
+        assert last() is None  # frozen, yet freed once nothing refers to it
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def test_a_quick_full_collection_is_not_logged(unfrozen: None, caplog: pytest.LogCaptureFixture) -> None:
+    callback = freeze_after_full_collections(warn_after=60.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="nodewright"):
+            gc.collect()
+        assert gc.get_freeze_count() > 0
+        assert "garbage collection" not in caplog.text
+    finally:
+        gc.callbacks.remove(callback)
