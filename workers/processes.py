@@ -65,7 +65,7 @@ def freeze_after_full_collections(warn_after: float = LONG_COLLECTION_SECONDS) -
     A worker holds a million container objects or more (the informer's objects and their parsed models, the
     cached workflows), nearly all alive for minutes. Python collects its oldest generation whenever a quarter as
     many objects again have survived into it, and scans every object there with the GIL held: at 1,000
-    NodeClaims that took 1.5 to 3 s every 15 to 25 s, during which no workflow task ran (the SDK fails an
+    NodeClaims that took 1.5 to 3.8 s every 15 to 25 s, during which no workflow task ran (the SDK fails an
     activation that has not finished within 2 s) and no lifecycle moved. After each full collection the objects
     that survived it are frozen (`gc.freeze`), so the next one scans only what was allocated since. A frozen
     object is still freed when nothing refers to it; only a reference cycle among frozen objects that dies is not
