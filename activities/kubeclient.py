@@ -956,10 +956,9 @@ class KubernetesCluster:
             return (item.get("spec") or {}).get("providerID") == provider_id
 
         found = self.informer.matching(NODE.kind, matches) if self.informer is not None else None
-        for item in found if found is not None else await self._list(NODE):
-            if matches(item):
-                return Node.model_validate(item)
-        return None
+        if found is None:
+            found = [item for item in await self._list(NODE) if matches(item)]
+        return Node.model_validate(found[0]) if found else None
 
     async def get_nodeclaim(self, name: str) -> NodeClaim | None:
         raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)

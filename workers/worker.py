@@ -190,7 +190,8 @@ def disruption_activities(disruption: DisruptionActivities) -> list[Any]:
 def compile_workflows() -> None:
     """Write the bytecode of the workflow modules if it is missing. The sandbox imports a workflow's module
     afresh for every run it starts or replays; without bytecode (PYTHONDONTWRITEBYTECODE set and none shipped)
-    each import compiles the source again, 12 ms for the NodeClaim lifecycle's on this machine. A directory we
+    each import compiles the source again, 12 ms for the NodeClaim lifecycle's on this machine (when it runs
+    sandboxed: `build_worker(sandbox_lifecycles=True)`). A directory we
     may not write to (an image that ships bytecode, or does not) only costs that time."""
     if not compileall.compile_dir(Path(workflows.__file__).parent, quiet=2):
         logger.info("could not write the workflow modules' bytecode: the sandbox compiles them at each run")
