@@ -16,7 +16,6 @@ from activities.metrics import DisruptedReason, Metrics, default_metrics, disrup
 from core import labels
 from core.api.kube import (
     Event,
-    Node,
     ObjectReference,
     Pod,
     VolumeAttachment,
@@ -255,19 +254,10 @@ def _taint_text(taint: Taint) -> str:
     return f"{taint.key}={taint.value}:{effect}" if taint.value else f"{taint.key}:{effect}"
 
 
-async def node_state(cluster: ClusterAPI, request: InitializeInput, cached: bool = False) -> NodeState:
+async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
     """What initialization waits for: Ready, startup taints gone, requested extended resources reported; the
-    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`. `cached` starts from
-    the informer's Node, and reads the server's unless that one is done waiting: a wait found on a copy that is
-    behind could outlast the change it waits for, whose signal has come and gone."""
-    if cached:
-        state = _node_state(request, await cluster.get_node(request.node, cached=True))
-        if state.exists and not state.deleting and not state.waiting_reason:
-            return state
-    return _node_state(request, await cluster.get_node(request.node))
-
-
-def _node_state(request: InitializeInput, node: Node | None) -> NodeState:
+    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`."""
+    node = await cluster.get_node(request.node)
     if node is None:
         return NodeState(
             name=request.node,

@@ -936,27 +936,17 @@ class KubernetesCluster:
         with self._parse_lock:
             return parse_manifests(items, "cluster", self._parsed)
 
-    def _cached(self, kind: str, name: str) -> dict[str, Any] | None:
-        """The informer's copy of a cluster-scoped object (a moment behind the server at most); None when the
-        informer does not follow its kind or does not hold it."""
-        return self.informer.get(kind, name) if self.informer is not None else None
-
-    async def get_node(self, name: str, *, cached: bool = False) -> Node | None:
-        raw = self._cached(NODE.kind, name) if cached else None
-        if raw is None:
-            raw = await self._get(self._core.read_node, name)
+    async def get_node(self, name: str) -> Node | None:
+        raw = await self._get(self._core.read_node, name)
         return None if raw is None else Node.model_validate(self._remember(NODE.kind, raw))
 
-    async def find_node_by_provider_id(self, provider_id: str, *, cached: bool = False) -> Node | None:
+    async def find_node_by_provider_id(self, provider_id: str) -> Node | None:
         # Nodes support no field selector on spec.providerID. Most clouds name the Node after the instance
         # (on Azure the VM, `.../virtualMachines/aks-default-abcde`): try that name first, so a lookup is one
-        # GET (or none, from the informer), not a LIST of every Node (which made registering N nodes cost N
-        # LISTs of N Nodes).
+        # GET, not a LIST of every Node (which made registering N nodes cost N LISTs of N Nodes).
         guess = provider_id.rstrip("/").rpartition("/")[2].lower()
         if guess:
-            node = await self.get_node(guess, cached=cached)
-            if node is not None and node.spec.provider_id != provider_id and cached:
-                node = await self.get_node(guess)
+            node = await self.get_node(guess)
             if node is not None and node.spec.provider_id == provider_id:
                 return node
 
@@ -970,10 +960,8 @@ class KubernetesCluster:
             found = [item for item in await self._list(NODE) if matches(item)]
         return Node.model_validate(found[0]) if found else None
 
-    async def get_nodeclaim(self, name: str, *, cached: bool = False) -> NodeClaim | None:
-        raw = self._cached(NODECLAIM.kind, name) if cached else None
-        if raw is None:
-            raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
+    async def get_nodeclaim(self, name: str) -> NodeClaim | None:
+        raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
         return None if raw is None else NodeClaim.parse(self._remember(NODECLAIM.kind, raw))
 
     async def list_pods_on_node(self, node_name: str) -> builtins.list[Pod]:

@@ -153,9 +153,7 @@ class LifecycleActivities:
         """Make nothing for a NodeClaim that is gone or being deleted (Karpenter launches only a NodeClaim that is
         not): a retried attempt may run after its lifecycle was told to terminate, or after the termination
         deleted the instance, and must not make it again."""
-        claim = await self.cluster.get_nodeclaim(name, cached=True)
-        if claim is None or claim.metadata.deletion_timestamp is not None:  # the informer may be behind: ask
-            claim = await self.cluster.get_nodeclaim(name)
+        claim = await self.cluster.get_nodeclaim(name)
         if claim is None or claim.metadata.deletion_timestamp is not None:
             state = "gone" if claim is None else "being deleted"
             raise ApplicationError(
@@ -184,12 +182,10 @@ class LifecycleActivities:
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:
         """Find the Node with the NodeClaim's providerID and register it; None while there is none yet."""
-        # The informer's Node when it holds it (the patch that registers it checks the fields it changes, and
-        # reads the server if they moved); the server's otherwise.
         found = (
-            await self.cluster.get_node(request.node, cached=True)
+            await self.cluster.get_node(request.node)
             if request.node is not None
-            else await self.cluster.find_node_by_provider_id(request.provider_id, cached=True)
+            else await self.cluster.find_node_by_provider_id(request.provider_id)
         )
         node = found.metadata.name if found is not None else request.node
         if found is None or node is None or not await register_node(self.cluster, node, request.labels):
@@ -216,7 +212,7 @@ class LifecycleActivities:
     async def initialize_nodeclaim(self, request: InitializeInput) -> NodeState:
         """Mark the node and NodeClaim initialized once it is Ready with its startup taints and Kubernetes'
         not-ready taints gone (so kube-scheduler can bind the pods nominated to it), as Karpenter does."""
-        state = await node_state(self.cluster, request, cached=True)
+        state = await node_state(self.cluster, request)
         waiting = (
             state.startup_taints_remaining or state.ephemeral_taints_remaining or state.missing_resources
         )
