@@ -140,10 +140,14 @@ class LifecycleActivities:
                 capacity=result.capacity,
                 allocatable=result.allocatable,
                 image_id=instance.image_id or None,
+                # Every label the instance type and offering pin (the Node's own), under the NodeClaim's own
+                # labels, which win (Karpenter's PopulateNodeClaimDetails; the AKS provider's resolved labels).
                 labels={
+                    **instance_type.node_labels(chosen),
                     labels.INSTANCE_TYPE: result.instance_type,
                     labels.ZONE: result.zone,
                     labels.CAPACITY_TYPE: result.capacity_type,
+                    **request.labels,
                 },
             ),
         )

@@ -98,6 +98,22 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
     ]
     [pod] = await eventually(lambda: system.running("pinned", 1), what="the pod running")
     assert pod.spec.node_name == status.node
+    # The launched NodeClaim carries every label its instance type and offering pin, as its Node does.
+    assert status.node is not None
+    node = await system.node(status.node)
+    assert node is not None
+    pinned_labels = (
+        labels.ARCH,
+        labels.OS,
+        labels.SKU_FAMILY,
+        labels.SKU_CPU,
+        labels.INSTANCE_TYPE,
+        labels.ZONE,
+    )
+    assert {key: claim.labels.get(key) for key in pinned_labels} == {
+        key: node.metadata.labels.get(key) for key in pinned_labels
+    }
+    assert claim.labels[labels.SKU_FAMILY] and claim.labels[labels.ARCH] == "amd64"
 
 
 async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(system: System) -> None:
