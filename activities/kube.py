@@ -24,7 +24,7 @@ from core.api.kube import (
     is_terminal,
     tolerates,
 )
-from core.api.meta import ObjectMeta, Taint, TaintEffect
+from core.api.meta import ObjectMeta, OwnerReference, Taint, TaintEffect
 from core.api.nodeclaim import NODECLAIM_CONDITIONS, NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -294,14 +294,29 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
     return state
 
 
-async def register_node(cluster: ClusterAPI, node: str, node_labels: dict[str, str]) -> bool:
-    """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer and the
-    registered label, and loses the unregistered taint. False when the Node is gone."""
+async def register_node(
+    cluster: ClusterAPI, node: str, node_labels: dict[str, str], claim: NodeClaim | None = None
+) -> bool:
+    """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer, the registered
+    label and an owner reference to its NodeClaim (when given: blocking the owner's deletion, as Karpenter's), and
+    loses the unregistered taint. False when the Node is gone."""
+    owner = (
+        OwnerReference(
+            api_version=claim.api_version,
+            kind=claim.kind,
+            name=claim.name,
+            uid=claim.metadata.uid,
+            block_owner_deletion=True,
+        )
+        if claim is not None and claim.metadata.uid
+        else None
+    )
     patched = await cluster.patch_node(
         node,
         labels={**node_labels, labels.REGISTERED: "true"},
         remove_taint_keys=[labels.UNREGISTERED_TAINT],
         add_finalizers=[labels.TERMINATION_FINALIZER],
+        add_owner=owner,
     )
     return patched is not None
 

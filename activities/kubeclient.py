@@ -70,7 +70,7 @@ from core.api.kube import (
     VolumeAttachment,
 )
 from core.api.manifests import ManifestError, Manifests, ParseCache, load_yaml, parse_manifests, without_nulls
-from core.api.meta import Taint
+from core.api.meta import OwnerReference, Taint
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 from core.capacity_buffer import target_of
@@ -1207,9 +1207,10 @@ class KubernetesCluster:
         add_finalizers: builtins.list[str] | None = None,
         remove_finalizers: builtins.list[str] | None = None,
         unschedulable: bool | None = None,
+        add_owner: OwnerReference | None = None,
     ) -> Node | None:
-        """Change the node's labels, taints (removals first, so a key can be replaced), finalizers or cordon;
-        None when the node is gone."""
+        """Change the node's labels, taints (removals first, so a key can be replaced), finalizers, cordon or
+        owners (`add_owner`, unless one of its kind and uid is there); None when the node is gone."""
 
         def change(current: dict[str, Any]) -> dict[str, Any]:
             metadata, spec = current["metadata"], current.get("spec") or {}
@@ -1237,6 +1238,11 @@ class KubernetesCluster:
                 patch.setdefault("metadata", {})["finalizers"] = wanted
             if unschedulable is not None and unschedulable != bool(spec.get("unschedulable")):
                 patch.setdefault("spec", {})["unschedulable"] = unschedulable
+            owners = metadata.get("ownerReferences") or []
+            if add_owner is not None and not any(
+                (owner.get("kind"), owner.get("uid")) == (add_owner.kind, add_owner.uid) for owner in owners
+            ):
+                patch.setdefault("metadata", {})["ownerReferences"] = [*owners, _manifest(add_owner)]
             return patch
 
         raw = await self._read_modify_write(

@@ -192,7 +192,14 @@ class LifecycleActivities:
             else await self.cluster.find_node_by_provider_id(request.provider_id)
         )
         node = found.metadata.name if found is not None else request.node
-        if found is None or node is None or not await register_node(self.cluster, node, request.labels):
+        # The NodeClaim, for the Node's owner reference (gone: the Node is registered without one, and the
+        # lifecycle hears of the deletion).
+        claim = await self.cluster.get_nodeclaim(request.nodeclaim) if found is not None else None
+        if (
+            found is None
+            or node is None
+            or not await register_node(self.cluster, node, request.labels, claim)
+        ):
             await apply_condition(
                 self.cluster,
                 ConditionUpdate(

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Event, Node, PersistentVolumeClaim, Pod, VolumeAttachment
 from core.api.manifests import Manifests
-from core.api.meta import Taint
+from core.api.meta import OwnerReference, Taint
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 
@@ -94,7 +94,11 @@ class ClusterAPI(Protocol):
         add_finalizers: list[str] | None = None,
         remove_finalizers: list[str] | None = None,
         unschedulable: bool | None = None,
-    ) -> Node | None: ...
+        add_owner: OwnerReference | None = None,
+    ) -> Node | None:
+        """Change labels, taints, finalizers, cordon; `add_owner` is added to the ownerReferences unless one of the
+        same kind and uid is there. None when the Node is gone."""
+        ...
 
     async def evict_pod(self, namespace: str, name: str) -> None:
         """Evict through the eviction API; `PDBViolationError` when a budget forbids it now."""

@@ -114,6 +114,11 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
         key: node.metadata.labels.get(key) for key in pinned_labels
     }
     assert claim.labels[labels.SKU_FAMILY] and claim.labels[labels.ARCH] == "amd64"
+    # Registration made the NodeClaim the Node's owner, blocking the owner's deletion, as Karpenter does.
+    owners = [
+        (o.api_version, o.kind, o.name, o.uid, o.block_owner_deletion) for o in node.metadata.owner_references
+    ]
+    assert owners == [("karpenter.sh/v1", "NodeClaim", name, claim.metadata.uid, True)] and claim.metadata.uid
 
 
 async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(system: System) -> None:
