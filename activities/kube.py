@@ -25,7 +25,7 @@ from core.api.kube import (
     tolerates,
 )
 from core.api.meta import ObjectMeta, OwnerReference, Taint, TaintEffect
-from core.api.nodeclaim import NODECLAIM_CONDITIONS, NodeClaim, NodeClaimConditionType
+from core.api.nodeclaim import NODE_NOT_FOUND, NODECLAIM_CONDITIONS, NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.cron import as_utc
@@ -262,7 +262,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
         return NodeState(
             name=request.node,
             exists=False,
-            waiting_reason="NodeNotFound",
+            waiting_reason=NODE_NOT_FOUND,
             waiting_message="Node not registered with cluster",
         )
     ready = is_node_ready(node)

@@ -20,7 +20,7 @@ from activities.kube import apply_condition, node_state, register_node
 from activities.metrics import Metrics, default_metrics
 from core import labels
 from core.api.meta import Taint, TaintEffect
-from core.api.nodeclaim import NodeClaim
+from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim
 from core.cloudprovider import CloudProvider, LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import CloudError, ErrorKind, NotFoundError
@@ -206,7 +206,7 @@ class LifecycleActivities:
                     name=request.nodeclaim,
                     type="Registered",
                     status="Unknown",
-                    reason="NodeNotFound",
+                    reason=NODE_NOT_FOUND,
                     message="Node not registered with cluster",
                 ),
             )

@@ -137,6 +137,10 @@ class NodeClaim(StrictKubeModel):
         return self.status.is_true(condition_type)
 
 
+NODE_NOT_FOUND = "NodeNotFound"
+"""The reason of `Registered=Unknown` (and `Initialized=Unknown`) while the NodeClaim has no Node."""
+
+
 NODECLAIM_CONDITIONS = ConditionSet(
     root=NodeClaimConditionType.READY,
     dependents=(

@@ -105,9 +105,10 @@ async def _pods_signalled(system: System, handle: WorkflowHandle[Any, Any], want
     return pods if pods == wanted else []
 
 
-async def wakes_on_node_event(system: System) -> None:
-    """A NodeClaim whose lifecycle never polls in time registers and initializes because the controller
-    signals its Node's events."""
+async def wakes_on_node_event(system: System, *, late: bool) -> None:
+    """A NodeClaim whose lifecycle never polls in time registers and initializes: it looks right after launch,
+    and the controller signals its Node's events while it waits (`late`: the Node is not there at that look, so
+    at least one signal)."""
     system.start_controller()
     claim = planned_claim(fresh_name("woken"), [offering("eastus-1")])
     lifecycle = await system.start_nodeclaim(claim, ONLY_SIGNALS)
@@ -118,7 +119,8 @@ async def wakes_on_node_event(system: System) -> None:
 
     assert status.node == f"aks-{claim.name}"  # the VM's name
     events = await signalled(system, lifecycle, "node_event", NodeEvent)
-    assert events and all(event.node == status.node for event in events)
+    assert all(event.node == status.node for event in events)
+    assert events or not late
     # A look right after launch, and (if the Node was not there yet) one more after the controller's
     # signal: never a round of 60 s polls.
     calls = [call.name for call in await activity_calls(lifecycle)]
@@ -132,7 +134,7 @@ async def test_a_node_event_wakes_the_nodeclaim_workflow(
     async with running_system(
         temporal_env, task_queue, control_plane, small_delays(registration=1.5)
     ) as system:
-        await wakes_on_node_event(system)
+        await wakes_on_node_event(system, late=True)
 
 
 async def test_a_lifecycle_told_its_unregistered_node_went_terminates_at_once(
@@ -160,8 +162,8 @@ async def test_a_lifecycle_told_its_unregistered_node_went_terminates_at_once(
 
 async def test_a_node_that_registers_at_once_still_wakes_the_nodeclaim_workflow(system: System) -> None:
     # The Node appears (and turns Ready) before the NodeClaim's status carries the providerID the controller
-    # maps Nodes by; the workflow must still hear of it without waiting for its poll.
-    await wakes_on_node_event(system)
+    # maps Nodes by; the workflow must still get there without waiting for its poll.
+    await wakes_on_node_event(system, late=False)
 
 
 async def test_a_deleted_nodeclaim_gets_its_workflow_to_terminate(system: System) -> None:
@@ -327,13 +329,19 @@ def _node(ready: bool, taints: list[str], heartbeat: str) -> dict[str, Any]:
     }
 
 
-async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on() -> None:
+def _conditions(**statuses: tuple[str, str]) -> list[dict[str, str]]:
+    """NodeClaim conditions by type: (status, reason)."""
+    return [
+        {"type": kind, "status": status, "reason": reason, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        for kind, (status, reason) in statuses.items()
+    ]
+
+
+async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_while_it_waits_on_it() -> None:
     client = Signals()
     # it asks the API server nothing: its watch tells it all
     controller = offline_controller(client=client)
-    # The Node registers before the NodeClaim shows its providerID.
     unregistered, not_ready = labels.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready"
-    await controller.handle(_watched("Node", _node(False, [unregistered, not_ready, "startup"], "1"), 1))
     claim: dict[str, Any] = {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
@@ -344,27 +352,46 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_it_waits_on(
         },
         "status": {"providerID": "azure:///vm/aks-default-abcde"},
     }
-    await controller.handle(_watched("NodeClaim", claim, 2))
-    for version, (ready, taints, heartbeat) in enumerate(
-        [
-            (False, [unregistered, not_ready, "startup"], "2"),  # a heartbeat: nothing to tell
-            (False, [not_ready, "startup"], "2"),  # registration took our own taint off: nothing to tell
-            (True, [not_ready, "startup"], "2"),  # Ready, but kube-scheduler cannot bind yet: nothing to tell
-            (True, ["startup"], "3"),  # Kubernetes' not-ready taint gone
-            (True, [], "4"),  # the startup taint gone
-        ],
-        start=3,
-    ):
-        await controller.handle(_watched("Node", _node(ready, taints, heartbeat), version))
-    # Once the NodeClaim is Initialized, only the Node's deletion is news.
-    initialized = [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
-    await controller.handle(
-        _watched("NodeClaim", {**claim, "status": {**claim["status"], "conditions": initialized}}, 8)
+    versions = iter(range(1, 100))
+
+    async def nodeclaim(**statuses: tuple[str, str]) -> None:
+        status = {**claim["status"], "conditions": _conditions(**statuses)}
+        await controller.handle(_watched("NodeClaim", {**claim, "status": status}, next(versions)))
+
+    async def node(ready: bool, taints: list[str], heartbeat: str) -> None:
+        await controller.handle(_watched("Node", _node(ready, taints, heartbeat), next(versions)))
+
+    awaiting = ("Unknown", "AwaitingReconciliation")
+    # The Node registers before the NodeClaim shows its providerID, and changes while the lifecycle, just
+    # launched, has not looked for it yet: it will see the Node when it looks, so nothing is told.
+    await node(False, [unregistered, not_ready, "startup"], "1")
+    await nodeclaim(Launched=("True", "Launched"), Registered=awaiting, Initialized=awaiting)
+    await node(False, [unregistered, not_ready, "startup"], "2")
+    await controller.sent()
+    assert client.sent == []
+    # It looked before the Node was there and waits: the Node it missed is news now, once.
+    await nodeclaim(
+        Launched=("True", "Launched"), Registered=("Unknown", "NodeNotFound"), Initialized=awaiting
     )
-    await controller.handle(_watched("Node", _node(False, [not_ready], "5"), 9))
-    deleted = _node(False, [not_ready], "5")
+    await nodeclaim(
+        Launched=("True", "Launched"), Registered=("Unknown", "NodeNotFound"), Initialized=awaiting
+    )
+    # Registered, not yet looked at for initialization: the Node's changes wait for that look.
+    await nodeclaim(Launched=("True", "Launched"), Registered=("True", "Registered"), Initialized=awaiting)
+    await node(False, [not_ready, "startup"], "2")  # registration took our own taint off
+    await node(True, [not_ready, "startup"], "2")
+    await node(True, ["startup"], "3")  # Kubernetes' not-ready taint gone
+    # It looked, saw the not-ready taint, and waits: the taint's going is news.
+    waiting = {"Launched": ("True", "Launched"), "Registered": ("True", "Registered")}
+    await nodeclaim(**waiting, Initialized=("Unknown", "KnownEphemeralTaintsExist"))
+    await node(True, ["startup"], "4")  # a heartbeat: nothing to tell
+    await node(True, [], "5")  # the startup taint gone
+    # Once the NodeClaim is Initialized, only the Node's deletion is news.
+    await nodeclaim(**waiting, Initialized=("True", "Initialized"))
+    await node(False, [not_ready], "6")
+    deleted = _node(False, [not_ready], "6")
     deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
-    await controller.handle(_watched("Node", deleted, 10))
+    await controller.handle(_watched("Node", deleted, next(versions)))
 
     await controller.sent()
     told = [(name, event.ready, event.taints, event.deleting) for _, name, event in client.sent]
@@ -398,11 +425,9 @@ async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecy
     await controller.handle(_watched("Node", node, 3).model_copy(update={"type": WatchEventType.DELETED}))
     await controller.sent()
 
+    # Its lifecycle had not looked for the Node yet (nothing to tell then); its going ends the lifecycle.
     told = [(workflow, name, event.node, event.deleting) for workflow, name, event in client.sent]
-    assert told == [
-        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", False),
-        ("nodeclaim/default-abcde", "node_event", "aks-default-abcde", True),
-    ]
+    assert told == [("nodeclaim/default-abcde", "node_event", "aks-default-abcde", True)]
 
     # A registered NodeClaim's Node is deleted through its finalizer, or by the lifecycle itself: its vanishing
     # tells the lifecycle nothing new, and costs no signal.
@@ -419,7 +444,7 @@ async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecy
     await controller.handle(_watched("Node", other, 5))
     await controller.handle(_watched("Node", other, 6).model_copy(update={"type": WatchEventType.DELETED}))
     await controller.sent()
-    assert [event.deleting for _, _, event in client.sent] == [False]
+    assert client.sent == []
 
 
 class StatusWrites:

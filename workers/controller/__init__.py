@@ -6,8 +6,10 @@
   nominated it to (`core.scheduling.nominations`), which the next plan would not simulate again anyway.
 - The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
   running loop is kept).
-- A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow; a Node or NodeClaim being
-  deleted asks the workflow to terminate, and so does a Node that went before it was registered.
+- A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow while the workflow waits on it
+  (`waiting_on_node`): a lifecycle that has not looked yet will see the Node when it looks, and a signal then
+  would only cost it a workflow task. A Node or NodeClaim being deleted asks the workflow to terminate, and so
+  does a Node that went before it was registered.
 - A Node with `PreemptionScheduled=True` (Azure is evicting its Spot VM) interrupts its NodeClaim's workflow at
   once, once per Scheduled Event, as Karpenter's interruption controller handles a message from its queue
   (`karpenter_interruption_*` metrics: received, handled ("deleted"), and the time from notice to action).
@@ -37,8 +39,9 @@ from temporalio.service import RPCError
 from activities.metrics import Metrics
 from core import labels, summaries
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.conditions import AWAITING_RECONCILIATION
 from core.api.kube import DEFAULT_NAMESPACE, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
-from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
+from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim, NodeClaimConditionType
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
 from core.errors import CloudError
@@ -103,6 +106,24 @@ def lifecycle_wake(event: NodeEvent, initialized: bool) -> tuple[object, ...]:
     if blocked:
         return (event.node, event.deleting, blocked)
     return (event.node, event.deleting, blocked, tuple(event.taints), tuple(event.resources))
+
+
+def waiting_on_node(claim: NodeClaim) -> bool:
+    """Whether a NodeClaim's lifecycle waits on its Node, by what its last look wrote on the NodeClaim: no Node
+    yet (`Registered=Unknown`, `NodeNotFound`), or a registered Node not initialized yet (`Initialized=Unknown`
+    with the reason it waits for). Before its first look (both still `AwaitingReconciliation`, from launch) it
+    waits on nothing: it reads the Node when it gets there."""
+    registered = claim.status.condition(NodeClaimConditionType.REGISTERED)
+    if registered is None or registered.status != "True":
+        return (
+            registered is not None and registered.status == "Unknown" and registered.reason == NODE_NOT_FOUND
+        )
+    initialized = claim.status.condition(NodeClaimConditionType.INITIALIZED)
+    return (
+        initialized is not None
+        and initialized.status == "Unknown"
+        and initialized.reason not in ("", AWAITING_RECONCILIATION)
+    )
 
 
 def deletion_requested(claim: NodeClaim) -> DeletionRequested:
@@ -180,6 +201,10 @@ class Controller:
         """When each provisionable pod was last sent to the provisioner."""
         self._initialized: set[str] = set()
         """NodeClaims seen Initialized."""
+        self._waiting: set[str] = set()
+        """NodeClaims whose lifecycle waits on their Node (`waiting_on_node`): only these hear of its changes."""
+        self._last_seen: dict[str, NodeEvent] = {}
+        """The last word of each NodeClaim's Node, told once its lifecycle starts waiting if it is news then."""
         self._registering: set[str] = set()
         """NodeClaims seen neither Registered nor deleting: a Node of theirs that goes is news to their lifecycle."""
         self._nominated: dict[str, tuple[list[str], datetime | None]] = {}
@@ -240,6 +265,8 @@ class Controller:
         elif event.kind == "NodeClaim" and event.type is EventType.DELETED:
             self._nominated.pop(event.name, None)
             self._told.pop(event.name, None)
+            self._last_seen.pop(event.name, None)
+            self._waiting.discard(event.name)
             self._initialized.discard(event.name)
             self._registering.discard(event.name)
             if self.adoption is not None:
@@ -355,6 +382,14 @@ class Controller:
             self._initialized.add(claim.name)
             if claim.name in self._told:  # what it was told is now only news if the Node goes
                 self._told[claim.name] = self._told[claim.name][:2]
+        if not waiting_on_node(claim):
+            self._waiting.discard(claim.name)
+        elif claim.name not in self._waiting:
+            # Its lifecycle looked and started waiting: what changed since it looked (or since it was last told,
+            # which it saw) is news now.
+            self._waiting.add(claim.name)
+            if (event := self._last_seen.get(claim.name)) is not None:
+                self._tell(claim.name, event)
         provider_id = claim.status.provider_id
         if provider_id and provider_id not in self._claims_by_provider_id:
             self._claims_by_provider_id[provider_id] = claim.name
@@ -387,7 +422,14 @@ class Controller:
             taints=sorted(taint.key for taint in node.spec.taints if not is_managed_taint(taint.key)),
             resources=sorted(node.status.allocatable),
         )
-        # One signal per change its lifecycle waits on; heartbeats and our own labels and taints wake nothing.
+        self._last_seen[claim] = event
+        # Its deletion is news whatever the lifecycle is doing; anything else only while it waits.
+        if event.deleting or claim in self._waiting:
+            self._tell(claim, event)
+
+    def _tell(self, claim: str, event: NodeEvent) -> None:
+        """Signal a change of the Node its lifecycle waits on, once; heartbeats and our own labels and taints wake
+        nothing."""
         wake = lifecycle_wake(event, claim in self._initialized)
         if self._told.get(claim) != wake:
             self._told[claim] = wake
