@@ -336,9 +336,13 @@ class System:
                 for item in await self.emulator.resources()
                 if item.get("type") == "Microsoft.Compute/virtualMachines"
             )
-            crashed = []
-            for vm in self.rng.sample(vms, min(self.agents_per_crash, len(vms))):
-                with contextlib.suppress(Exception):  # its VM went meanwhile
+            crashed: list[str] = []
+            # In a random order, until enough crashed: a VM still booting has no agent yet, and one that went
+            # has none any more.
+            for vm in self.rng.sample(vms, len(vms)):
+                if len(crashed) == self.agents_per_crash:
+                    break
+                with contextlib.suppress(Exception):
                     await self.emulator.crash_agent(vm)
                     crashed.append(vm)
             return f"the agents of {', '.join(crashed) or 'no VM'} crashed", bool(crashed)
