@@ -103,6 +103,15 @@ class SnapshotInformer:
                 return None
             return [obj for _, obj in self._objects[kind].values() if matches(obj)]
 
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """One object as its watch last reported it; None when it is not there, or its kind is not followed or
+        not synced (the caller reads the server). Shared, like `items`."""
+        with self._lock:
+            if kind not in self._watches or not self.synced([kind]):
+                return None
+            held = self._objects[kind].get((namespace, name))
+            return held[1] if held is not None else None
+
     def remember(self, kind: str, obj: dict[str, Any]) -> None:
         """Write through an object this process created or changed, as the API server answered it."""
         if kind in self._objects:

@@ -960,7 +960,10 @@ class KubernetesCluster:
             found = [item for item in await self._list(NODE) if matches(item)]
         return Node.model_validate(found[0]) if found else None
 
-    async def get_nodeclaim(self, name: str) -> NodeClaim | None:
+    async def get_nodeclaim(self, name: str, *, cached: bool = False) -> NodeClaim | None:
+        held = self.informer.get(NODECLAIM.kind, name) if cached and self.informer is not None else None
+        if held is not None:  # the informer's own copy: never a write's starting point (`_remember`)
+            return NodeClaim.parse(held)
         raw = await self._get(self._custom.get_cluster_custom_object, *NODECLAIM.custom, name)
         return None if raw is None else NodeClaim.parse(self._remember(NODECLAIM.kind, raw))
 

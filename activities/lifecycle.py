@@ -156,8 +156,11 @@ class LifecycleActivities:
     async def _still_wanted(self, name: str) -> None:
         """Make nothing for a NodeClaim that is gone or being deleted (Karpenter launches only a NodeClaim that is
         not): a retried attempt may run after its lifecycle was told to terminate, or after the termination
-        deleted the instance, and must not make it again."""
-        claim = await self.cluster.get_nodeclaim(name)
+        deleted the instance, and must not make it again. The worker's informer answers when it holds the
+        NodeClaim alive; gone or deleting there, the server confirms (the informer may be behind)."""
+        claim = await self.cluster.get_nodeclaim(name, cached=True)
+        if claim is None or claim.metadata.deletion_timestamp is not None:
+            claim = await self.cluster.get_nodeclaim(name)
         if claim is None or claim.metadata.deletion_timestamp is not None:
             state = "gone" if claim is None else "being deleted"
             raise ApplicationError(

@@ -181,3 +181,21 @@ def test_objects_are_kept_without_their_managed_fields() -> None:
     )
     [kept] = cache.items(["Pod"]) or []
     assert kept["metadata"] == {"name": "p", "namespace": "default"}
+
+
+def test_get_answers_one_object_of_a_synced_kind_and_none_otherwise() -> None:
+    cache, watches = informer("Node", "Pod")
+    nodes, pods = watches["Node"], watches["Pod"]
+    nodes.send(EventType.ADDED, "a", 1, spec={"providerID": "azure:///vm/a"})
+    assert cache.get("Node", "a") is None  # not listed yet: the caller reads the server
+    nodes.listed = pods.listed = True
+    held = cache.get("Node", "a")
+    assert held is not None and held["spec"] == {"providerID": "azure:///vm/a"}
+    nodes.send(EventType.MODIFIED, "a", 2, spec={"providerID": "azure:///vm/a", "unschedulable": True})
+    assert (cache.get("Node", "a") or {})["spec"]["unschedulable"] is True
+    pods.send(EventType.ADDED, "p", 3, namespace="default")
+    assert cache.get("Pod", "p") is None  # a namespaced object is found by its namespace
+    assert cache.get("Pod", "p", "default") is not None
+    nodes.send(EventType.DELETED, "a", 4)
+    assert cache.get("Node", "a") is None
+    assert cache.get("VolumeAttachment", "a") is None  # a kind it does not follow

@@ -1154,6 +1154,17 @@ async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_
             informer._watches[NODECLAIM.kind].stop()
             await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(claim)))
             assert claim in names(await cluster.snapshot())[2]
+            # Asked for `cached`, a NodeClaim the informer holds is read without a GET; one it lacks with one.
+            reader = cluster._get
+            cluster._get = None  # type: ignore[assignment]
+            try:
+                held = await cluster.get_nodeclaim(claim, cached=True)
+                with pytest.raises(TypeError):
+                    await cluster.get_nodeclaim(unique("absent"), cached=True)
+            finally:
+                cluster._get = reader  # type: ignore[method-assign]
+            assert held is not None and held.name == claim
+            assert await cluster.get_nodeclaim(unique("absent"), cached=True) is None
             await cluster.delete_pod(namespace, "solo", grace_period_seconds=0)
 
             async def pod_gone() -> bool:
