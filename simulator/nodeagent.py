@@ -442,7 +442,11 @@ class NodeAgent:
             try:
                 await self._call(lambda: bootstrap.create(CSR_PATH, csr))
             except KubeApiError as error:
-                if error.status in (401, 403):
+                if error.status == 409:
+                    # A try whose answer was lost (a timeout on a busy API server) made it: its name is this
+                    # request's own digest, so it is this request. A kubelet goes on to wait for it too.
+                    pass
+                elif error.status in (401, 403):
                     now = asyncio.get_running_loop().time()
                     self._first_refusal = self._first_refusal if self._first_refusal is not None else now
                     if now - self._first_refusal < self.settings.bootstrap_refusal_grace.total_seconds():
@@ -455,7 +459,8 @@ class NodeAgent:
                         f"{error.reason}): the bootstrap token in its custom data is not accepted; the node "
                         "does not join"
                     ) from None
-                raise
+                else:
+                    raise
             certificate = await self._wait_certificate(bootstrap)
         finally:
             await bootstrap.close()

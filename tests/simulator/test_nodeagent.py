@@ -15,7 +15,7 @@ import logging
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -40,7 +40,14 @@ from core.resources import format_resources
 from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm import Fault
-from simulator.kubeapi import STRATEGIC_MERGE_PATCH, KubeApi, KubeCredential, load_kubeconfig, node_path
+from simulator.kubeapi import (
+    STRATEGIC_MERGE_PATCH,
+    KubeApi,
+    KubeApiError,
+    KubeCredential,
+    load_kubeconfig,
+    node_path,
+)
 from simulator.nodeagent import (
     CSR_PATH,
     KWOK_ANNOTATION,
@@ -457,6 +464,31 @@ async def test_an_agent_keeps_joining_through_an_api_server_outage_as_a_kubelet_
     assert retries and all(cluster.token not in line for line in retries)
     node = await cluster.node(vm)
     assert node is not None and ready(node) == "True"
+    await cluster.delete_vm(vm)
+    await cluster.admin.request("DELETE", node_path(vm))
+
+
+async def test_a_csr_made_by_a_try_whose_answer_was_lost_is_waited_for(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy API server made the CSR but its answer never came: the try again finds it there (409) and the
+    agent waits for it to be signed, as a kubelet would, instead of giving up on the node."""
+    real_create = KubeApi.create
+    lost: list[str] = []
+
+    async def answer_lost_once(self: KubeApi, path: str, body: Mapping[str, Any]) -> Any:
+        made = await real_create(self, path, body)
+        if path == CSR_PATH and not lost:
+            lost.append(body["metadata"]["name"])
+            raise KubeApiError(0, "Timeout", "no answer within the request's timeout")
+        return made
+
+    monkeypatch.setattr(KubeApi, "create", answer_lost_once)
+    vm = await cluster.launch(claim_name(), cluster.token)
+    await eventually(lambda: cluster.agent_phase(vm, Phase.INITIALIZED), "the node joins")
+    agent = cluster.aks.agents.agent(vm)
+    assert agent is not None and lost == [agent.csr_name]
+    assert ready(await cluster.node(vm)) == "True"
     await cluster.delete_vm(vm)
     await cluster.admin.request("DELETE", node_path(vm))
 
