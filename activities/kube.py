@@ -25,7 +25,14 @@ from core.api.kube import (
     tolerates,
 )
 from core.api.meta import ObjectMeta, OwnerReference, Taint, TaintEffect
-from core.api.nodeclaim import NODE_NOT_FOUND, NODECLAIM_CONDITIONS, NodeClaim, NodeClaimConditionType
+from core.api.nodeclaim import (
+    KNOWN_EPHEMERAL_TAINTS_EXIST,
+    NODE_NOT_FOUND,
+    NODE_NOT_READY,
+    NODECLAIM_CONDITIONS,
+    NodeClaim,
+    NodeClaimConditionType,
+)
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.cron import as_utc
@@ -277,7 +284,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
         deleting=node.metadata.deletion_timestamp is not None,
     )
     if not ready:
-        state.waiting_reason, state.waiting_message = "NodeNotReady", "Node status is NotReady"
+        state.waiting_reason, state.waiting_message = NODE_NOT_READY, "Node status is NotReady"
     elif state.startup_taints_remaining:
         taint = _taint_text(taints[state.startup_taints_remaining[0]])
         state.waiting_reason, state.waiting_message = (
@@ -286,7 +293,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
         )
     elif state.ephemeral_taints_remaining:
         taint = _taint_text(taints[state.ephemeral_taints_remaining[0]])
-        state.waiting_reason = "KnownEphemeralTaintsExist"
+        state.waiting_reason = KNOWN_EPHEMERAL_TAINTS_EXIST
         state.waiting_message = f'KnownEphemeralTaint "{taint}" still exists'
     elif state.missing_resources:
         state.waiting_reason = "ResourceNotRegistered"

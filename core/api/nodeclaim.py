@@ -139,6 +139,10 @@ class NodeClaim(StrictKubeModel):
 
 NODE_NOT_FOUND = "NodeNotFound"
 """The reason of `Registered=Unknown` (and `Initialized=Unknown`) while the NodeClaim has no Node."""
+NODE_NOT_READY = "NodeNotReady"
+"""The reason of `Initialized=Unknown` while the Node is not Ready."""
+KNOWN_EPHEMERAL_TAINTS_EXIST = "KnownEphemeralTaintsExist"
+"""The reason of `Initialized=Unknown` while one of Kubernetes' not-ready taints is on the Node."""
 
 
 NODECLAIM_CONDITIONS = ConditionSet(

@@ -404,6 +404,39 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_while_it_wai
     assert {workflow for workflow, _, _ in client.sent} == {"nodeclaim/default-abcde"}
 
 
+async def test_a_lifecycle_that_starts_waiting_on_a_node_as_its_look_found_it_hears_only_of_the_change() -> (
+    None
+):
+    client = Signals()
+    controller = offline_controller(client=client)
+    not_ready = "node.kubernetes.io/not-ready"
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+        "status": {"providerID": "azure:///vm/aks-default-abcde"},
+    }
+    registered = {"Launched": ("True", "Launched"), "Registered": ("True", "Registered")}
+    await controller.handle(_watched("NodeClaim", claim, 1))
+    await controller.handle(_watched("Node", _node(False, [not_ready], "1"), 2))
+    # Its look found the Node not Ready, and so it still is: nothing to tell.
+    status = {
+        **claim["status"],
+        "conditions": _conditions(**registered, Initialized=("Unknown", "NodeNotReady")),
+    }
+    await controller.handle(_watched("NodeClaim", {**claim, "status": status}, 3))
+    await controller.handle(_watched("Node", _node(False, [not_ready], "2"), 4))  # a heartbeat
+    await controller.sent()
+    assert client.sent == []
+    await controller.handle(_watched("Node", _node(True, [], "3"), 5))
+    await controller.sent()
+    assert [(event.ready, event.taints) for _, _, event in client.sent] == [(True, [])]
+
+
 async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecycle_at_once() -> None:
     client = Signals()
     controller = offline_controller(client=client)

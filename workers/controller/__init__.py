@@ -41,7 +41,13 @@ from core import labels, summaries
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.conditions import AWAITING_RECONCILIATION
 from core.api.kube import DEFAULT_NAMESPACE, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
-from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim, NodeClaimConditionType
+from core.api.nodeclaim import (
+    KNOWN_EPHEMERAL_TAINTS_EXIST,
+    NODE_NOT_FOUND,
+    NODE_NOT_READY,
+    NodeClaim,
+    NodeClaimConditionType,
+)
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
 from core.errors import CloudError
@@ -94,6 +100,12 @@ SIGNALS_IN_FLIGHT = 32
 """Signals to lifecycles the controller has under way at once."""
 
 
+def not_initializable(event: NodeEvent) -> bool:
+    """Whether the Node cannot be initialized yet whatever else: not Ready, or with one of Kubernetes' not-ready
+    taints."""
+    return not event.ready or any(key in labels.KNOWN_EPHEMERAL_TAINTS for key in event.taints)
+
+
 def lifecycle_wake(event: NodeEvent, initialized: bool) -> tuple[object, ...]:
     """What of a Node its NodeClaim's lifecycle waits on: a signal goes only when this changes. Registration
     waits for the Node to exist; initialization for it to be Ready without Kubernetes' not-ready taints, then
@@ -102,7 +114,7 @@ def lifecycle_wake(event: NodeEvent, initialized: bool) -> tuple[object, ...]:
     deleted."""
     if initialized:
         return (event.node, event.deleting)
-    blocked = not event.ready or any(key in labels.KNOWN_EPHEMERAL_TAINTS for key in event.taints)
+    blocked = not_initializable(event)
     if blocked:
         return (event.node, event.deleting, blocked)
     return (event.node, event.deleting, blocked, tuple(event.taints), tuple(event.resources))
@@ -124,6 +136,13 @@ def waiting_on_node(claim: NodeClaim) -> bool:
         and initialized.status == "Unknown"
         and initialized.reason not in ("", AWAITING_RECONCILIATION)
     )
+
+
+def looked_blocked(claim: NodeClaim) -> bool:
+    """Whether the look that started a lifecycle's wait found its Node not initializable yet (not Ready, or with
+    one of Kubernetes' not-ready taints): the same of the Node since is no news to it."""
+    initialized = claim.status.condition(NodeClaimConditionType.INITIALIZED)
+    return initialized is not None and initialized.reason in (NODE_NOT_READY, KNOWN_EPHEMERAL_TAINTS_EXIST)
 
 
 def deletion_requested(claim: NodeClaim) -> DeletionRequested:
@@ -386,9 +405,17 @@ class Controller:
             self._waiting.discard(claim.name)
         elif claim.name not in self._waiting:
             # Its lifecycle looked and started waiting: what changed since it looked (or since it was last told,
-            # which it saw) is news now.
+            # which it saw) is news now. A Node still not initializable, as the look found it, is not.
             self._waiting.add(claim.name)
-            if (event := self._last_seen.get(claim.name)) is not None:
+            event = self._last_seen.get(claim.name)
+            if (
+                event is not None
+                and looked_blocked(claim)
+                and not event.deleting
+                and not_initializable(event)
+            ):
+                self._told[claim.name] = lifecycle_wake(event, initialized=False)
+            elif event is not None:
                 self._tell(claim.name, event)
         provider_id = claim.status.provider_id
         if provider_id and provider_id not in self._claims_by_provider_id:
