@@ -329,6 +329,20 @@ def _node(ready: bool, taints: list[str], heartbeat: str) -> dict[str, Any]:
     }
 
 
+def _launched_claim() -> dict[str, Any]:
+    """A NodeClaim launched as VM aks-default-abcde, as the controller's watch shows it."""
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-abcde"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+        },
+        "status": {"providerID": "azure:///vm/aks-default-abcde"},
+    }
+
+
 def _conditions(**statuses: tuple[str, str]) -> list[dict[str, str]]:
     """NodeClaim conditions by type: (status, reason)."""
     return [
@@ -342,16 +356,7 @@ async def test_a_lifecycle_is_signalled_once_per_change_of_its_node_while_it_wai
     # it asks the API server nothing: its watch tells it all
     controller = offline_controller(client=client)
     unregistered, not_ready = labels.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready"
-    claim: dict[str, Any] = {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": "default-abcde"},
-        "spec": {
-            "requirements": [],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
-        },
-        "status": {"providerID": "azure:///vm/aks-default-abcde"},
-    }
+    claim = _launched_claim()
     versions = iter(range(1, 100))
 
     async def nodeclaim(**statuses: tuple[str, str]) -> None:
@@ -410,16 +415,7 @@ async def test_a_lifecycle_that_starts_waiting_on_a_node_as_its_look_found_it_he
     client = Signals()
     controller = offline_controller(client=client)
     not_ready = "node.kubernetes.io/not-ready"
-    claim: dict[str, Any] = {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": "default-abcde"},
-        "spec": {
-            "requirements": [],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
-        },
-        "status": {"providerID": "azure:///vm/aks-default-abcde"},
-    }
+    claim = _launched_claim()
     registered = {"Launched": ("True", "Launched"), "Registered": ("True", "Registered")}
     await controller.handle(_watched("NodeClaim", claim, 1))
     await controller.handle(_watched("Node", _node(False, [not_ready], "1"), 2))
@@ -440,16 +436,7 @@ async def test_a_lifecycle_that_starts_waiting_on_a_node_as_its_look_found_it_he
 async def test_a_node_deleted_before_its_nodeclaim_registered_it_ends_the_lifecycle_at_once() -> None:
     client = Signals()
     controller = offline_controller(client=client)
-    claim: dict[str, Any] = {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": "default-abcde"},
-        "spec": {
-            "requirements": [],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
-        },
-        "status": {"providerID": "azure:///vm/aks-default-abcde"},
-    }
+    claim = _launched_claim()
     await controller.handle(_watched("NodeClaim", claim, 1))
     node = _node(False, [labels.UNREGISTERED_TAINT], "1")
     await controller.handle(_watched("Node", node, 2))
