@@ -472,10 +472,7 @@ class Controller:
         # A registered Node is deleted through its finalizer (its lifecycle hears of that), or by the lifecycle.
         if claim not in self._registering or (told is not None and told[:2] == (node.metadata.name, True)):
             return
-        event = NodeEvent(node=node.metadata.name, ready=False, deleting=True)
-        self._told[claim] = lifecycle_wake(event, claim in self._initialized)
-        workflow_id = nodeclaim_id(claim)
-        self._in_order(workflow_id, lambda: self._signal(workflow_id, "node_event", event))
+        self._tell(claim, NodeEvent(node=node.metadata.name, ready=False, deleting=True))
 
     async def _interrupt(self, claim: str, notice: Interruption) -> None:
         if (notice.node, notice.event_id) in self._notices:  # handled while this waited its turn
