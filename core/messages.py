@@ -149,6 +149,10 @@ class LifecycleSettings(BaseModel):
     poll_seconds: float = 30.0
     """How often to look again when no event arrives: a backstop for a lost signal, since the controller signals
     every change of the Node the lifecycle waits on (each look is a workflow task and a call to the API server)."""
+    poll_max_seconds: float = 240.0
+    """The longest such wait: each look that no signal woke waits twice as long as the one before, up to this,
+    so a Node that stays not Ready for minutes (a slow kubelet, a busy API server) costs a few looks, not one
+    every `poll_seconds`; a signal starts again from `poll_seconds`."""
     drain_retry_seconds: float = 1.0
     min_drain_seconds: float = 5.0
     """Karpenter's MinDrainTime: a node counts as drained only this long after its drain began, so that pods

@@ -71,6 +71,9 @@ the next one."""
 VOLUME_DETACHMENT = "volume-detachment"
 """Patch: after the drain, termination waits for the node's VolumeAttachments (histories from before it
 deleted the instance right after the drain)."""
+POLL_BACKOFF = "poll-backoff"
+"""Patch: while registration or initialization waits, each look that no signal woke waits twice as long as the
+one before, up to `poll_max_seconds` (histories from before it looked every `poll_seconds`)."""
 SPOT_INTERRUPTION = "SpotInterruption"
 """Why an interrupted offering is unavailable, in the provisioner's cache."""
 LAUNCH_LIVENESS = "launch-liveness"
@@ -357,6 +360,7 @@ class NodeClaimWorkflow:
         registered: str | None = None
         provider_id = self._status.provider_id or ""
         local = workflow.patched(LOCAL_STEPS)
+        backstop = self._poll()
         while self._deletion is None:
             seen = self._events_seen()
             registered = await self._activity(
@@ -374,9 +378,10 @@ class NodeClaimWorkflow:
             if registered is not None or workflow.now() >= deadline:
                 break
             vm = summaries.vm_name(provider_id)
-            await self._wait(
-                min(self._poll(), deadline - workflow.now()), f"for the Node of VM {vm} to register", seen
+            woken = await self._wait(
+                min(backstop, deadline - workflow.now()), f"for the Node of VM {vm} to register", seen
             )
+            backstop = self._next_poll(backstop, woken)
         if self._deletion is not None:
             return False
         if registered is None:
@@ -414,6 +419,7 @@ class NodeClaimWorkflow:
             nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
         )
         local = workflow.patched(LOCAL_STEPS)
+        backstop = self._poll()
         while self._deletion is None:
             seen = self._events_seen()
             state = await self._activity(
@@ -433,7 +439,8 @@ class NodeClaimWorkflow:
             taints = state.startup_taints_remaining + state.ephemeral_taints_remaining
             waiting = "Ready" if not state.ready else f"taints {taints}"
             workflow.set_current_details(f"waiting for node {self._node}: {waiting}")
-            await self._wait(self._poll(), f"for Node {self._node}: {waiting}", seen)
+            woken = await self._wait(backstop, f"for Node {self._node}: {waiting}", seen)
+            backstop = self._next_poll(backstop, woken)
         return False
 
     async def _run(self) -> None:
@@ -636,6 +643,14 @@ class NodeClaimWorkflow:
 
     def _poll(self) -> timedelta:
         return timedelta(seconds=self._settings.poll_seconds)
+
+    def _next_poll(self, last: timedelta, woken: bool) -> timedelta:
+        """How long the next wait for the Node may last: `poll_seconds` after a signal, else twice the last wait,
+        up to `poll_max_seconds` (the signals wake a waiting lifecycle; the poll only covers one that was lost)."""
+        if woken or not workflow.patched(POLL_BACKOFF):
+            return self._poll()
+        longest = max(self._poll(), timedelta(seconds=self._settings.poll_max_seconds))
+        return min(last * 2, longest)
 
     def _events_seen(self) -> int | None:
         """The signals counted before a step, for the wait after it (None in histories from before the patch)."""

@@ -4,6 +4,7 @@ registration timeout, drain with PodDisruptionBudgets and terminationGracePeriod
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from core.messages import (
     DrainResult,
     LifecycleInput,
     LifecycleStatus,
+    NodeEvent,
     Phase,
     TerminationReason,
 )
@@ -192,6 +194,41 @@ async def test_registration_timeout_deletes_the_instance_and_the_nodeclaim(syste
     assert (counters.vms_created, counters.vms_deleted) == (1, 1)
     assert await system.gone(claim.name)
     assert await system.kube.list_nodes() == []
+
+
+async def test_a_lifecycle_no_signal_wakes_looks_less_and_less_often_until_one_does(system: System) -> None:
+    """The poll is a backstop for a lost signal: a Node that does not come costs a look after 1, 2, 4, 4 ... s
+    (poll_seconds 1, poll_max_seconds 4), not one every second, and a signal starts again from the shortest."""
+    await system.apply_examples()
+    claim = planned_claim(fresh_name("unregistered"), [offering("eastus-1")])
+    await system.aks.never_register(f"aks-{claim.name}")
+    settings = FAST.model_copy(update={"registration_ttl_seconds": 16, "poll_max_seconds": 4})
+    lifecycle = await system.start_nodeclaim(claim, settings)
+
+    async def waits() -> list[str]:
+        return [
+            summary.split(" for ")[0]
+            for kind, summary in await step_summaries(system.client, lifecycle)
+            if kind == TIMER
+        ]
+
+    await eventually(
+        lambda: _waited(waits, ["wait 1s", "wait 2s", "wait 4s"]), timeout=15, what="two doublings"
+    )
+    await lifecycle.signal(NodeClaimWorkflow.node_event, NodeEvent(node=f"aks-{claim.name}"))
+    result = await asyncio.wait_for(lifecycle.result(), 30)
+
+    assert result.termination_reason is TerminationReason.REGISTRATION_TIMEOUT
+    polls = await waits()
+    woken = polls.index("wait 4s") + 1
+    assert polls[:woken] == ["wait 1s", "wait 2s", "wait 4s"], polls
+    assert polls[woken : woken + 2] == ["wait 1s", "wait 2s"], polls
+    looks = [call.name for call in await activity_calls(lifecycle)].count(ActivityName.REGISTER_NODECLAIM)
+    assert looks <= 10, f"{looks} looks in a 16 s TTL: the waits did not grow"
+
+
+async def _waited(waits: Callable[[], Any], first: list[str]) -> bool:
+    return (await waits())[: len(first)] == first
 
 
 # --- termination -----------------------------------------------------------------------------------------
@@ -451,7 +488,7 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
     # what it waits for.
     timers = [summary for kind, summary in steps if kind == TIMER]
     assert all(
-        summary.startswith((f"wait 1s for the Node of VM {node} ", f"wait 1s for Node {node}: "))
+        re.match(rf"wait \S+ for (the Node of VM {node} |Node {node}: )", summary)
         or summary.endswith(", then expire (expireAfter 720h)")
         or summary.startswith(f"wait 1s to drain {node} again (")
         for summary in timers
