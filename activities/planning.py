@@ -50,6 +50,7 @@ from core.messages import (
 from core.resources import format_resources
 from core.scheduling.inputs import SchedulingOptions
 from core.scheduling.nominations import NOMINATED_PODS_ANNOTATION, nominated_pods_value
+from core.scheduling.pods import BoundPods
 from core.scheduling.results import NewNodeClaim, SchedulingResults
 from core.scheduling.scheduler import Scheduler
 from core.scheduling.snapshot import (
@@ -273,6 +274,9 @@ class PlanningActivities:
         self.start_lifecycle = start_lifecycle
         self.metrics = metrics or default_metrics()
         self._providers: dict[tuple[int, frozenset[tuple[str, str, str]]], InstanceTypeProvider] = {}
+        self._bound_pods = BoundPods()
+        """The bound pods every plan simulates around, compiled once while the informer hands them over unchanged
+        (a re-plan at 3,000 nodes compiled 6,000 of them)."""
 
     @activity.defn(name=ActivityName.PLAN_PROVISIONING)
     async def plan_provisioning(self, request: PlanInput) -> PlanResult:
@@ -455,10 +459,14 @@ class PlanningActivities:
             provider = self._providers[key] = azure_provider(self.catalogs.current, unavailable)
         return provider
 
-    @staticmethod
-    def _solve(snapshot: SchedulingSnapshot, policy: MinValuesPolicy) -> SchedulingResults:
+    def _solve(self, snapshot: SchedulingSnapshot, policy: MinValuesPolicy) -> SchedulingResults:
         options = SchedulingOptions(min_values_best_effort=policy is MinValuesPolicy.BEST_EFFORT)
         scheduler = Scheduler(
-            snapshot.nodepools, snapshot.instance_types, snapshot.nodes, snapshot.daemonsets, options
+            snapshot.nodepools,
+            snapshot.instance_types,
+            snapshot.nodes,
+            snapshot.daemonsets,
+            options,
+            self._bound_pods,
         )
         return scheduler.solve(snapshot.pending)

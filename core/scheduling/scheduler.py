@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from core.api.kube import Pod
 from core.instancetypes.types import InstanceType
 from core.scheduling.inputs import NodePoolSpec, NodeSnapshot, SchedulingOptions
-from core.scheduling.pods import InvalidPodConstraint, PodInfo, compile_pod
+from core.scheduling.pods import BoundPods, InvalidPodConstraint, PodInfo, compile_pod
 from core.scheduling.removal import RemovalSimulation
 from core.scheduling.results import SchedulingResults, Unschedulable
 from core.scheduling.simulation import MAX_INSTANCE_TYPES, Simulation
@@ -33,8 +33,12 @@ class Scheduler:
         nodes: Sequence[NodeSnapshot] = (),
         daemonsets: Sequence[Pod] = (),
         options: SchedulingOptions = DEFAULT_OPTIONS,
+        bound_pods: BoundPods | None = None,
     ) -> None:
+        """`bound_pods`: the planner's memory of compiled bound pods, for a planner that solves again and again
+        against mostly the same cluster (`core.scheduling.pods.BoundPods`)."""
         self.options = options
+        self._bound_pods = bound_pods
         self.nodepools = sorted(nodepools, key=lambda pool: pool.name, reverse=True)
         self.nodepools.sort(key=lambda pool: pool.weight, reverse=True)
         self._instance_types = instance_types
@@ -57,7 +61,13 @@ class Scheduler:
                 namespace = pod.metadata.namespace or "default"
                 invalid.append(Unschedulable(f"{namespace}/{pod.metadata.name}", [f"ignoring pod: {error}"]))
         run = Simulation(
-            self.nodepools, self._instance_types, self._nodes, self._daemonsets, self.options, compiled
+            self.nodepools,
+            self._instance_types,
+            self._nodes,
+            self._daemonsets,
+            self.options,
+            compiled,
+            self._bound_pods,
         )
         results = run.solve()
         results.unschedulable.extend(invalid)
