@@ -196,8 +196,11 @@ class LifecycleActivities:
         )
         node = found.metadata.name if found is not None else request.node
         # The NodeClaim, for the Node's owner reference (gone: the Node is registered without one, and the
-        # lifecycle hears of the deletion).
-        claim = await self.cluster.get_nodeclaim(request.nodeclaim) if found is not None else None
+        # lifecycle hears of the deletion). Its uid never changes, so the worker's informer answers when it holds
+        # it (the NodeClaim was created before its launch); this lifecycle removes the finalizer that keeps it.
+        claim = (
+            await self.cluster.get_nodeclaim(request.nodeclaim, cached=True) if found is not None else None
+        )
         if (
             found is None
             or node is None
