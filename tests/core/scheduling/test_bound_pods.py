@@ -4,6 +4,7 @@ nodes compile each unchanged bound pod once, and decide exactly what they decide
 from __future__ import annotations
 
 from core import labels as wk
+from core.api.kube import Pod
 from core.scheduling.pods import BoundPods
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from tests.builders import catalog_p, node, nodepool, pod, pod_term
@@ -12,7 +13,7 @@ from tests.builders import placements as where
 APART = [pod_term(wk.HOSTNAME, {"app": "web"})]
 
 
-def web(name: str, node_name: str | None = None) -> object:
+def web(name: str, node_name: str | None = None) -> Pod:
     return pod(name, cpu="1", labels={"app": "web"}, anti_affinity=APART, node_name=node_name)
 
 
