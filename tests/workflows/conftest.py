@@ -3,7 +3,7 @@ emulated Azure of the test's own around it, a worker on the test's task queue of
 optionally the controller, and readers for what happened (a watch of the API server, workflow histories,
 NodeClaim conditions).
 
-Every wait in the lifecycle is shrunk (`FAST`): registration TTL 3 s, polls and drain retries every second.
+Every wait in the lifecycle is shrunk (`FAST`): registration TTL 3 s, polls every 1 to 4 s, drain retries every second.
 Temporal timers have a 1 s resolution, so nothing here can be shorter.
 """
 
@@ -62,6 +62,7 @@ CATALOG = load_shipped_catalog("eastus")
 FAST = LifecycleSettings(
     registration_ttl_seconds=3,
     poll_seconds=1,
+    poll_max_seconds=4,
     drain_retry_seconds=1,
     min_drain_seconds=1,
     launch_timeout_seconds=120,

@@ -65,8 +65,13 @@ async def waiting_for_volumes(system: System, claim: str) -> NodeClaim | None:
 
 async def test_a_running_nodeclaim_carries_karpenters_lifecycle_conditions(system: System) -> None:
     node, name = await serving(system, "web")
-    claim = await system.nodeclaim(name)
-    assert claim is not None
+
+    async def ready() -> NodeClaim | None:
+        # The pod may run before the lifecycle has seen its Node initialized (as in Karpenter): wait for Ready.
+        found = await system.nodeclaim(name)
+        return found if found is not None and condition(found, "Ready") == ("True", "Ready") else None
+
+    claim = await eventually(ready, timeout=15, what=f"{name} Ready")
     conditions = {c.type: c for c in claim.status.conditions}
     for kind in LIFECYCLE:
         found = conditions[kind]
