@@ -263,8 +263,10 @@ def _taint_text(taint: Taint) -> str:
 
 async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
     """What initialization waits for: Ready, startup taints gone, requested extended resources reported; the
-    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`."""
-    node = await cluster.get_node(request.node)
+    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`. The first look after
+    registration takes the Node as registration's patch left it (no GET): a change since then is the
+    controller's news, which wakes the lifecycle for another look."""
+    node = await cluster.get_node(request.node, just_written=True)
     if node is None:
         return NodeState(
             name=request.node,

@@ -96,6 +96,9 @@ DEFAULT_BURST = 300
 DEFAULT_THREADS = 32
 REMEMBERED_OBJECTS = 4096
 """Nodes and NodeClaims this client last read or wrote, kept as the first guess of a read-modify-write."""
+JUST_WRITTEN_SECONDS = 5.0
+"""How long the answer to this client's write of a Node may stand in for the read that follows it
+(`get_node(just_written=True)`)."""
 USER_AGENT = "nodewright"
 """The client's User-Agent; each process adds its part (`nodewright/worker`)."""
 DEFAULT_WATCH_TIMEOUT_SECONDS = 240
@@ -706,6 +709,8 @@ class KubernetesCluster:
         self._conflict_retries = conflict_retries
         self._reconnect_max_wait = reconnect_max_wait
         self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._written: dict[tuple[str, str], float] = {}
+        """When this client last wrote an object it remembers, until a `just_written` read takes that answer."""
         self._event_deduper = Deduper(REMEMBERED_OBJECTS)
         self.event_clock: Callable[[], float] = time.monotonic
         """The clock of the events' de-duplication windows (tests move it on)."""
@@ -802,11 +807,22 @@ class KubernetesCluster:
         self._remembered[key] = raw
         self._remembered.move_to_end(key)
         if len(self._remembered) > REMEMBERED_OBJECTS:
-            self._remembered.popitem(last=False)
+            forgotten, _ = self._remembered.popitem(last=False)
+            self._written.pop(forgotten, None)
         return raw
 
     def _recall(self, kind: str, name: str) -> dict[str, Any] | None:
+        self._written.pop((kind, name), None)
         return self._remembered.pop((kind, name), None)
+
+    def _just_written(self, kind: str, name: str) -> dict[str, Any] | None:
+        """What this client's write of the object answered, if that was under `JUST_WRITTEN_SECONDS` ago and no
+        read took it since: the object as the server holds it after that write, which a GET would return too
+        unless someone wrote since (those writes are news the watches bring)."""
+        written = self._written.pop((kind, name), None)
+        if written is None or time.monotonic() - written > JUST_WRITTEN_SECONDS:
+            return None
+        return self._remembered.get((kind, name))
 
     async def _delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         with contextlib.suppress(NotFoundError):
@@ -936,7 +952,10 @@ class KubernetesCluster:
         with self._parse_lock:
             return parse_manifests(items, "cluster", self._parsed)
 
-    async def get_node(self, name: str) -> Node | None:
+    async def get_node(self, name: str, *, just_written: bool = False) -> Node | None:
+        raw = self._just_written(NODE.kind, name) if just_written else None
+        if raw is not None:
+            return Node.model_validate(raw)
         raw = await self._get(self._core.read_node, name)
         return None if raw is None else Node.model_validate(self._remember(NODE.kind, raw))
 
@@ -1146,6 +1165,7 @@ class KubernetesCluster:
                 result: dict[str, Any] = await self._call(
                     patch, field_patch(current, body), _content_type=JSON_PATCH
                 )
+                self._written[(kind, name)] = time.monotonic()
                 return self._remember(kind, result)
             except NotFoundError:
                 return None

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from activities import kubeclient
 from activities.kube import kube_event, pod_event
 from activities.kubeclient import (
     NODE,
@@ -1092,6 +1093,43 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
         assert len(writes) == 5
         between.clear()
         await cluster.patch_node(name, remove_finalizers=["x.io/first", "x.io/f"])
+    finally:
+        monkeypatch.undo()
+        await cluster.delete_node(name)
+
+
+async def test_the_look_after_a_node_write_takes_its_answer_once_and_only_while_it_is_fresh(
+    cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("node")
+    await cluster.apply([kwok_node(name)])
+    read = cluster._core.read_node
+    reads: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args[0])
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(cluster._core, "read_node", counted)
+    try:
+        await cluster.patch_node(name, labels={"a": "b"})
+        reads.clear()
+        # The look right after our write takes what the write answered, without a GET.
+        node = await cluster.get_node(name, just_written=True)
+        assert node is not None and node.metadata.labels["a"] == "b" and reads == []
+        # Once: another writer's change since is only seen by a read, so the next look reads.
+        cluster._core.patch_node(name, {"metadata": {"labels": {"theirs": "x"}}})
+        node = await cluster.get_node(name, just_written=True)
+        assert node is not None and node.metadata.labels["theirs"] == "x" and reads == [name]
+        # A plain read never takes it.
+        await cluster.patch_node(name, labels={"c": "d"})
+        await cluster.get_node(name)
+        assert reads == [name, name]
+        # Nor does a look once the write is no longer fresh.
+        await cluster.patch_node(name, labels={"e": "f"})
+        monkeypatch.setattr(kubeclient, "JUST_WRITTEN_SECONDS", 0.0)
+        await cluster.get_node(name, just_written=True)
+        assert reads == [name, name, name]
     finally:
         monkeypatch.undo()
         await cluster.delete_node(name)
