@@ -25,6 +25,7 @@ import base64
 import binascii
 import builtins
 import contextlib
+import copy
 import functools
 import json
 import logging
@@ -965,6 +966,12 @@ class KubernetesCluster:
         # GET, not a LIST of every Node (which made registering N nodes cost N LISTs of N Nodes).
         guess = provider_id.rstrip("/").rpartition("/")[2].lower()
         if guess:
+            # The worker's informer usually holds the Node by the time its lifecycle looks (the controller's signal
+            # that woke it came from a watch too). Its copy may lag: the write that follows tests the fields it
+            # changes, so a stale one costs a second try, never someone else's change.
+            held = self.informer.get(NODE.kind, guess) if self.informer is not None else None
+            if held is not None and (held.get("spec") or {}).get("providerID") == provider_id:
+                return Node.model_validate(self._remember(NODE.kind, copy.deepcopy(held)))
             node = await self.get_node(guess)
             if node is not None and node.spec.provider_id == provider_id:
                 return node

@@ -967,6 +967,10 @@ async def _true(value: bool) -> bool:
     return value
 
 
+async def _value(value: T) -> T:
+    return value
+
+
 async def test_the_watch_sees_pods_and_nodes(cluster: KubernetesCluster, namespace: str) -> None:
     node = unique("node")
     stream = cluster.watch()
@@ -1133,6 +1137,69 @@ async def test_the_look_after_a_node_write_takes_its_answer_once_and_only_while_
     finally:
         monkeypatch.undo()
         await cluster.delete_node(name)
+
+
+async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_costs_only_a_second_try(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("node")
+    provider_id = (
+        f"azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/{name}"
+    )
+    async with load_cluster(str(control_plane.kubeconfig)) as cluster:
+        cluster.start_informer()
+        informer = cluster.informer
+        assert informer is not None
+        node = kwok_node(name)
+        node["spec"] = {
+            "providerID": provider_id,
+            "taints": [{"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"}],
+        }
+        await cluster.apply([node])
+        try:
+            await eventually(lambda: _true(informer.get(NODE.kind, name) is not None))
+            read, write = cluster._core.read_node, cluster._core.patch_node
+            calls: list[str] = []
+
+            def counted_read(*args: Any, **kwargs: Any) -> Any:
+                calls.append("GET")
+                return read(*args, **kwargs)
+
+            def counted_write(*args: Any, **kwargs: Any) -> Any:
+                calls.append("PATCH")
+                return write(*args, **kwargs)
+
+            monkeypatch.setattr(cluster._core, "read_node", counted_read)
+            monkeypatch.setattr(cluster._core, "patch_node", counted_write)
+            found = await cluster.find_node_by_provider_id(provider_id)
+            assert found is not None and found.metadata.name == name and calls == []
+            # The write starts from the informer's copy: one PATCH, no GET.
+            patched = await cluster.patch_node(
+                name, labels={"a": "b"}, remove_taint_keys=[labels.UNREGISTERED_TAINT]
+            )
+            assert patched is not None and calls == ["PATCH"]
+            assert labels.UNREGISTERED_TAINT not in [t.key for t in patched.spec.taints]
+
+            # A copy from before another writer's change of a field ours changes: that PATCH fails its test, and the
+            # write is made again on the version read, keeping theirs.
+            def ours_seen() -> dict[str, Any] | None:
+                held = informer.get(NODE.kind, name)
+                return held if held is not None and held["metadata"]["labels"].get("a") == "b" else None
+
+            stale = copy.deepcopy(await eventually(lambda: _value(ours_seen())))
+            theirs = {"key": "example.com/theirs", "effect": "NoSchedule"}
+            write(name, {"spec": {"taints": [theirs]}})
+            monkeypatch.setattr(informer, "get", lambda kind, key, namespace="": stale)
+            calls.clear()
+            found = await cluster.find_node_by_provider_id(provider_id)
+            assert found is not None and found.spec.taints == [] and calls == []
+            ours = Taint(key="example.com/ours", effect=TaintEffect.NO_SCHEDULE)
+            patched = await cluster.patch_node(name, add_taints=[ours])
+            assert patched is not None and calls == ["PATCH", "GET", "PATCH"]
+            assert [t.key for t in patched.spec.taints] == ["example.com/theirs", "example.com/ours"]
+        finally:
+            monkeypatch.undo()
+            await cluster.delete_node(name)
 
 
 async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_nodeclaims_at_once(
