@@ -16,6 +16,7 @@ from activities.metrics import DisruptedReason, Metrics, default_metrics, disrup
 from core import labels
 from core.api.kube import (
     Event,
+    Node,
     ObjectReference,
     Pod,
     VolumeAttachment,
@@ -264,9 +265,15 @@ def _taint_text(taint: Taint) -> str:
 async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
     """What initialization waits for: Ready, startup taints gone, requested extended resources reported; the
     first of them missing as the reason and message of Karpenter's `Initialized=Unknown`. The first look after
-    registration takes the Node as registration's patch left it (no GET): a change since then is the
-    controller's news, which wakes the lifecycle for another look."""
-    node = await cluster.get_node(request.node, just_written=True)
+    registration takes the Node as registration's patch left it when that shows it initializable (no GET);
+    otherwise it reads the Node, which may have moved on since (a look that finds it waiting costs the lifecycle
+    a wait, a signal and a second look)."""
+    written = cluster.node_as_written(request.node)
+    if written is not None:
+        state = _node_state(written, request)
+        if state.exists and not state.deleting and not state.waiting_reason:
+            return state
+    node = await cluster.get_node(request.node)
     if node is None:
         return NodeState(
             name=request.node,
@@ -274,6 +281,10 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
             waiting_reason=NODE_NOT_FOUND,
             waiting_message="Node not registered with cluster",
         )
+    return _node_state(node, request)
+
+
+def _node_state(node: Node, request: InitializeInput) -> NodeState:
     ready = is_node_ready(node)
     taints = {taint.key: taint for taint in node.spec.taints}
     allocatable = parse_resources(node.status.allocatable)

@@ -44,9 +44,11 @@ class ClusterAPI(Protocol):
         cache its watches keep; `fresh` asks for the objects as they stand on the server."""
         ...
 
-    async def get_node(self, name: str, *, just_written: bool = False) -> Node | None:
-        """The Node, None when there is none. With `just_written`, the answer to this client's own write of it a
-        moment ago may stand in for the read, once (the look that follows registration's patch)."""
+    async def get_node(self, name: str) -> Node | None: ...
+
+    def node_as_written(self, name: str) -> Node | None:
+        """The Node as this client's own write of it answered a moment ago, once (the look that follows
+        registration's patch may take it instead of a read); None when there was no such write. No request."""
         ...
 
     async def find_node_by_provider_id(self, provider_id: str) -> Node | None: ...

@@ -3,7 +3,9 @@ kube-scheduler could not place, their conditions, and Karpenter's `events.k8s.io
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
+
+import pytest
 
 from activities.kube import KubeActivities
 from activities.lifecycle import LifecycleActivities
@@ -128,6 +130,55 @@ async def test_a_ready_node_is_initialized_only_once_kubernetes_not_ready_taints
     assert state.initialized
     claim = await aks.kube.get_nodeclaim(name)
     assert claim is not None and claim.status.is_true("Initialized")
+
+
+async def test_the_look_after_registration_reads_the_node_only_when_the_patch_answer_shows_it_waiting(
+    aks: SimulatedAks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, _ = await planned_claim(aks)
+    uninitialized = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "aks-joining"},
+        "spec": {"taints": [uninitialized]},
+        "status": {
+            "allocatable": {"cpu": "2", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+    await aks.kube.apply([node])
+    read = aks.kube._core.read_node
+    reads: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args[0])
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(aks.kube._core, "read_node", counted)
+    activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
+    request = InitializeInput(nodeclaim=name, node="aks-joining")
+
+    # Registration's patch answers with a not-ready taint still on; the cloud's node controller takes it off a
+    # moment later. The look reads the Node again rather than wait for a signal on what the patch showed.
+    await aks.kube.patch_node("aks-joining", labels={labels.REGISTERED: "true"})
+    aks.kube._core.patch_node("aks-joining", {"spec": {"taints": []}})
+    reads.clear()
+    state = await activity_environment().run(activities.initialize_nodeclaim, request)
+    assert state.initialized and reads == ["aks-joining"]
+
+    # When the patch's answer shows the Node initializable, it stands: no read (and the initialized label's
+    # patch starts from it too).
+    await aks.kube.apply([{**node, "metadata": {"name": "aks-joined"}}])
+    await aks.kube.patch_node(
+        "aks-joined",
+        labels={labels.REGISTERED: "true"},
+        remove_taint_keys=list(labels.KNOWN_EPHEMERAL_TAINTS),
+    )
+    reads.clear()
+    joined = request.model_copy(update={"node": "aks-joined"})
+    state = await activity_environment().run(activities.initialize_nodeclaim, joined)
+    assert state.initialized and reads == []
 
 
 async def test_deleting_a_nodeclaim_its_lifecycle_never_registered_deletes_its_node(
