@@ -17,6 +17,23 @@ from core.messages import ConditionUpdate, InitializeInput, LifecycleInput, Plan
 from tests.cluster import activity_environment, apply_examples, events, scale_pending
 from workers.simulated_aks import SimulatedAks
 
+UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
+"""A not-ready taint nothing on the test control plane takes off (no cloud node controller runs)."""
+
+
+def ready_node(name: str) -> dict[str, Any]:
+    """A Node that is Ready but still carries `UNINITIALIZED`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"taints": [UNINITIALIZED]},
+        "status": {
+            "allocatable": {"cpu": "2", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
 
 async def planned_claim(aks: SimulatedAks, replicas: int = 2) -> tuple[str, list[str]]:
     """Scale the pinned example deployment, wait until kube-scheduler finds no node for its pods, and let one
@@ -105,24 +122,14 @@ async def test_a_ready_node_is_initialized_only_once_kubernetes_not_ready_taints
     aks: SimulatedAks,
 ) -> None:
     name, _ = await planned_claim(aks)
-    uninitialized = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "aks-initializing"},
-        "spec": {"taints": [uninitialized]},
-        "status": {
-            "allocatable": {"cpu": "2", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    node = ready_node("aks-initializing")
     await aks.kube.apply([node])
     activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
     request = InitializeInput(nodeclaim=name, node="aks-initializing")
 
     state = await activity_environment().run(activities.initialize_nodeclaim, request)
     # The API server's admission adds not-ready to a new Node, too; kube-controller-manager takes it off.
-    assert state.ready and uninitialized["key"] in state.ephemeral_taints_remaining
+    assert state.ready and UNINITIALIZED["key"] in state.ephemeral_taints_remaining
     assert not state.initialized  # kube-scheduler could not bind the pods nominated to it yet
 
     await aks.kube.patch_node("aks-initializing", remove_taint_keys=list(labels.KNOWN_EPHEMERAL_TAINTS))
@@ -136,17 +143,7 @@ async def test_the_look_after_registration_reads_the_node_only_when_the_patch_an
     aks: SimulatedAks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name, _ = await planned_claim(aks)
-    uninitialized = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "aks-joining"},
-        "spec": {"taints": [uninitialized]},
-        "status": {
-            "allocatable": {"cpu": "2", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
+    node = ready_node("aks-joining")
     await aks.kube.apply([node])
     read = aks.kube._core.read_node
     reads: list[str] = []
