@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from simulator.arm import ArmError, ArmSettings, ArmState, RunningArm, start_arm
 from simulator.arm.server import json_body
 from simulator.kubeapi import KubeApi, load_kubeconfig
-from simulator.nodeagent import NodeAgents, NodeAgentSettings
+from simulator.nodeagent import NodeAgents, NodeAgentSettings, cancel_until_done
 
 logger = logging.getLogger(__name__)
 
@@ -300,9 +300,7 @@ async def serve_aks(
         try:
             yield EmulatedAks(arm, control.info, agents, settings)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_until_done([task])
             await agents.close()
             await arm.close()
             await addon.close()

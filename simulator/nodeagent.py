@@ -71,7 +71,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -208,6 +208,17 @@ class _TryAgain(Exception):
     restarted kubelet would."""
 
 
+async def cancel_until_done(tasks: Iterable[asyncio.Task[Any]], every: float = 1.0) -> None:
+    """Cancel the tasks and wait until each has ended, cancelling again every `every` seconds. An HTTP client's
+    timeout that fires as the cancellation arrives can turn it into a timeout error, which a retry loop takes
+    for a lost answer and carries on: one cancellation is not always the end of a task."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every)
+
+
 def _worth_retrying(error: BaseException) -> bool:
     return isinstance(error, _TryAgain) or (isinstance(error, KubeApiError) and error.transient)
 
@@ -272,9 +283,7 @@ class NodeAgent:
         stopped = asyncio.create_task(self._stop.wait(), name=f"node-agent-stop/{self.vm_name}")
         try:
             await asyncio.wait({join, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not join.done():
-                join.cancel()
-                await asyncio.wait({join})
+            await cancel_until_done([join])
             if not join.cancelled() and (error := join.exception()) is not None:
                 self.phase = Phase.FAILED
                 logger.error("the node agent of VM %s failed", self.vm_name, exc_info=error)
@@ -715,10 +724,7 @@ class NodeAgents:
 
     async def close(self) -> None:
         """Cancel every agent and forget their keys."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks.values())
         self._tasks.clear()
         if self._own_dir:
             shutil.rmtree(self._dir, ignore_errors=True)

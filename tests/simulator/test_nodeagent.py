@@ -57,6 +57,7 @@ from simulator.nodeagent import (
     NodeAgent,
     NodeAgentSettings,
     Phase,
+    cancel_until_done,
     node_allocatable,
     node_capacity,
     preemption_message,
@@ -773,3 +774,23 @@ def test_the_preemption_message_is_the_one_aks_writes() -> None:
         "Preempt Started. For more information, see https://aka.ms/aks/scheduledevents. "
         "EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
     )
+
+
+async def test_a_task_that_takes_a_cancellation_for_something_else_is_cancelled_again() -> None:
+    """A cancellation that arrives as an HTTP timeout fires can become a timeout error, which the agent's retry
+    loop carries on from: stopping an agent, or all of them, cancels until the task has ended."""
+    swallowed: list[int] = []
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(1)
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_until_done([task], every=0.05), timeout=5)
+    assert task.cancelled() and swallowed == [1]
