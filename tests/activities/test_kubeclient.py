@@ -967,10 +967,6 @@ async def _true(value: bool) -> bool:
     return value
 
 
-async def _value(value: T) -> T:
-    return value
-
-
 async def test_the_watch_sees_pods_and_nodes(cluster: KubernetesCluster, namespace: str) -> None:
     node = unique("node")
     stream = cluster.watch()
@@ -1172,11 +1168,11 @@ async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_cos
 
             # A copy from before another writer's change of a field ours changes: that PATCH fails its test, and the
             # write is made again on the version read, keeping theirs.
-            def ours_seen() -> dict[str, Any] | None:
+            async def ours_seen() -> dict[str, Any] | None:
                 held = informer.get(NODE.kind, name)
                 return held if held is not None and held["metadata"]["labels"].get("a") == "b" else None
 
-            stale = copy.deepcopy(await eventually(lambda: _value(ours_seen())))
+            stale = copy.deepcopy(await eventually(ours_seen))
             theirs = {"key": "example.com/theirs", "effect": "NoSchedule"}
             write(name, {"spec": {"taints": [theirs]}})
             monkeypatch.setattr(informer, "get", lambda kind, key, namespace="": stale)
