@@ -83,6 +83,22 @@ request, an image, a permission) deletes it with Launched=False and rules its of
 failed launch has the provisioner plan its pods again; a Node that registers for a NodeClaim that ended before
 registering is deleted with its instance. Histories from before it gave each attempt the whole timeout, failed
 the workflow on such errors, and left such Nodes."""
+CURRENT = "lifecycle-2026-11"
+"""Patch: a lifecycle that starts under it takes every patch in `CURRENT_PATCHES` as applied without asking, so its
+history records one marker where it recorded one per patch (the SDK also upserts `TemporalChangeVersion` for each
+marker: an event and a visibility write each). Histories from before it ask each patch, as they did. A patch
+added later is not in `CURRENT_PATCHES`: it is asked as usual."""
+CURRENT_PATCHES = frozenset(
+    {
+        LOCAL_STEPS,
+        BEGIN_TERMINATION,
+        CLUSTER_PROVISIONER,
+        WAKE_FROM_STEP,
+        VOLUME_DETACHMENT,
+        POLL_BACKOFF,
+        LAUNCH_LIVENESS,
+    }
+)
 LAUNCH_FAILED = "LaunchFailed"
 """Karpenter's reason on the Launched condition of a failed launch."""
 LAUNCH_TIMEOUT = "LaunchTimeout"
@@ -123,6 +139,8 @@ class NodeClaimWorkflow:
         self._interruption: Interruption | None = None
         self._interruption_handled = False
         self._events = 0
+        self._current = False
+        """Whether this lifecycle started under `CURRENT` (asked first thing in `run`)."""
 
     @workflow.signal
     def node_event(self, event: NodeEvent) -> None:
@@ -168,6 +186,7 @@ class NodeClaimWorkflow:
 
     @workflow.run
     async def run(self, request: LifecycleInput) -> LifecycleStatus:
+        self._current = workflow.patched(CURRENT)
         self._publish(Phase.LAUNCHING)
         if await self._launch() and await self._register() and await self._initialize():
             await self._run()
@@ -180,7 +199,7 @@ class NodeClaimWorkflow:
 
     async def _launch(self) -> bool:
         claim = self._claim
-        liveness = workflow.patched(LAUNCH_LIVENESS)
+        liveness = self._patched(LAUNCH_LIVENESS)
         timeout = timedelta(seconds=self._settings.launch_timeout_seconds)
         deadline = workflow.info().start_time + timeout
         for offering in claim.launch_candidates:
@@ -273,7 +292,7 @@ class NodeClaimWorkflow:
         )
         log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)
         await self._delete_nodeclaim()
-        if workflow.patched(LAUNCH_LIVENESS):
+        if self._patched(LAUNCH_LIVENESS):
             await self._plan_again()
         self._publish(Phase.FAILED)
         return False
@@ -359,7 +378,7 @@ class NodeClaimWorkflow:
         )
         registered: str | None = None
         provider_id = self._status.provider_id or ""
-        local = workflow.patched(LOCAL_STEPS)
+        local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
         while self._deletion is None:
             seen = self._events_seen()
@@ -418,7 +437,7 @@ class NodeClaimWorkflow:
         request = InitializeInput(
             nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
         )
-        local = workflow.patched(LOCAL_STEPS)
+        local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
         while self._deletion is None:
             seen = self._events_seen()
@@ -470,7 +489,7 @@ class NodeClaimWorkflow:
         if node is not None and await self._begin_termination(node):
             log("tainted node", Node=node, taint="karpenter.sh/disrupted:NoSchedule")
             await self._drain(node)
-            if workflow.patched(VOLUME_DETACHMENT):
+            if self._patched(VOLUME_DETACHMENT):
                 await self._await_volume_detachment(node)
         await self._delete_instance()
         if node is not None:
@@ -510,7 +529,7 @@ class NodeClaimWorkflow:
     async def _begin_termination(self, node: str) -> bool:
         """Mark the NodeClaim deleting and taint its Node, then have the provisioner plan for the Node's pods
         while it drains; False when the Node is gone."""
-        if not workflow.patched(BEGIN_TERMINATION):
+        if not self._patched(BEGIN_TERMINATION):
             return bool(
                 await self._activity(
                     ActivityName.TAINT_FOR_TERMINATION, node, bool, summaries.taint_summary(node)
@@ -613,7 +632,7 @@ class NodeClaimWorkflow:
 
     async def _drain_pause(self, pause: timedelta, what: str) -> None:
         """Sleep between drain passes; an interruption notice cuts it short (it may bring the deadline forward)."""
-        if not workflow.patched(BEGIN_TERMINATION):
+        if not self._patched(BEGIN_TERMINATION):
             await workflow.sleep(pause, summary=summaries.wait_summary(pause.total_seconds(), what))
             return
         noticed = self._interruption is not None
@@ -631,7 +650,7 @@ class NodeClaimWorkflow:
         NodeClaim, else (a disruption's replacement) the cluster's. Histories from before the patch told none."""
         if self._provisioner_given is not None:
             return self._provisioner_given
-        return provisioner_id(self._cluster) if workflow.patched(CLUSTER_PROVISIONER) else None
+        return provisioner_id(self._cluster) if self._patched(CLUSTER_PROVISIONER) else None
 
     def _attempt_timeout(self, left: timedelta) -> timedelta:
         """One launch attempt's timeout: the attempt timeout when set, never past the launch's deadline."""
@@ -647,14 +666,14 @@ class NodeClaimWorkflow:
     def _next_poll(self, last: timedelta, woken: bool) -> timedelta:
         """How long the next wait for the Node may last: `poll_seconds` after a signal, else twice the last wait,
         up to `poll_max_seconds` (the signals wake a waiting lifecycle; the poll only covers one that was lost)."""
-        if woken or not workflow.patched(POLL_BACKOFF):
+        if woken or not self._patched(POLL_BACKOFF):
             return self._poll()
         longest = max(self._poll(), timedelta(seconds=self._settings.poll_max_seconds))
         return min(last * 2, longest)
 
     def _events_seen(self) -> int | None:
         """The signals counted before a step, for the wait after it (None in histories from before the patch)."""
-        return self._events if workflow.patched(WAKE_FROM_STEP) else None
+        return self._events if self._patched(WAKE_FROM_STEP) else None
 
     async def _wait(self, timeout: timedelta, what: str, since: int | None = None) -> bool:
         """Wait for a signal (True) or the timeout (False); `what` the wait is for, as its timer's summary. A
@@ -726,7 +745,7 @@ class NodeClaimWorkflow:
         """Once the instance is gone: delete the Node it registered after this lifecycle stopped waiting for one
         (the NodeClaim was deleted during its launch, or registration timed out as the Node joined)."""
         provider_id = self._status.provider_id
-        if not provider_id or not workflow.patched(LAUNCH_LIVENESS):
+        if not provider_id or not self._patched(LAUNCH_LIVENESS):
             return
         summary = summaries.delete_unregistered_node_summary(provider_id)
         node = await self._activity(ActivityName.DELETE_UNREGISTERED_NODE, provider_id, summary=summary)
@@ -796,6 +815,10 @@ class NodeClaimWorkflow:
             await workflow.get_external_workflow_handle(provisioner).signal(signal, argument)
         except Exception:
             workflow.logger.warning("could not tell the provisioner that %s", what)
+
+    def _patched(self, patch: str) -> bool:
+        """`workflow.patched`, answered without a marker for a patch that `CURRENT` includes."""
+        return (self._current and patch in CURRENT_PATCHES) or workflow.patched(patch)
 
     def _publish(self, phase: Phase) -> None:
         self._status.phase = phase

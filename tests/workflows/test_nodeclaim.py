@@ -4,10 +4,12 @@ registration timeout, drain with PodDisruptionBudgets and terminationGracePeriod
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType as HistoryEventType
 from temporalio.client import WorkflowHandle
 
 from core import labels
@@ -47,7 +49,7 @@ from tests.workflows.conftest import (
     start_input,
     step_summaries,
 )
-from workflows.nodeclaim import NodeClaimWorkflow
+from workflows.nodeclaim import CURRENT, NodeClaimWorkflow
 from workflows.provisioner import ProvisionerWorkflow
 
 # --- launch ----------------------------------------------------------------------------------------------
@@ -494,3 +496,35 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
         for summary in timers
     ), timers
     assert any(summary.endswith("(expireAfter 720h)") for summary in timers), timers
+
+
+async def test_a_new_lifecycle_records_one_patch_marker_however_many_patches_it_passes(
+    system: System,
+) -> None:
+    """Launch, registration, initialization, the waits and the whole termination pass every patch the lifecycle
+    has; started under `CURRENT`, its history holds that one marker (and one upsert of TemporalChangeVersion)
+    instead of one of each per patch."""
+    [pod] = await serving(system, "web", 1)
+    claim = await system.claim_of(pod.spec.node_name or "")
+    lifecycle = await system.nodeclaim_workflow(claim)
+    await system.kube.delete_nodeclaim(claim)
+    await asyncio.wait_for(lifecycle.result(), 15)
+
+    history = await lifecycle.fetch_history()
+    patches = [
+        json.loads(event.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+        for event in history.events
+        if event.event_type == HistoryEventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert patches == [CURRENT]
+    change_versions = [
+        event
+        for event in history.events
+        if event.event_type == HistoryEventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        and "TemporalChangeVersion"
+        in event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    assert len(change_versions) == 1
+    steps = [name for name, _ in await step_summaries(system.client, lifecycle)]
+    assert {ActivityName.REGISTER_NODECLAIM, ActivityName.AWAIT_VOLUME_DETACHMENT} <= set(steps), steps
