@@ -1282,4 +1282,3 @@ async def test_snapshots_read_the_informer_once_it_has_listed_and_see_their_own_
             await cluster.delete_node(node)
             with contextlib.suppress(NotFoundError):
                 await cluster.delete_node(other)
-
