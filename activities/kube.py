@@ -271,7 +271,7 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
     written = cluster.node_as_written(request.node)
     if written is not None:
         state = _node_state(written, request)
-        if state.exists and not state.deleting and not state.waiting_reason:
+        if not state.deleting and not state.waiting_reason:
             return state
     node = await cluster.get_node(request.node)
     if node is None:
