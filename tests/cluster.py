@@ -39,6 +39,25 @@ WORKLOAD_NAMESPACES = ("default", "kube-system")
 T = TypeVar("T")
 
 
+def record_calls(
+    monkeypatch: Any,
+    owner: object,
+    method: str,
+    calls: list[Any],
+    entry: Callable[[tuple[Any, ...]], Any] = tuple,
+) -> Callable[..., Any]:
+    """Make `owner.method` append `entry(args)` to `calls` before it runs (undone with `monkeypatch`); the original
+    method, for a test that also calls it directly."""
+    original: Callable[..., Any] = getattr(owner, method)
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        calls.append(entry(args))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, method, recorded)
+    return original
+
+
 async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 10.0, what: str = "") -> T:
     """The first truthy result of `check`, polled every 50 ms until `timeout` (then the test fails)."""
     loop = asyncio.get_running_loop()

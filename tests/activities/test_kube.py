@@ -14,7 +14,7 @@ from core import labels
 from core.cloudprovider import CloudProvider
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, InitializeInput, LifecycleInput, PlanInput
-from tests.cluster import activity_environment, apply_examples, events, scale_pending
+from tests.cluster import activity_environment, apply_examples, events, record_calls, scale_pending
 from workers.simulated_aks import SimulatedAks
 
 UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
@@ -145,14 +145,8 @@ async def test_the_look_after_registration_reads_the_node_only_when_the_patch_an
     name, _ = await planned_claim(aks)
     node = ready_node("aks-joining")
     await aks.kube.apply([node])
-    read = aks.kube._core.read_node
     reads: list[str] = []
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        reads.append(args[0])
-        return read(*args, **kwargs)
-
-    monkeypatch.setattr(aks.kube._core, "read_node", counted)
+    record_calls(monkeypatch, aks.kube._core, "read_node", reads, lambda args: args[0])
     activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
     request = InitializeInput(nodeclaim=name, node="aks-joining")
 

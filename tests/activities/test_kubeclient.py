@@ -48,6 +48,7 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
+from tests.cluster import record_calls
 from workers.controlplane.run import (
     KWOK_ANNOTATION,
     KWOK_ANNOTATION_VALUE,
@@ -593,12 +594,7 @@ async def test_a_status_change_starts_from_the_version_it_wrote_and_is_made_agai
 ) -> None:
     name = unique("claim")
     await cluster.create_nodeclaim(NodeClaim.parse(nodeclaim_manifest(name)))
-    read = cluster._custom.get_cluster_custom_object
     reads: list[Any] = []
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        reads.append(args)
-        return read(*args, **kwargs)
 
     def condition(kind: str) -> Callable[[NodeClaim], None]:
         def change(claim: NodeClaim) -> None:
@@ -609,7 +605,7 @@ async def test_a_status_change_starts_from_the_version_it_wrote_and_is_made_agai
 
         return change
 
-    monkeypatch.setattr(cluster._custom, "get_cluster_custom_object", counted)
+    read = record_calls(monkeypatch, cluster._custom, "get_cluster_custom_object", reads)
     try:
         # What it created is where its first change starts: no GET.
         launched = await cluster.change_nodeclaim_status(name, condition("Launched"))
@@ -1050,7 +1046,7 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
     registering["metadata"]["finalizers"] = ["x.io/first"]
     registering["spec"]["taints"] = [{"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"}]
     await cluster.apply([registering])
-    read, write = cluster._core.read_node, cluster._core.patch_node
+    read = cluster._core.read_node
     writes: list[Any] = []
     between: list[Callable[[], Any]] = []
 
@@ -1060,12 +1056,8 @@ async def test_a_node_patch_holds_when_only_what_it_does_not_change_changed_mean
             between.pop(0)()
         return current
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        writes.append(args)
-        return write(*args, **kwargs)
-
     monkeypatch.setattr(cluster._core, "read_node", read_then_another_writer)
-    monkeypatch.setattr(cluster._core, "patch_node", counted)
+    record_calls(monkeypatch, cluster._core, "patch_node", writes)
     try:
         # A kubelet heartbeat lands between our read and our write: it touches nothing we change.
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "heartbeat"}
@@ -1155,19 +1147,9 @@ async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_cos
                 )
 
             await eventually(lambda: _true(settled(informer.get(NODE.kind, name))), timeout=30)
-            read, write = cluster._core.read_node, cluster._core.patch_node
             calls: list[str] = []
-
-            def counted_read(*args: Any, **kwargs: Any) -> Any:
-                calls.append("GET")
-                return read(*args, **kwargs)
-
-            def counted_write(*args: Any, **kwargs: Any) -> Any:
-                calls.append("PATCH")
-                return write(*args, **kwargs)
-
-            monkeypatch.setattr(cluster._core, "read_node", counted_read)
-            monkeypatch.setattr(cluster._core, "patch_node", counted_write)
+            record_calls(monkeypatch, cluster._core, "read_node", calls, lambda _: "GET")
+            write = record_calls(monkeypatch, cluster._core, "patch_node", calls, lambda _: "PATCH")
             found = await cluster.find_node_by_provider_id(provider_id)
             assert found is not None and found.metadata.name == name and calls == []
             # The write starts from the informer's copy: one PATCH, no GET.
