@@ -1139,12 +1139,12 @@ async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_cos
             # Settled first: kwok turns it Ready and the node lifecycle controller then takes its not-ready taint
             # off, a change to the taints our patch tests (which would cost the second try this test counts).
             def settled(held: dict[str, Any] | None) -> bool:
-                taints = [taint["key"] for taint in (held or {}).get("spec", {}).get("taints") or []]
-                return (
-                    held is not None
-                    and is_node_ready(Node.model_validate(held))
-                    and taints == [labels.UNREGISTERED_TAINT]
-                )
+                if held is None:
+                    return False
+                node = Node.model_validate(held)
+                return is_node_ready(node) and [taint.key for taint in node.spec.taints] == [
+                    labels.UNREGISTERED_TAINT
+                ]
 
             await eventually(lambda: _true(settled(informer.get(NODE.kind, name))), timeout=30)
             calls: list[str] = []
