@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -214,10 +214,14 @@ async def clear_nodeclaim_condition(cluster: ClusterAPI, name: str, condition_ty
 
 
 async def apply_condition(
-    cluster: ClusterAPI, update: ConditionUpdate, unless: Callable[[NodeClaim], bool] | None = None
+    cluster: ClusterAPI,
+    update: ConditionUpdate,
+    unless: Callable[[NodeClaim], bool] | None = None,
+    also: Sequence[ConditionUpdate] = (),
 ) -> bool:
     """Set one NodeClaim condition (and any status fields given), see `set_condition`; False when it is gone.
-    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces)."""
+    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces). `also`
+    sets further conditions in the same write (their type, status, reason and message)."""
 
     nodepool = ""
 
@@ -227,7 +231,8 @@ async def apply_condition(
         if unless is not None and unless(claim):
             return
         status = claim.status
-        set_condition(claim, update.type, update.status, update.reason, update.message)
+        for condition in (update, *also):
+            set_condition(claim, condition.type, condition.status, condition.reason, condition.message)
         if update.provider_id is not None:
             status.provider_id = update.provider_id
         if update.node_name is not None:
@@ -270,8 +275,8 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
     a wait, a signal and a second look)."""
     written = cluster.node_as_written(request.node)
     if written is not None:
-        state = _node_state(written, request)
-        if not state.deleting and not state.waiting_reason:
+        state = state_of_node(written, request)
+        if initializable(state):
             return state
     node = await cluster.get_node(request.node)
     if node is None:
@@ -281,10 +286,16 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
             waiting_reason=NODE_NOT_FOUND,
             waiting_message="Node not registered with cluster",
         )
-    return _node_state(node, request)
+    return state_of_node(node, request)
 
 
-def _node_state(node: Node, request: InitializeInput) -> NodeState:
+def initializable(state: NodeState) -> bool:
+    """Whether initialization may mark the Node so: there, not being deleted, and waiting for nothing."""
+    return state.exists and not state.deleting and not state.waiting_reason
+
+
+def state_of_node(node: Node, request: InitializeInput) -> NodeState:
+    """What initialization waits for on this copy of the Node (see `node_state`)."""
     ready = is_node_ready(node)
     taints = {taint.key: taint for taint in node.spec.taints}
     allocatable = parse_resources(node.status.allocatable)
@@ -316,10 +327,10 @@ def _node_state(node: Node, request: InitializeInput) -> NodeState:
 
 async def register_node(
     cluster: ClusterAPI, node: str, node_labels: dict[str, str], claim: NodeClaim | None = None
-) -> bool:
+) -> Node | None:
     """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer, the registered
     label and an owner reference to its NodeClaim (when given: blocking the owner's deletion, as Karpenter's), and
-    loses the unregistered taint. False when the Node is gone."""
+    loses the unregistered taint. The Node as the patch answered; None when it is gone."""
     owner = (
         OwnerReference(
             api_version=claim.api_version,
@@ -331,14 +342,13 @@ async def register_node(
         if claim is not None and claim.metadata.uid
         else None
     )
-    patched = await cluster.patch_node(
+    return await cluster.patch_node(
         node,
         labels={**node_labels, labels.REGISTERED: "true"},
         remove_taint_keys=[labels.UNREGISTERED_TAINT],
         add_finalizers=[labels.TERMINATION_FINALIZER],
         add_owner=owner,
     )
-    return patched is not None
 
 
 def has_expired(claim: NodeClaim, pool: NodePool | None, now: datetime) -> bool:
