@@ -206,29 +206,35 @@ class LifecycleActivities:
         """Registration and initialization's first look in one step, as one reconcile of Karpenter's lifecycle
         controller makes them: a Node found initializable gets registration and the initialized label in one
         patch, and one status write carries Registered and Initialized (True, or Unknown with what the Node waits
-        for). The Node's state as registration's patch left it (`initialized` when it is); None while there is
-        no Node yet."""
+        for). The Node's state as that look found it (`initialized` when it is); None while there is no Node
+        yet."""
 
-        def look(node: Node) -> NodeState:
-            initialize = InitializeInput(
+        def awaited(node: str) -> InitializeInput:
+            return InitializeInput(
                 nodeclaim=request.nodeclaim,
-                node=node.metadata.name,
+                node=node,
                 startup_taints=request.startup_taints,
                 requested_resources=request.requested_resources,
             )
-            return state_of_node(node, initialize)
 
-        node = await self._register(request, initialized=lambda found: initializable(look(found)))
+        node = await self._register(
+            request,
+            initialized=lambda found: initializable(state_of_node(found, awaited(found.metadata.name))),
+        )
         if node is None:
             return None
         name = node.metadata.name
-        state = look(node)
         if node.metadata.labels.get(labels.INITIALIZED) == "true":
+            state = state_of_node(node, awaited(name))
             state.initialized = True
-        elif initializable(state):  # became so between the copy registration started from and its patch
-            state.initialized = (
-                await self.cluster.patch_node(name, labels={labels.INITIALIZED: "true"}) is not None
-            )
+        else:
+            # Initialization's own first look: the patch's answer when it shows the Node initializable, else the
+            # Node read again. A Node often turns Ready and loses its not-ready taint moments after it registers,
+            # and a look that finds it waiting costs the lifecycle a wait for the controller's signal.
+            state = await node_state(self.cluster, awaited(name))
+            if initializable(state):
+                patched = await self.cluster.patch_node(name, labels={labels.INITIALIZED: "true"})
+                state.initialized = patched is not None
         registered = ConditionUpdate(name=request.nodeclaim, type="Registered", status="True", node_name=name)
         initialized: list[ConditionUpdate] = []
         if state.initialized:
