@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -214,14 +214,10 @@ async def clear_nodeclaim_condition(cluster: ClusterAPI, name: str, condition_ty
 
 
 async def apply_condition(
-    cluster: ClusterAPI,
-    update: ConditionUpdate,
-    unless: Callable[[NodeClaim], bool] | None = None,
-    also: Sequence[ConditionUpdate] = (),
+    cluster: ClusterAPI, update: ConditionUpdate, unless: Callable[[NodeClaim], bool] | None = None
 ) -> bool:
     """Set one NodeClaim condition (and any status fields given), see `set_condition`; False when it is gone.
-    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces). `also`
-    sets further conditions in the same write (their type, status, reason and message)."""
+    `unless` leaves a NodeClaim for which it holds as it is (checked on the version the write replaces)."""
 
     nodepool = ""
 
@@ -231,8 +227,7 @@ async def apply_condition(
         if unless is not None and unless(claim):
             return
         status = claim.status
-        for condition in (update, *also):
-            set_condition(claim, condition.type, condition.status, condition.reason, condition.message)
+        set_condition(claim, update.type, update.status, update.reason, update.message)
         if update.provider_id is not None:
             status.provider_id = update.provider_id
         if update.node_name is not None:
@@ -275,8 +270,8 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
     a wait, a signal and a second look)."""
     written = cluster.node_as_written(request.node)
     if written is not None:
-        state = state_of_node(written, request)
-        if initializable(state):
+        state = _node_state(written, request)
+        if not state.deleting and not state.waiting_reason:
             return state
     node = await cluster.get_node(request.node)
     if node is None:
@@ -286,16 +281,10 @@ async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState
             waiting_reason=NODE_NOT_FOUND,
             waiting_message="Node not registered with cluster",
         )
-    return state_of_node(node, request)
+    return _node_state(node, request)
 
 
-def initializable(state: NodeState) -> bool:
-    """Whether initialization may mark the Node so: there, not being deleted, and waiting for nothing."""
-    return state.exists and not state.deleting and not state.waiting_reason
-
-
-def state_of_node(node: Node, request: InitializeInput) -> NodeState:
-    """What initialization waits for on this copy of the Node (see `node_state`)."""
+def _node_state(node: Node, request: InitializeInput) -> NodeState:
     ready = is_node_ready(node)
     taints = {taint.key: taint for taint in node.spec.taints}
     allocatable = parse_resources(node.status.allocatable)
@@ -327,10 +316,10 @@ def state_of_node(node: Node, request: InitializeInput) -> NodeState:
 
 async def register_node(
     cluster: ClusterAPI, node: str, node_labels: dict[str, str], claim: NodeClaim | None = None
-) -> Node | None:
+) -> bool:
     """Karpenter's registration: the Node gets the NodeClaim's labels, the termination finalizer, the registered
     label and an owner reference to its NodeClaim (when given: blocking the owner's deletion, as Karpenter's), and
-    loses the unregistered taint. The Node as the patch answered; None when it is gone."""
+    loses the unregistered taint. False when the Node is gone."""
     owner = (
         OwnerReference(
             api_version=claim.api_version,
@@ -342,13 +331,14 @@ async def register_node(
         if claim is not None and claim.metadata.uid
         else None
     )
-    return await cluster.patch_node(
+    patched = await cluster.patch_node(
         node,
         labels={**node_labels, labels.REGISTERED: "true"},
         remove_taint_keys=[labels.UNREGISTERED_TAINT],
         add_finalizers=[labels.TERMINATION_FINALIZER],
         add_owner=owner,
     )
+    return patched is not None
 
 
 def has_expired(claim: NodeClaim, pool: NodePool | None, now: datetime) -> bool:

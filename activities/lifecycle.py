@@ -8,7 +8,6 @@ how many NodeClaims per second one worker and server can bring up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -17,10 +16,9 @@ from activities.azure.nodeclass import ClusterNodeClasses
 from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
 from activities.heartbeat import heartbeating
-from activities.kube import apply_condition, initializable, node_state, register_node, state_of_node
+from activities.kube import apply_condition, node_state, register_node
 from activities.metrics import Metrics, default_metrics
 from core import labels
-from core.api.kube import Node
 from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim
 from core.cloudprovider import CloudProvider, LaunchRequest
@@ -37,7 +35,6 @@ from core.messages import (
     LaunchResult,
     NodeState,
     RegisterInput,
-    RegistrationInput,
 )
 from core.resources import format_resources
 from core.scheduling.snapshot import azure_provider
@@ -192,91 +189,23 @@ class LifecycleActivities:
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:
         """Find the Node with the NodeClaim's providerID and register it; None while there is none yet."""
-        node = await self._register(request)
-        if node is None:
-            return None
-        registered = ConditionUpdate(
-            name=request.nodeclaim, type="Registered", status="True", node_name=node.metadata.name
-        )
-        await apply_condition(self.cluster, registered)
-        return node.metadata.name
-
-    @activity.defn(name=ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM)
-    async def register_and_initialize_nodeclaim(self, request: RegistrationInput) -> NodeState | None:
-        """Registration and initialization's first look in one step, as one reconcile of Karpenter's lifecycle
-        controller makes them: a Node found initializable gets registration and the initialized label in one
-        patch, and one status write carries Registered and Initialized (True, or Unknown with what the Node waits
-        for). The Node's state as that look found it (`initialized` when it is); None while there is no Node
-        yet."""
-
-        def awaited(node: str) -> InitializeInput:
-            return InitializeInput(
-                nodeclaim=request.nodeclaim,
-                node=node,
-                startup_taints=request.startup_taints,
-                requested_resources=request.requested_resources,
-            )
-
-        node = await self._register(
-            request,
-            initialized=lambda found: initializable(state_of_node(found, awaited(found.metadata.name))),
-        )
-        if node is None:
-            return None
-        name = node.metadata.name
-        if node.metadata.labels.get(labels.INITIALIZED) == "true":
-            state = state_of_node(node, awaited(name))
-            state.initialized = True
-        else:
-            # Initialization's own first look: the patch's answer when it shows the Node initializable, else the
-            # Node read again. A Node often turns Ready and loses its not-ready taint moments after it registers,
-            # and a look that finds it waiting costs the lifecycle a wait for the controller's signal.
-            state = await node_state(self.cluster, awaited(name))
-            if initializable(state):
-                patched = await self.cluster.patch_node(name, labels={labels.INITIALIZED: "true"})
-                state.initialized = patched is not None
-        registered = ConditionUpdate(name=request.nodeclaim, type="Registered", status="True", node_name=name)
-        initialized: list[ConditionUpdate] = []
-        if state.initialized:
-            initialized = [ConditionUpdate(name=request.nodeclaim, type="Initialized", status="True")]
-        elif state.waiting_reason and not state.deleting:
-            waiting = ConditionUpdate(
-                name=request.nodeclaim,
-                type="Initialized",
-                status="Unknown",
-                reason=state.waiting_reason,
-                message=state.waiting_message,
-            )
-            initialized = [waiting]
-        await apply_condition(self.cluster, registered, also=initialized)
-        return state
-
-    async def _register(
-        self, request: RegisterInput, initialized: Callable[[Node], bool] | None = None
-    ) -> Node | None:
-        """Find the Node with the NodeClaim's providerID and register it (with the initialized label too when
-        `initialized` says the copy found is initializable): the Node as registration's patch answered. None,
-        with `Registered=Unknown`, while there is no Node."""
         found = (
             await self.cluster.get_node(request.node)
             if request.node is not None
             else await self.cluster.find_node_by_provider_id(request.provider_id)
         )
+        node = found.metadata.name if found is not None else request.node
         # The NodeClaim, for the Node's owner reference (gone: the Node is registered without one, and the
         # lifecycle hears of the deletion). Its uid never changes, so the worker's informer answers when it holds
         # it (the NodeClaim was created before its launch); this lifecycle removes the finalizer that keeps it.
         claim = (
             await self.cluster.get_nodeclaim(request.nodeclaim, cached=True) if found is not None else None
         )
-        node_labels = dict(request.labels)
-        if found is not None and initialized is not None and initialized(found):
-            node_labels[labels.INITIALIZED] = "true"
-        written = (
-            await register_node(self.cluster, found.metadata.name, node_labels, claim)
-            if found is not None
-            else None
-        )
-        if found is None or written is None:
+        if (
+            found is None
+            or node is None
+            or not await register_node(self.cluster, node, request.labels, claim)
+        ):
             await apply_condition(
                 self.cluster,
                 ConditionUpdate(
@@ -290,7 +219,11 @@ class LifecycleActivities:
             return None
         if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
             self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))
-        return written
+        await apply_condition(
+            self.cluster,
+            ConditionUpdate(name=request.nodeclaim, type="Registered", status="True", node_name=node),
+        )
+        return node
 
     @activity.defn(name=ActivityName.INITIALIZE_NODECLAIM)
     async def initialize_nodeclaim(self, request: InitializeInput) -> NodeState:

@@ -353,9 +353,6 @@ class ActivityName(StrEnum):
     LAUNCH_NODECLAIM = "launch_nodeclaim"
     REGISTER_NODECLAIM = "register_nodeclaim"
     INITIALIZE_NODECLAIM = "initialize_nodeclaim"
-    REGISTER_AND_INITIALIZE_NODECLAIM = "register_and_initialize_nodeclaim"
-    """Registration and initialization's first look in one step: returns the Node's `NodeState` (None while there
-    is no Node)."""
     TAINT_FOR_TERMINATION = "taint_for_termination"
     DRAIN_NODE = "drain_node"
     DELETE_NODE = "delete_node"
@@ -387,13 +384,6 @@ class RegisterInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     node: str | None = None
     """The Node, when the controller already said which one it is."""
-
-
-class RegistrationInput(RegisterInput):
-    """Registration with initialization's first look (`register_and_initialize_nodeclaim`)."""
-
-    startup_taints: list[str] = Field(default_factory=list)
-    requested_resources: list[str] = Field(default_factory=list)
 
 
 class InitializeInput(BaseModel):

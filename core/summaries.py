@@ -302,10 +302,6 @@ def register_summary(provider_id: str) -> str:
     return f"find the Node of VM {vm_name(provider_id)}"
 
 
-def registration_summary(provider_id: str) -> str:
-    return f"find and register the Node of VM {vm_name(provider_id)}, check it is Ready and initialized"
-
-
 def initialize_summary(node: str) -> str:
     return f"check Node {node} is Ready and initialized"
 

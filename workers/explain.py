@@ -275,21 +275,6 @@ def _option_price(micros: int) -> float:
 
 
 _TAINTS = (ActivityName.TAINT_FOR_TERMINATION, ActivityName.BEGIN_TERMINATION)
-_REGISTRATIONS = (ActivityName.REGISTER_NODECLAIM, ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM)
-
-
-async def _registration(decoder: Decoder, call: Call) -> tuple[str, bool] | None:
-    """The Node a registration registered, and whether it initialized it in the same step; None for a call that
-    registered nothing (no Node yet, or not a registration)."""
-    if call.result is None or call.name not in _REGISTRATIONS:
-        return None
-    if call.name == ActivityName.REGISTER_NODECLAIM:
-        node = await decoder.one(call.result, str)
-        return (node, False) if node else None
-    state: NodeState | None = await decoder.one(call.result, NodeState)  # None: no Node yet
-    return None if state is None else (state.name, state.initialized)
-
-
 """The steps that taint the Node (since the `begin-termination` patch, one that also marks the NodeClaim deleting)."""
 
 
@@ -356,11 +341,10 @@ async def nodeclaim_story(
                 attempt.error = f"{call.failure_type}: {call.failure_message}"
             if call.ended is not None:
                 story.launches.append(attempt)
-        elif call.name in _REGISTRATIONS:
-            if registered := await _registration(decoder, call):
-                story.node, story.registered_at = registered[0], ended
-                if registered[1]:
-                    story.initialized_at = ended
+        elif call.name == ActivityName.REGISTER_NODECLAIM and call.result is not None:
+            node = await decoder.one(call.result, str)
+            if node:
+                story.node, story.registered_at = node, ended
         elif call.name == ActivityName.INITIALIZE_NODECLAIM and call.result is not None:
             state = await decoder.one(call.result, NodeState)
             if state.initialized and story.initialized_at is None:
@@ -593,8 +577,10 @@ class Explainer:
 
     async def _registered_node(self, events: Events) -> str | None:
         for item in events.items:
-            if isinstance(item, Call) and (registered := await _registration(self.decoder, item)):
-                return registered[0]
+            if isinstance(item, Call) and item.name == ActivityName.REGISTER_NODECLAIM and item.result:
+                node = await self.decoder.one(item.result, str)
+                if node:
+                    return node
         return None
 
     async def _disruption(self, story: Story) -> list[DisruptionSpan]:

@@ -160,7 +160,6 @@ def activities_for(
         lifecycle.launch_nodeclaim,
         lifecycle.register_nodeclaim,
         lifecycle.initialize_nodeclaim,
-        lifecycle.register_and_initialize_nodeclaim,
         kube.update_nodeclaim,
         kube.taint_for_termination,
         kube.begin_termination,

@@ -43,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         PodsPending,
         RegisterInput,
-        RegistrationInput,
         TerminationReason,
         TerminationStart,
         UnavailableOffering,
@@ -58,11 +57,7 @@ EXTENDED_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")
 LOCAL_STEPS = "register-initialize-local"
 """The patch under which registration and initialization run as local activities (histories from before
 it take the activity path)."""
-LOCAL_ACTIVITIES = (
-    ActivityName.REGISTER_NODECLAIM,
-    ActivityName.INITIALIZE_NODECLAIM,
-    ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM,
-)
+LOCAL_ACTIVITIES = (ActivityName.REGISTER_NODECLAIM, ActivityName.INITIALIZE_NODECLAIM)
 """What the lifecycle runs as local activities: in the worker that runs the workflow, which must have them."""
 BEGIN_TERMINATION = "begin-termination"
 """Patch: termination starts by marking the NodeClaim deleting and telling the provisioner (histories recorded
@@ -88,12 +83,12 @@ request, an image, a permission) deletes it with Launched=False and rules its of
 failed launch has the provisioner plan its pods again; a Node that registers for a NodeClaim that ended before
 registering is deleted with its instance. Histories from before it gave each attempt the whole timeout, failed
 the workflow on such errors, and left such Nodes."""
-JOINED_STEPS = "register-initialize-joined"
-"""Patch: registration makes initialization's first look in the same local activity
-(`register_and_initialize_nodeclaim`: a Node already initializable gets one patch, and one status write carries
-Registered and Initialized), and a Node not yet initializable is looked at again when a signal says it changed.
-Histories from before it looked in a second local activity right after registration's."""
-_NOVEMBER = frozenset(
+CURRENT = "lifecycle-2026-11"
+"""Patch: a lifecycle that starts under it takes every patch in `CURRENT_PATCHES` as applied without asking, so its
+history records one marker where it recorded one per patch (the SDK also upserts `TemporalChangeVersion` for each
+marker: an event and a visibility write each). Histories from before it ask each patch, as they did. A patch
+added later is not in `CURRENT_PATCHES`: it is asked as usual."""
+CURRENT_PATCHES = frozenset(
     {
         LOCAL_STEPS,
         BEGIN_TERMINATION,
@@ -104,17 +99,6 @@ _NOVEMBER = frozenset(
         LAUNCH_LIVENESS,
     }
 )
-GENERATIONS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("lifecycle-2026-11", _NOVEMBER),
-    ("lifecycle-2026-11-27", _NOVEMBER | {JOINED_STEPS}),
-)
-"""Patch markers, oldest first, each with the patches it implies. A lifecycle asks them newest first, and the
-first it started under answers every patch of its set without asking, so a new lifecycle's history records one
-marker where it would record one per patch (the SDK also upserts `TemporalChangeVersion` for each marker: an event
-and a visibility write each). A history started under none asks each patch, as it did. A patch added later is
-asked as usual until a new generation, a superset of the last, implies it."""
-CURRENT = GENERATIONS[-1][0]
-"""The marker a lifecycle started now records."""
 LAUNCH_FAILED = "LaunchFailed"
 """Karpenter's reason on the Launched condition of a failed launch."""
 LAUNCH_TIMEOUT = "LaunchTimeout"
@@ -155,10 +139,8 @@ class NodeClaimWorkflow:
         self._interruption: Interruption | None = None
         self._interruption_handled = False
         self._events = 0
-        self._implied: frozenset[str] = frozenset()
-        """The patches of the generation this lifecycle started under (asked first thing in `run`)."""
-        self._first_look: tuple[NodeState, int | None] | None = None
-        """The Node's state as registration left it, with the signals seen before that step (`JOINED_STEPS`)."""
+        self._current = False
+        """Whether this lifecycle started under `CURRENT` (asked first thing in `run`)."""
 
     @workflow.signal
     def node_event(self, event: NodeEvent) -> None:
@@ -204,9 +186,7 @@ class NodeClaimWorkflow:
 
     @workflow.run
     async def run(self, request: LifecycleInput) -> LifecycleStatus:
-        self._implied = next(
-            (implied for marker, implied in reversed(GENERATIONS) if workflow.patched(marker)), frozenset()
-        )
+        self._current = workflow.patched(CURRENT)
         self._publish(Phase.LAUNCHING)
         if await self._launch() and await self._register() and await self._initialize():
             await self._run()
@@ -399,38 +379,21 @@ class NodeClaimWorkflow:
         registered: str | None = None
         provider_id = self._status.provider_id or ""
         local = self._patched(LOCAL_STEPS)
-        joined = self._patched(JOINED_STEPS)
         backstop = self._poll()
         while self._deletion is None:
             seen = self._events_seen()
-            request = RegisterInput(
-                nodeclaim=self._claim.name,
-                provider_id=provider_id,
-                labels=self._claim.labels,
-                node=self._node,
+            registered = await self._activity(
+                ActivityName.REGISTER_NODECLAIM,
+                RegisterInput(
+                    nodeclaim=self._claim.name,
+                    provider_id=provider_id,
+                    labels=self._claim.labels,
+                    node=self._node,
+                ),
+                str,
+                summaries.register_summary(provider_id),
+                local=local,
             )
-            if joined:
-                startup, extended = self._awaited()
-                registration = RegistrationInput(
-                    **request.model_dump(), startup_taints=startup, requested_resources=extended
-                )
-                state = await self._activity(
-                    ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM,
-                    registration,
-                    NodeState,
-                    summaries.registration_summary(provider_id),
-                    local=local,
-                )
-                if state is not None:
-                    registered, self._first_look = state.name, (state, seen)
-            else:
-                registered = await self._activity(
-                    ActivityName.REGISTER_NODECLAIM,
-                    request,
-                    str,
-                    summaries.register_summary(provider_id),
-                    local=local,
-                )
             if registered is not None or workflow.now() >= deadline:
                 break
             vm = summaries.vm_name(provider_id)
@@ -467,32 +430,24 @@ class NodeClaimWorkflow:
         log("registered nodeclaim", NodeClaim=self._claim.name, Node=registered)
         return True
 
-    def _awaited(self) -> tuple[list[str], list[str]]:
-        """What initialization waits for besides Ready: the startup taints' keys, the extended resources asked."""
-        startup = [taint.key for taint in self._claim.startup_taints]
-        extended = [name for name in self._claim.requests if name.startswith(EXTENDED_RESOURCE_PREFIXES)]
-        return startup, extended
-
     async def _initialize(self) -> bool:
         assert self._node is not None
-        startup, extended = self._awaited()
+        startup = [taint.key for taint in self._claim.startup_taints]
+        extended = [name for name in self._claim.requests if name.startswith(EXTENDED_RESOURCE_PREFIXES)]
         request = InitializeInput(
             nodeclaim=self._claim.name, node=self._node, startup_taints=startup, requested_resources=extended
         )
         local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
         while self._deletion is None:
-            if self._first_look is not None:  # registration looked already
-                (state, seen), self._first_look = self._first_look, None
-            else:
-                seen = self._events_seen()
-                state = await self._activity(
-                    ActivityName.INITIALIZE_NODECLAIM,
-                    request,
-                    NodeState,
-                    summaries.initialize_summary(self._node),
-                    local=local,
-                )
+            seen = self._events_seen()
+            state = await self._activity(
+                ActivityName.INITIALIZE_NODECLAIM,
+                request,
+                NodeState,
+                summaries.initialize_summary(self._node),
+                local=local,
+            )
             if not state.exists or state.deleting:
                 self._request_deletion(TerminationReason.NODE_DELETED, summaries.node_deleted(self._node))
                 break
@@ -862,8 +817,8 @@ class NodeClaimWorkflow:
             workflow.logger.warning("could not tell the provisioner that %s", what)
 
     def _patched(self, patch: str) -> bool:
-        """`workflow.patched`, answered without a marker for a patch that the lifecycle's generation implies."""
-        return patch in self._implied or workflow.patched(patch)
+        """`workflow.patched`, answered without a marker for a patch that `CURRENT` includes."""
+        return (self._current and patch in CURRENT_PATCHES) or workflow.patched(patch)
 
     def _publish(self, phase: Phase) -> None:
         self._status.phase = phase

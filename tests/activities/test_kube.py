@@ -13,7 +13,7 @@ from activities.planning import PlanningActivities
 from core import labels
 from core.cloudprovider import CloudProvider
 from core.instancetypes.catalog import load_shipped_catalog
-from core.messages import ConditionUpdate, InitializeInput, LifecycleInput, PlanInput, RegistrationInput
+from core.messages import ConditionUpdate, InitializeInput, LifecycleInput, PlanInput
 from tests.cluster import activity_environment, apply_examples, events, record_calls, scale_pending
 from workers.simulated_aks import SimulatedAks
 
@@ -137,100 +137,6 @@ async def test_a_ready_node_is_initialized_only_once_kubernetes_not_ready_taints
     assert state.initialized
     claim = await aks.kube.get_nodeclaim(name)
     assert claim is not None and claim.status.is_true("Initialized")
-
-
-UNREGISTERED = {"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"}
-
-
-def added_labels(args: tuple[Any, ...]) -> set[str]:
-    """The labels a JSON patch of a Node (`patch_node(name, body)`) adds."""
-    return {key for op in args[1] if op["path"] == "/metadata/labels" for key in op["value"]} | {
-        op["path"].rpartition("/")[2].replace("~1", "/")
-        for op in args[1]
-        if op["path"].startswith("/metadata/labels/")
-    }
-
-
-def conditions(args: tuple[Any, ...]) -> dict[str, str]:
-    """The NodeClaim conditions a status write (`replace_cluster_custom_object_status(..., name, body)`) holds."""
-    return {condition["type"]: condition["status"] for condition in args[4]["status"]["conditions"]}
-
-
-async def test_registration_initializes_a_node_found_initializable_with_one_patch_and_one_status_write(
-    aks: SimulatedAks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    name, _ = await planned_claim(aks)
-    await aks.kube.apply([{**ready_node("aks-found"), "spec": {"taints": [UNREGISTERED]}}])
-    # Admission adds not-ready to a new Node; kube-controller-manager takes it off a Ready one, or this does.
-    await aks.kube.patch_node("aks-found", remove_taint_keys=list(labels.KNOWN_EPHEMERAL_TAINTS))
-    # Each Node patch and each status write as what it sets (a try that lost a race is tried again whole).
-    patches: list[set[str]] = []
-    writes: list[dict[str, str]] = []
-    record_calls(monkeypatch, aks.kube._core, "patch_node", patches, added_labels)
-    record_calls(monkeypatch, aks.kube._custom, "replace_cluster_custom_object_status", writes, conditions)
-    activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
-    request = RegistrationInput(
-        nodeclaim=name, provider_id="azure:///aks-found", labels={"team": "web"}, node="aks-found"
-    )
-
-    state = await activity_environment().run(activities.register_and_initialize_nodeclaim, request)
-
-    assert state is not None and (state.name, state.initialized) == ("aks-found", True)
-    assert patches and all(added == {"team", labels.REGISTERED, labels.INITIALIZED} for added in patches)
-    assert writes and all(
-        (written["Registered"], written["Initialized"]) == ("True", "True") for written in writes
-    )
-    node = await aks.kube.get_node("aks-found")
-    assert node is not None and not node.spec.taints
-    assert {labels.REGISTERED, labels.INITIALIZED, "team"} <= set(node.metadata.labels)
-    claim = await aks.kube.get_nodeclaim(name)
-    assert claim is not None and claim.status.node_name == "aks-found"
-    assert claim.status.is_true("Registered") and claim.status.is_true("Initialized")
-
-
-async def test_registration_of_a_node_still_waiting_writes_what_it_waits_for_with_registered(
-    aks: SimulatedAks, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    name, _ = await planned_claim(aks)
-    activities = LifecycleActivities(aks.kube, cast(CloudProvider, None), load_shipped_catalog("eastus"))
-    environment = activity_environment()
-    missing = RegistrationInput(nodeclaim=name, provider_id="azure:///aks-waiting", node="aks-waiting")
-    assert await environment.run(activities.register_and_initialize_nodeclaim, missing) is None
-    claim = await aks.kube.get_nodeclaim(name)
-    registered = claim.status.condition("Registered") if claim is not None else None
-    assert registered is not None and (registered.status, registered.reason) == ("Unknown", "NodeNotFound")
-
-    node = ready_node("aks-waiting")
-    node["spec"]["taints"].append(UNREGISTERED)
-    await aks.kube.apply([node])
-    await aks.kube.patch_node("aks-waiting", remove_taint_keys=["node.kubernetes.io/not-ready"])
-    writes: list[dict[str, str]] = []
-    record_calls(monkeypatch, aks.kube._custom, "replace_cluster_custom_object_status", writes, conditions)
-    state = await environment.run(activities.register_and_initialize_nodeclaim, missing)
-
-    assert state is not None and not state.initialized
-    assert (state.waiting_reason, state.ephemeral_taints_remaining) == (
-        "KnownEphemeralTaintsExist",
-        [UNINITIALIZED["key"]],
-    )
-    assert writes and all(
-        (written["Registered"], written["Initialized"]) == ("True", "Unknown") for written in writes
-    )
-    claim = await aks.kube.get_nodeclaim(name)
-    initialized = claim.status.condition("Initialized") if claim is not None else None
-    assert claim is not None and claim.status.is_true("Registered")
-    assert initialized is not None and (initialized.status, initialized.reason, initialized.message) == (
-        "Unknown",
-        "KnownEphemeralTaintsExist",
-        f'KnownEphemeralTaint "{UNINITIALIZED["key"]}:NoSchedule" still exists',
-    )
-    found = await aks.kube.get_node("aks-waiting")
-    assert found is not None and labels.INITIALIZED not in found.metadata.labels
-
-    # The next look, once the taint is gone, initializes it.
-    await aks.kube.patch_node("aks-waiting", remove_taint_keys=[UNINITIALIZED["key"]])
-    look = InitializeInput(nodeclaim=name, node="aks-waiting")
-    assert (await environment.run(activities.initialize_nodeclaim, look)).initialized
 
 
 async def test_the_look_after_registration_reads_the_node_only_when_the_patch_answer_shows_it_waiting(

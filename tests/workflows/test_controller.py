@@ -124,7 +124,7 @@ async def wakes_on_node_event(system: System, *, late: bool) -> None:
     # A look right after launch, and (if the Node was not there yet) one more after the controller's
     # signal: never a round of 60 s polls.
     calls = [call.name for call in await activity_calls(lifecycle)]
-    assert 1 <= calls.count(ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM) <= 2
+    assert 1 <= calls.count(ActivityName.REGISTER_NODECLAIM) <= 2
 
 
 async def test_a_node_event_wakes_the_nodeclaim_workflow(

@@ -469,18 +469,13 @@ async def test_the_lifecycle_and_its_steps_carry_summaries_for_the_temporal_ui(s
     assert all(summary for _, summary in steps), steps
     activities = [step for step in steps if step[0] != TIMER]
     collapsed = [step for index, step in enumerate(activities) if index == 0 or activities[index - 1] != step]
-    # Registration looks whether the Node is initialized too; a Node still waiting then is looked at again.
-    looks = [step for step in collapsed if step[0] == ActivityName.INITIALIZE_NODECLAIM]
-    assert looks in ([], [(ActivityName.INITIALIZE_NODECLAIM, f"check Node {node} is Ready and initialized")])
-    assert [step for step in collapsed if step not in looks] == [
+    assert collapsed == [
         (
             ActivityName.LAUNCH_NODECLAIM,
             f"launch {first.instance_type} in {first.zone} ({first.capacity_type})",
         ),
-        (
-            ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM,
-            f"find and register the Node of VM {node}, check it is Ready and initialized",
-        ),
+        (ActivityName.REGISTER_NODECLAIM, f"find the Node of VM {node}"),
+        (ActivityName.INITIALIZE_NODECLAIM, f"check Node {node} is Ready and initialized"),
         (
             ActivityName.BEGIN_TERMINATION,
             f"mark NodeClaim {claim} deleting, taint {node} karpenter.sh/disrupted:NoSchedule",
@@ -532,6 +527,4 @@ async def test_a_new_lifecycle_records_one_patch_marker_however_many_patches_it_
     ]
     assert len(change_versions) == 1
     steps = [name for name, _ in await step_summaries(system.client, lifecycle)]
-    assert {ActivityName.REGISTER_AND_INITIALIZE_NODECLAIM, ActivityName.AWAIT_VOLUME_DETACHMENT} <= set(
-        steps
-    ), steps
+    assert {ActivityName.REGISTER_NODECLAIM, ActivityName.AWAIT_VOLUME_DETACHMENT} <= set(steps), steps
