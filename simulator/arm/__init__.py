@@ -26,7 +26,8 @@ Behaviour that follows Azure:
 - Every request needs `Authorization: Bearer <token>` (401 `AuthenticationFailed`; 401 `InvalidAuthenticationToken`
   when `ArmSettings.token` is set and differs) and `api-version` (400 `MissingApiVersionParameter`). Errors are
   `{"error": {"code", "message"[, "target"]}}`.
-- An LRO answers `InProgress` to `create_polls` / `delete_polls` status reads, then ends. Reading the resource
+- An LRO answers `InProgress` to `create_polls` / `delete_polls` status reads, then ends; a VM's create not
+  before `vm_create_seconds` from its PUT (0 by default; Azure's take tens of seconds). Reading the resource
   itself (GET) also moves its operation on, so a caller that lost its poller and GETs still sees progress.
 - VM create: the body is stored as given plus `id`, `name`, `type`, `properties.provisioningState`, `vmId`,
   `timeCreated`, the OS disk's `osType` and managed disk id. `osProfile.customData` (and `adminPassword`) are

@@ -5,6 +5,8 @@ them, and stores, finds and removes resources as they do."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call, FaultAction
 from simulator.arm.resources import (
@@ -64,14 +66,21 @@ class Operations(ArmStore):
         return resource
 
     def _start(
-        self, kind: OperationKind, resource: Resource, polls: int, error: Json | None = None
+        self,
+        kind: OperationKind,
+        resource: Resource,
+        polls: int,
+        error: Json | None = None,
+        least: timedelta = timedelta(0),
     ) -> Operation:
+        started = self._wall_clock()
         operation = Operation(
             id=self._new_id(),
             kind=kind,
             key=resource_key(resource.type, resource.resource_group, resource.name),
             polls_left=polls,
-            started=self._wall_clock(),
+            started=started,
+            not_before=started + least if least else None,
             error=error,
         )
         self._operations[operation.id] = operation
@@ -95,6 +104,8 @@ class Operations(ArmStore):
             return
         if operation.polls_left > 0:
             operation.polls_left -= 1
+            return
+        if operation.not_before is not None and self._wall_clock() < operation.not_before:
             return
         self._finish(operation)
 
@@ -202,8 +213,17 @@ class Operations(ArmStore):
         late = self.fire(call, (FaultAction.FAIL_LATE,)) if provision else None
         polls = self._polls(call, self.settings.create_polls) if provision else 0
         resource.provisioning_state = while_provisioning if provision else ProvisioningState.UPDATING
+        least = (
+            timedelta(seconds=self.settings.vm_create_seconds)
+            if provision and resource.type is ResourceType.VIRTUAL_MACHINE
+            else timedelta(0)
+        )
         operation = self._start(
-            OperationKind.CREATE, resource, polls, self._error(late, call) if late is not None else None
+            OperationKind.CREATE,
+            resource,
+            polls,
+            self._error(late, call) if late is not None else None,
+            least,
         )
         self.on_change()
         return operation

@@ -130,13 +130,15 @@ class OperationStatus(StrEnum):
 
 @dataclass(slots=True)
 class Operation:
-    """A long-running operation: `polls_left` more status reads answer InProgress, then it ends."""
+    """A long-running operation: `polls_left` more status reads answer InProgress, then it ends (not before
+    `not_before`, when set)."""
 
     id: str
     kind: OperationKind
     key: ResourceKey
     polls_left: int
     started: datetime
+    not_before: datetime | None = None
     error: Json | None = None
     """The error it ends with (a late failure)."""
     status: OperationStatus = OperationStatus.IN_PROGRESS

@@ -52,6 +52,9 @@ class ArmSettings(BaseModel):
     create_polls: int = Field(default=1, ge=0)
     """`InProgress` answers before a create operation ends."""
     delete_polls: int = Field(default=1, ge=0)
+    vm_create_seconds: float = Field(default=0.0, ge=0.0)
+    """The least time a VM's create takes, from its PUT: status reads before then answer `InProgress` whatever
+    `create_polls` says. Azure's VM creates take tens of seconds (30 to 90 are common); 0 keeps tests fast."""
     page_size: int = Field(default=100, ge=1)
     """Items per page of a list; more are behind `nextLink`."""
     sku_page_size: int | None = Field(default=None, ge=1)

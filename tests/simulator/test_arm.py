@@ -8,6 +8,8 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -24,6 +26,7 @@ from azure.mgmt.network.aio import NetworkManagementClient
 
 from core.instancetypes.catalog import load_shipped_catalog
 from simulator.arm import (
+    ArmSettings,
     ArmState,
     Fault,
     FaultAction,
@@ -33,6 +36,7 @@ from simulator.arm import (
     StaticTokenCredential,
     resource_sku,
     serve_arm,
+    start_arm,
 )
 
 SUBNET_ID = (
@@ -367,6 +371,40 @@ async def test_reading_the_vm_moves_its_create_on_without_the_poller(azure: Azur
         "ProvisioningState/succeeded",
         "PowerState/running",
     ]
+
+
+class Clock:
+    """A wall clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_a_vm_create_takes_vm_create_seconds_however_often_it_is_read(tmp_path: Path) -> None:
+    """Azure's VM creates take tens of seconds: reads before `vm_create_seconds` answer Creating; the NIC's
+    create is not held."""
+    clock = Clock()
+    arm = await start_arm(ArmState(ArmSettings(vm_create_seconds=30), wall_clock=clock), tmp_path)
+    try:
+        async with clients(arm) as azure:
+            nic = await create_nic(azure, "aks-a")
+            await azure.compute.virtual_machines.begin_create_or_update(
+                azure.rg, "aks-a", vm_body(nic.id), polling=False
+            )
+
+            async def state() -> str:
+                return (await azure.compute.virtual_machines.get(azure.rg, "aks-a")).provisioning_state
+
+            early = [await state() for _ in range(5)]
+            clock.now += timedelta(seconds=29)
+            almost = await state()
+            clock.now += timedelta(seconds=1)
+            assert (early, almost, await state()) == (["Creating"] * 5, "Creating", "Succeeded")
+    finally:
+        await arm.close()
 
 
 async def test_a_delete_overtaking_a_create_cancels_it(azure: Azure) -> None:
