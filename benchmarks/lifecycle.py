@@ -149,6 +149,9 @@ PROGRESS_SECONDS = 5.0
 STUCK_SECONDS = 30.0
 CATCH_UP_SECONDS = 1.0
 STARTUP_SECONDS = 60.0
+ARM_RETRY_AFTER_SECONDS = 3.0
+"""With `--vm-create-seconds`: how long the SDK waits between two reads of an operation's status (the
+Retry-After the emulator sends; the AKS provider polls VM creates every 3 s)."""
 SIGNALLED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 WORKER = "worker"
@@ -201,7 +204,8 @@ class TrivialWorkflow:
 
 async def trivial_rate(client: Client, count: int) -> float:
     """Workflows/s for `count` trivial workflows started at once, from the first start to the last close."""
-    # build_worker's options, so that both rates come from the same worker setup.
+    # build_worker's options, so that both rates come from the same worker setup, but its activity slots as they
+    # were when this measure began (64): no-op activities never wait, and the pace stays comparable across runs.
     worker = Worker(
         client,
         task_queue=TRIVIAL_QUEUE,
@@ -450,10 +454,12 @@ def request_profile(before: dict[str, list[float]], after: dict[str, list[float]
 
 @contextlib.asynccontextmanager
 async def emulated_azure(
-    plane: ControlPlane, directory: Path, logs: Path, seed: int = 0
+    plane: ControlPlane, directory: Path, logs: Path, seed: int = 0, vm_create_seconds: float = 0.0
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
     """`python -m simulator --instant` around the control plane, in its own process, for the block; yields the
-    process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`)."""
+    process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`). With
+    `vm_create_seconds`, each VM's create takes that long, and every long-running operation answers with
+    `Retry-After: ARM_RETRY_AFTER_SECONDS`, as Azure's do (the worker polls at 0.1 s otherwise)."""
     port, ca_dir = free_port(), directory / "emulated-aks"
     command = [
         *(sys.executable, "-m", "simulator", "--instant", "--kubeconfig", str(plane.kubeconfig)),
@@ -469,6 +475,15 @@ async def emulated_azure(
                 async with AksEmulatorClient(f"https://127.0.0.1:{port}", ca_dir / CA_FILE_NAME) as emulator:
                     with contextlib.suppress(TransientError):
                         info = await emulator.cluster_info()
+                        if vm_create_seconds:
+                            await emulator.update_settings(
+                                {
+                                    "arm": {
+                                        "vm_create_seconds": vm_create_seconds,
+                                        "poll_retry_after": ARM_RETRY_AFTER_SECONDS,
+                                    }
+                                }
+                            )
                         break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the emulated Azure did not answer within {STARTUP_SECONDS:g} s")
@@ -854,6 +869,7 @@ async def run_one(
     audit: bool = False,
     side: str = SIDES[0],
     workers: dict[str, str] | None = None,
+    vm_create_seconds: float = 0.0,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
@@ -870,7 +886,14 @@ async def run_one(
         try:
             if side == "nodewright":
                 row = await _run_on(
-                    plane, directory, logs, count, shape, timeout, workers or worker_roles(1, False)
+                    plane,
+                    directory,
+                    logs,
+                    count,
+                    shape,
+                    timeout,
+                    workers or worker_roles(1, False),
+                    vm_create_seconds,
                 )
             else:
                 row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
@@ -893,13 +916,17 @@ async def _run_on(
     shape: str,
     timeout: float,
     workers: dict[str, str],
+    vm_create_seconds: float = 0.0,
 ) -> dict[str, Any]:
     api_port = int(plane.server.rpartition(":")[2])
     kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
     async with (
         kube,
         DevServer(log_path=logs / "temporal.log") as temporal,
-        emulated_azure(plane, directory, logs) as (azure, azure_environment),
+        emulated_azure(plane, directory, logs, vm_create_seconds=vm_create_seconds) as (
+            azure,
+            azure_environment,
+        ),
     ):
         client = await connect(temporal.target)
         pids = {name: plane.processes[name].pid for name in CONTROL_PLANE}
@@ -1034,6 +1061,7 @@ async def _run_on(
         "per_lifecycle": per_lifecycle,
         "per_trivial": per_trivial,
         "workers": workers,
+        "vm_create_seconds": vm_create_seconds,
         "workflow_task_timeouts": timeouts,
         "worker_warnings": warnings,
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
@@ -1448,7 +1476,8 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
 
 
 def print_profile(row: dict[str, Any]) -> None:
-    print(f"\nN = {row['pods']} ({row['shape']} pods)")
+    created = f", each VM's create {row['vm_create_seconds']:g} s" if row.get("vm_create_seconds") else ""
+    print(f"\nN = {row['pods']} ({row['shape']} pods{created})")
     if row["failure"]:
         print(f"  NOT FINISHED: {row['failure']}")
         print(
@@ -1511,6 +1540,8 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             *(["--split"] if args.split else []),
             "--workers",
             str(args.workers),
+            "--vm-create-seconds",
+            str(args.vm_create_seconds),
         ],
         check=False,
         stdout=subprocess.PIPE,
@@ -1589,6 +1620,14 @@ def main() -> None:
         default=SIDES[0],
         help="with --run (and no --peer): what provisions the nodes",
     )
+    parser.add_argument(
+        "--vm-create-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="nodewright: each VM's create takes S seconds in the emulated Azure, as Azure's take tens of "
+        "seconds (default 0: as fast as the machine goes); not with --peer, whose kwok nodes take no time",
+    )
     workers = parser.add_mutually_exclusive_group()
     workers.add_argument(
         "--workers",
@@ -1605,6 +1644,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.vm_create_seconds < 0:
+        parser.error("--vm-create-seconds must not be negative")
+    if args.vm_create_seconds and args.peer:
+        parser.error("--vm-create-seconds is for nodewright's runs alone: the peer's kwok nodes take no time")
     if args.peer:
         compare([args.run] if args.run else [int(count) for count in args.runs.split(",")], args)
         return
@@ -1618,6 +1661,7 @@ def main() -> None:
                 args.audit,
                 args.side,
                 worker_roles(args.workers, args.split),
+                args.vm_create_seconds,
             )
         )
         print(json.dumps(one))
