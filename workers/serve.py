@@ -164,6 +164,7 @@ async def serve_worker(
                 role,
                 settings.worker_workflow_tasks,
                 settings.worker_lifecycle_sandbox,
+                settings.worker_activities,
             )
             await ensure_schedules(
                 client,

@@ -182,6 +182,9 @@ class Settings(BaseSettings):
     retries them on another worker)."""
     worker_workflow_tasks: int = Field(default=16, ge=2)
     """How many workflow tasks one worker process holds at once (`workers.worker.WORKFLOW_TASKS`)."""
+    worker_activities: int = Field(default=256, ge=1)
+    """How many activities one worker process runs at once (`workers.worker.ACTIVITY_SLOTS`): launches waiting on
+    their VMs' creates, drains, plans."""
     worker_informer: bool = True
     """Whether a worker's plans read what watches keep (`activities.informer`) instead of listing every object."""
     worker_lifecycle_sandbox: bool = False

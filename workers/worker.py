@@ -49,6 +49,11 @@ logger = logging.getLogger("nodewright.worker")
 
 MAX_CACHED_WORKFLOWS = 5000
 """Workflows a worker keeps in memory between their tasks (the SDK's default is 1,000)."""
+ACTIVITY_SLOTS = 256
+"""Activities one worker process runs at once (the SDK's default is 100). A launch holds its slot until its VM's
+create ends, tens of seconds on Azure, and a drain until its pods are gone. At 64, 1,000 NodeClaims whose VMs
+took 30 s each launched 64 at a time, and half of them outlasted the 5-minute launch timeout; at 1,000, one
+event loop polling every VM's create fell behind, and each launch took four times its VM (docs/benchmarks.md)."""
 WORKFLOW_TASKS = 16
 """Workflow tasks one worker process holds at once (the SDK's default is 100). A task's 10 s timeout runs from
 the moment the worker takes it; Python works on one at a time, so a task taken behind 99 others on a busy worker
@@ -208,6 +213,7 @@ def build_worker(
     role: WorkerRole = WorkerRole.ALL,
     workflow_tasks: int = WORKFLOW_TASKS,
     sandbox_lifecycles: bool = False,
+    activity_slots: int = ACTIVITY_SLOTS,
 ) -> Worker:
     """A worker for our workflows and activities, or for the ones its `role` takes.
 
@@ -227,7 +233,7 @@ def build_worker(
         no_remote_activities=not role.runs_activities,
         sticky_queue_schedule_to_start_timeout=STICKY_SECONDS,
         graceful_shutdown_timeout=shutdown_grace,
-        max_concurrent_activities=64,
+        max_concurrent_activities=activity_slots,
         max_concurrent_workflow_tasks=workflow_tasks,
         # Every node's lifecycle stays open while the node lives, plus the provisioner: with the SDK's 1,000
         # a worker of a cluster of 1,000 nodes evicts workflows and replays their whole history at each task.

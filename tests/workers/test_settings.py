@@ -101,6 +101,7 @@ def test_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("NODEWRIGHT_REGION", "East US", "should match pattern"),
         ("NODEWRIGHT_TASK_QUEUE", "", "at least 1 character"),
         ("NODEWRIGHT_LOG_LEVEL", "loud", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
+        ("NODEWRIGHT_WORKER_ACTIVITIES", "0", "greater than or equal to 1"),
     ],
 )
 def test_bad_value_names_the_variable(

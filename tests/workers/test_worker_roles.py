@@ -28,7 +28,7 @@ from tests.workflows.conftest import (
 )
 from workers.azure import cloud_provider, emulator_environment
 from workers.simulated_aks import SimulatedAks
-from workers.worker import WORKFLOWS, WorkerRole, build_worker
+from workers.worker import ACTIVITY_SLOTS, WORKFLOWS, WorkerRole, build_worker
 from workflows.nodeclaim import LOCAL_ACTIVITIES, NodeClaimWorkflow
 from workflows.provisioner import nodeclaim_id
 
@@ -88,6 +88,14 @@ async def test_each_role_registers_only_its_own_tasks(
         assert isinstance(lifecycle_runner(True), SandboxedWorkflowRunner)
         assert not workflow._Definition.must_from_class(NodeClaimWorkflow).sandboxed
         assert registered(WorkerRole.ACTIVITIES) == (set(), everything[1], False)
+
+        # A launch holds its activity slot while its VM is created: NODEWRIGHT_WORKER_ACTIVITIES sizes them.
+        def activity_slots(**slots: int) -> object:
+            queue = f"{task_queue}-slots-{slots}"
+            worker = build_worker(temporal_env.client, queue, aks.kube, cloud, CATALOG, **slots)
+            return worker.config().get("max_concurrent_activities")
+
+        assert (activity_slots(), activity_slots(activity_slots=1000)) == (ACTIVITY_SLOTS, 1000)
 
 
 async def test_a_workflows_worker_and_an_activities_worker_run_a_lifecycle_between_them(
