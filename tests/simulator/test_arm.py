@@ -70,6 +70,16 @@ async def azure() -> AsyncIterator[Azure]:
         yield connected
 
 
+class Clock:
+    """A wall clock the test moves (`ArmState(wall_clock=...)`)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 24, 14, 0, 0, 250_000, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 @asynccontextmanager
 async def clients(arm: RunningArm, **options: Any) -> AsyncIterator[Azure]:
     """The compute and network clients against an emulator, with `options` over its test defaults."""
@@ -371,16 +381,6 @@ async def test_reading_the_vm_moves_its_create_on_without_the_poller(azure: Azur
         "ProvisioningState/succeeded",
         "PowerState/running",
     ]
-
-
-class Clock:
-    """A wall clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_a_vm_create_takes_vm_create_seconds_however_often_it_is_read(tmp_path: Path) -> None:

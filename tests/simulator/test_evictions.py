@@ -21,19 +21,9 @@ from core.errors import InvalidError, NotFoundError
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm import ArmSettings, ArmState, ResourceType, serve_arm, start_arm
 from simulator.arm.imds import SCHEDULED_EVENTS_API_VERSION, SCHEDULED_EVENTS_PATH
-from tests.simulator.test_arm import Azure, clients, create_vm, emulator_session, requests_for
+from tests.simulator.test_arm import Azure, Clock, clients, create_vm, emulator_session, requests_for
 
 RFC1123 = re.compile(r"^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$")
-
-
-class Clock:
-    """A wall clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 24, 14, 0, 0, 250_000, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest_asyncio.fixture
