@@ -26,9 +26,11 @@ Behaviour that follows Azure:
 - Every request needs `Authorization: Bearer <token>` (401 `AuthenticationFailed`; 401 `InvalidAuthenticationToken`
   when `ArmSettings.token` is set and differs) and `api-version` (400 `MissingApiVersionParameter`). Errors are
   `{"error": {"code", "message"[, "target"]}}`.
-- An LRO answers `InProgress` to `create_polls` / `delete_polls` status reads, then ends; a VM's create not
-  before `vm_create_seconds` from its PUT (0 by default; Azure's take tens of seconds). Reading the resource
-  itself (GET) also moves its operation on, so a caller that lost its poller and GETs still sees progress.
+- An LRO answers `InProgress` to `create_polls` / `delete_polls` status reads, then ends. A VM's create takes
+  `vm_create_seconds` from its PUT (0 by default; Azure's take tens of seconds): reads before then answer
+  `InProgress`, and it ends then whether or not anyone reads it, as Azure's do (a slow fault's polls must be read
+  as well). Reading the resource itself (GET) also moves its operation on, so a caller that lost its poller and
+  GETs still sees progress.
 - VM create: the body is stored as given plus `id`, `name`, `type`, `properties.provisioningState`, `vmId`,
   `timeCreated`, the OS disk's `osType` and managed disk id. `osProfile.customData` (and `adminPassword`) are
   accepted, validated (base64, at most 87,380 characters), kept apart in `Resource.custom_data`, and never

@@ -5,7 +5,7 @@ them, and stores, finds and removes resources as they do."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from simulator.arm.errors import ArmError
 from simulator.arm.faults import Call, FaultAction
@@ -72,6 +72,7 @@ class Operations(ArmStore):
         polls: int,
         error: Json | None = None,
         least: timedelta = timedelta(0),
+        on_its_own: bool = False,
     ) -> Operation:
         started = self._wall_clock()
         operation = Operation(
@@ -81,11 +82,43 @@ class Operations(ArmStore):
             polls_left=polls,
             started=started,
             not_before=started + least if least else None,
+            on_its_own=on_its_own and bool(least),
             error=error,
         )
         self._operations[operation.id] = operation
         resource.operation = operation.id
+        if operation.on_its_own:
+            self.on_timed()
         return operation
+
+    def end_due(self) -> None:
+        """End the operations that end on their own and whose time has come."""
+        now = self._wall_clock()
+        for operation in list(self._operations.values()):
+            if self._due(operation, now):
+                self._finish(operation)
+
+    def next_due(self) -> datetime | None:
+        """When the next operation that ends on its own is due."""
+        return min(
+            (
+                operation.not_before
+                for operation in self._operations.values()
+                if operation.on_its_own
+                and operation.not_before is not None
+                and operation.status is OperationStatus.IN_PROGRESS
+            ),
+            default=None,
+        )
+
+    @staticmethod
+    def _due(operation: Operation, now: datetime) -> bool:
+        return (
+            operation.on_its_own
+            and operation.status is OperationStatus.IN_PROGRESS
+            and operation.not_before is not None
+            and now >= operation.not_before
+        )
 
     def _polls(self, call: Call, default: int) -> int:
         slow = self.fire(call, (FaultAction.SLOW,))
@@ -101,6 +134,9 @@ class Operations(ArmStore):
 
     def _step(self, operation: Operation) -> None:
         if operation.status is not OperationStatus.IN_PROGRESS:
+            return
+        if self._due(operation, self._wall_clock()):
+            self._finish(operation)
             return
         if operation.polls_left > 0:
             operation.polls_left -= 1
@@ -211,7 +247,8 @@ class Operations(ArmStore):
             self.on_change()
             return pending
         late = self.fire(call, (FaultAction.FAIL_LATE,)) if provision else None
-        polls = self._polls(call, self.settings.create_polls) if provision else 0
+        slow = self.fire(call, (FaultAction.SLOW,)) if provision else None
+        polls = (self.settings.create_polls if slow is None else slow.polls) if provision else 0
         resource.provisioning_state = while_provisioning if provision else ProvisioningState.UPDATING
         least = (
             timedelta(seconds=self.settings.vm_create_seconds)
@@ -224,6 +261,7 @@ class Operations(ArmStore):
             polls,
             self._error(late, call) if late is not None else None,
             least,
+            on_its_own=slow is None,
         )
         self.on_change()
         return operation

@@ -139,6 +139,9 @@ class Operation:
     polls_left: int
     started: datetime
     not_before: datetime | None = None
+    on_its_own: bool = False
+    """It ends at `not_before` whether or not anyone reads it, as Azure's operations run (a VM's create that
+    takes `vm_create_seconds`); otherwise only reads move it on."""
     error: Json | None = None
     """The error it ends with (a late failure)."""
     status: OperationStatus = OperationStatus.IN_PROGRESS

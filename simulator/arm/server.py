@@ -536,16 +536,22 @@ class RunningArm:
 
 
 async def _evict_when_due(state: ArmState) -> None:
-    """Evict Spot VMs at their deadlines (the state's wall clock), until cancelled."""
+    """Evict Spot VMs at their deadlines, and end the operations that end on their own (a VM's create that
+    takes `vm_create_seconds`) at theirs (the state's wall clock), until cancelled."""
     wake = asyncio.Event()
     state.on_eviction_scheduled = wake.set
+    state.on_timed = wake.set
     while True:
         wake.clear()
         try:
             state.evict_due()
-            due = state.next_eviction()
+            state.end_due()
+            times = [moment for moment in (state.next_eviction(), state.next_due()) if moment is not None]
+            due = min(times, default=None)
         except Exception:
-            logger.exception("ARM emulator: evicting Spot VMs failed; trying again in a second")
+            logger.exception(
+                "ARM emulator: evicting Spot VMs or ending operations failed; trying again in a second"
+            )
             due = state.wall_clock() + timedelta(seconds=1)
         timeout = None if due is None else max(0.0, (due - state.wall_clock()).total_seconds())
         with contextlib.suppress(TimeoutError):

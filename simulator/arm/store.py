@@ -53,8 +53,10 @@ class ArmSettings(BaseModel):
     """`InProgress` answers before a create operation ends."""
     delete_polls: int = Field(default=1, ge=0)
     vm_create_seconds: float = Field(default=0.0, ge=0.0)
-    """The least time a VM's create takes, from its PUT: status reads before then answer `InProgress` whatever
-    `create_polls` says. Azure's VM creates take tens of seconds (30 to 90 are common); 0 keeps tests fast."""
+    """How long a VM's create takes, from its PUT: status reads before then answer `InProgress` whatever
+    `create_polls` says, and it ends then whether or not anyone reads it (unless a slow fault holds it: then
+    its polls must be read as well). Azure's VM creates take tens of seconds (30 to 90 are common); 0 keeps
+    tests fast, and creates end by their `create_polls` reads."""
     page_size: int = Field(default=100, ge=1)
     """Items per page of a list; more are behind `nextLink`."""
     sku_page_size: int | None = Field(default=None, ge=1)
@@ -131,6 +133,8 @@ class ArmStore:
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10_000)
         self.on_change: Callable[[], None] = lambda: None
         """Called after a resource was created, changed state or removed (the node agents wake up on it)."""
+        self.on_timed: Callable[[], None] = lambda: None
+        """Called after an operation that ends on its own started (the server's clock task wakes up on it)."""
         self._clock = clock or time.monotonic
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
         self._random = random.Random(self.settings.seed)

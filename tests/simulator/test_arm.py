@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import ssl
@@ -403,6 +404,43 @@ async def test_a_vm_create_takes_vm_create_seconds_however_often_it_is_read(tmp_
             almost = await state()
             clock.now += timedelta(seconds=1)
             assert (early, almost, await state()) == (["Creating"] * 5, "Creating", "Succeeded")
+    finally:
+        await arm.close()
+
+
+async def test_a_vm_create_ends_after_vm_create_seconds_though_nobody_reads_it(tmp_path: Path) -> None:
+    """As Azure's do: a launch that stops polling (it returned while the VM was being created) still gets its VM,
+    and the node agents hear of it. A slow fault's create waits for its polls to be read as well."""
+    arm = await start_arm(ArmState(ArmSettings(vm_create_seconds=0.3)), tmp_path)
+    changes: list[str] = []
+    arm.state.on_change = lambda: changes.append("changed")
+    try:
+        async with clients(arm) as azure:
+            nic = await create_nic(azure, "aks-a")
+            arm.state.add_fault(Fault.slow(polls=2, method="PUT", resource="virtualMachines", name="aks-b"))
+            for name in ("aks-a", "aks-b"):
+                await azure.compute.virtual_machines.begin_create_or_update(
+                    azure.rg,
+                    name,
+                    vm_body(nic.id if name == "aks-a" else (await create_nic(azure, name)).id),
+                    polling=False,
+                )
+            ended_before = len(changes)
+
+            def provisioning(name: str) -> str:
+                vm = arm.state.vm(name)
+                assert vm is not None
+                return vm.provisioning_state
+
+            assert (provisioning("aks-a"), provisioning("aks-b")) == ("Creating", "Creating")
+            await asyncio.sleep(1.0)
+            assert (provisioning("aks-a"), provisioning("aks-b")) == ("Succeeded", "Creating")
+            assert len(changes) > ended_before, "the end of the create is a change the node agents hear of"
+            states = [
+                (await azure.compute.virtual_machines.get(azure.rg, "aks-b")).provisioning_state
+                for _ in "abc"
+            ]
+            assert states == ["Creating", "Creating", "Succeeded"], "the slow create ends on its last poll"
     finally:
         await arm.close()
 
