@@ -34,6 +34,7 @@ from core.messages import (
     LaunchInput,
     LaunchResult,
     NodeState,
+    OfferingChoice,
     RegisterInput,
 )
 from core.resources import format_resources
@@ -201,6 +202,8 @@ class LifecycleActivities:
         claim = (
             await self.cluster.get_nodeclaim(request.nodeclaim, cached=True) if found is not None else None
         )
+        if found is None and request.launched is not None:
+            await self._raise_if_create_failed(request.nodeclaim, request.launched)
         if (
             found is None
             or node is None
@@ -224,6 +227,16 @@ class LifecycleActivities:
             ConditionUpdate(name=request.nodeclaim, type="Registered", status="True", node_name=node),
         )
         return node
+
+    async def _raise_if_create_failed(self, nodeclaim: str, launched: OfferingChoice) -> None:
+        """The launch returned while its instance was being created: if that create failed since (or the
+        instance is gone), fail this look for good with the launch's error, as a launch that failed would."""
+        failure = await self.cloud.create_failure(nodeclaim)
+        if failure is None:
+            return
+        logger.warning("the instance of NodeClaim %s failed after its launch: %s", nodeclaim, failure)
+        error = launch_failure(failure, launched)
+        raise ApplicationError(error.message, *error.details, type=error.type, non_retryable=True)
 
     @activity.defn(name=ActivityName.INITIALIZE_NODECLAIM)
     async def initialize_nodeclaim(self, request: InitializeInput) -> NodeState:

@@ -14,6 +14,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.api.meta import Taint
+from core.errors import CloudError
 
 
 class LaunchRequest(BaseModel):
@@ -58,7 +59,14 @@ class CloudProvider(Protocol):
     """Instances for NodeClaims. Errors are the kinds in `core.errors`."""
 
     async def create(self, request: LaunchRequest) -> Instance:
-        """Create the instance, or return it if one with this name exists."""
+        """Create the instance, or return it if one with this name exists. It may return while the instance is
+        still being created (`InstanceState.CREATING`), as the AKS provider does; `create_failure` then says
+        whether that create failed."""
+        ...
+
+    async def create_failure(self, name: str) -> CloudError | None:
+        """Why the instance's create failed after `create` returned (or that it is gone); None while it is
+        being created or once it is made."""
         ...
 
     async def get(self, name: str) -> Instance:

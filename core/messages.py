@@ -384,6 +384,9 @@ class RegisterInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     node: str | None = None
     """The Node, when the controller already said which one it is."""
+    launched: OfferingChoice | None = None
+    """The offering launched, when this look should also ask the cloud whether the instance's create failed
+    (a look that no signal woke: the create may have failed after the launch returned)."""
 
 
 class InitializeInput(BaseModel):

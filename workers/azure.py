@@ -4,8 +4,8 @@ Variables (see docs/operations.md): `NODEWRIGHT_AZURE_SUBSCRIPTION_ID`, `NODEWRI
 group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWRIGHT_CLUSTER_NAME`,
 `NODEWRIGHT_AZURE_SUBNET_ID`, `NODEWRIGHT_KUBERNETES_VERSION`, `NODEWRIGHT_NODE_IMAGE_VERSION`,
 `NODEWRIGHT_SSH_PUBLIC_KEY`, `NODEWRIGHT_KUBELET_IDENTITY_ID` (optional), `NODEWRIGHT_CLUSTER_ENDPOINT`,
-`NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` (optional), and `NODEWRIGHT_ARM_ENDPOINT` /
-`NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On Azure the credential is
+`NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` and `NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS`
+(optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On Azure the credential is
 `DefaultAzureCredential`, which in the cluster uses workload identity, so `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`
 and `AZURE_FEDERATED_TOKEN_FILE` must be set; the emulator takes a static token. Whatever is missing or invalid
 is reported in one message that names every variable (`AzureSettingsError`).
@@ -51,6 +51,9 @@ AZURE_VARIABLES: dict[str, str] = {
 """AzureSettings fields and their variables (after `NODEWRIGHT_`)."""
 REGION_VARIABLE = "REGION"
 POLL_VARIABLE = "AZURE_POLL_SECONDS"
+CREATE_WAIT_VARIABLE = "AZURE_CREATE_WAIT_SECONDS"
+SECONDS_VARIABLES = {POLL_VARIABLE: "poll_interval", CREATE_WAIT_VARIABLE: "create_wait"}
+"""Optional AzureSettings durations and their variables (after `NODEWRIGHT_`), in seconds."""
 ARM_ENDPOINT_VARIABLE = "ARM_ENDPOINT"
 ARM_CA_FILE_VARIABLE = "ARM_CA_FILE"
 WORKLOAD_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE")
@@ -82,12 +85,20 @@ def load_azure(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     values["cluster_name"] = settings.cluster_name
     values.setdefault("location", settings.region)
     problems: list[str] = []
-    poll = env.get(ENV_PREFIX + POLL_VARIABLE)
-    if poll:
+    for variable, field in SECONDS_VARIABLES.items():
+        raw = env.get(ENV_PREFIX + variable)
+        if not raw:
+            continue
         try:
-            values["poll_interval"] = timedelta(seconds=float(poll))
+            seconds = float(raw)
         except ValueError:
-            problems.append(f"invalid Azure setting {ENV_PREFIX}{POLL_VARIABLE}: not a number of seconds")
+            seconds = -1.0
+        if 0 <= seconds < 10**6:
+            values[field] = timedelta(seconds=seconds)
+        else:
+            problems.append(
+                f"invalid Azure setting {ENV_PREFIX}{variable}: not a number of seconds (0 or more)"
+            )
     endpoint = _endpoint(env, problems)
     if endpoint is None:
         missing = [name for name in WORKLOAD_IDENTITY_VARIABLES if not env.get(name)]

@@ -345,6 +345,11 @@ async def nodeclaim_story(
             node = await decoder.one(call.result, str)
             if node:
                 story.node, story.registered_at = node, ended
+        elif call.name == ActivityName.REGISTER_NODECLAIM and call.failure_type and story.launches:
+            # The instance's create failed after the launch returned: that launch did not launch after all.
+            attempt = story.launches[-1]
+            attempt.launched = False
+            attempt.error = f"its VM's create failed after the launch returned: {call.failure_type}: {call.failure_message}"
         elif call.name == ActivityName.INITIALIZE_NODECLAIM and call.result is not None:
             state = await decoder.one(call.result, NodeState)
             if state.initialized and story.initialized_at is None:

@@ -106,6 +106,10 @@ class MeteredCloudProvider:
         with self._measure("Create"):
             return await self.cloud.create(request)
 
+    async def create_failure(self, name: str) -> CloudError | None:
+        with self._measure("Get"):
+            return await self.cloud.create_failure(name)
+
     async def get(self, name: str) -> Instance:
         with self._measure("Get"):
             return await self.cloud.get(name)

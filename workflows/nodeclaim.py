@@ -141,6 +141,10 @@ class NodeClaimWorkflow:
         self._events = 0
         self._current = False
         """Whether this lifecycle started under `CURRENT` (asked first thing in `run`)."""
+        self._tried = 0
+        """How many of the NodeClaim's launch candidates the launch has tried."""
+        self._offering: OfferingChoice | None = None
+        """The offering of the last launch that returned."""
 
     @workflow.signal
     def node_event(self, event: NodeEvent) -> None:
@@ -188,7 +192,7 @@ class NodeClaimWorkflow:
     async def run(self, request: LifecycleInput) -> LifecycleStatus:
         self._current = workflow.patched(CURRENT)
         self._publish(Phase.LAUNCHING)
-        if await self._launch() and await self._register() and await self._initialize():
+        if await self._launch_and_register() and await self._initialize():
             await self._run()
         if self._status.phase is not Phase.FAILED:
             await self._terminate()
@@ -197,12 +201,25 @@ class NodeClaimWorkflow:
 
     # -------------------------------------------------------------------------------------------- phases
 
+    async def _launch_and_register(self) -> bool:
+        """Launch, then wait for the Node to register. An instance whose create fails for capacity or quota
+        after its launch returned (the launch waits for the create only so long) moves the launch on to the next
+        offering, as a launch that failed at once does."""
+        while await self._launch():
+            registered = await self._register()
+            if registered is not None:
+                return registered
+        return False
+
     async def _launch(self) -> bool:
         claim = self._claim
         liveness = self._patched(LAUNCH_LIVENESS)
         timeout = timedelta(seconds=self._settings.launch_timeout_seconds)
         deadline = workflow.info().start_time + timeout
-        for offering in claim.launch_candidates:
+        candidates = claim.launch_candidates
+        while self._tried < len(candidates):
+            offering = candidates[self._tried]
+            self._tried += 1
             if self._deletion is not None:
                 return False
             left = deadline - workflow.now() if liveness else timeout
@@ -254,11 +271,12 @@ class NodeClaimWorkflow:
                     failure.instance_type, failure.zone, failure.capacity_type, failure.kind
                 )
                 continue
-            await self._launched(launched)
+            await self._launched(launched, offering)
             return True
         return await self._fail_launch()
 
-    async def _launched(self, launched: LaunchResult) -> None:
+    async def _launched(self, launched: LaunchResult, offering: OfferingChoice) -> None:
+        self._offering = offering
         status = self._status
         status.instance_type, status.zone, status.capacity_type = (
             launched.instance_type,
@@ -297,13 +315,16 @@ class NodeClaimWorkflow:
         self._publish(Phase.FAILED)
         return False
 
-    async def _launch_error(self, error: ActivityError, offering: OfferingChoice) -> bool:
+    async def _launch_error(
+        self, error: ActivityError | ApplicationError, offering: OfferingChoice, made: bool = False
+    ) -> bool:
         """A launch failed for a reason of its own (not capacity or quota: an invalid request, an image the size
         cannot boot, a permission), which no retry mends: Launched=False with the error, a warning on the NodeClaim
         and its NodePool, the offering ruled out for this NodeClass for a while, the NodeClaim deleted and its
-        pods planned again (elsewhere)."""
+        pods planned again (elsewhere). `made`: the instance's create failed after the launch returned, and what
+        it made is deleted first (the AKS provider's asynchronous failure)."""
         claim = self._claim
-        cause = error.cause
+        cause = error.cause if isinstance(error, ActivityError) else error
         kind = (cause.type if isinstance(cause, ApplicationError) else None) or type(cause or error).__name__
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or error.message)
         failure = LaunchFailure(
@@ -335,6 +356,8 @@ class NodeClaimWorkflow:
         await self._report_unavailable(
             offering.instance_type, offering.zone, offering.capacity_type, kind, claim.nodeclass
         )
+        if made:
+            await self._delete_instance()
         await self._delete_nodeclaim()
         await self._plan_again()
         self._publish(Phase.FAILED)
@@ -370,7 +393,9 @@ class NodeClaimWorkflow:
         self._publish(Phase.FAILED)
         return False
 
-    async def _register(self) -> bool:
+    async def _register(self) -> bool | None:
+        """Whether the Node registered (False: the lifecycle ended); None when the instance's create failed for
+        capacity or quota after the launch returned, and the next offering is to be launched."""
         ttl = timedelta(seconds=self._settings.registration_ttl_seconds)
         deadline = workflow.now() + ttl
         workflow.set_current_details(
@@ -380,20 +405,30 @@ class NodeClaimWorkflow:
         provider_id = self._status.provider_id or ""
         local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
+        woken = True
         while self._deletion is None:
             seen = self._events_seen()
-            registered = await self._activity(
-                ActivityName.REGISTER_NODECLAIM,
-                RegisterInput(
-                    nodeclaim=self._claim.name,
-                    provider_id=provider_id,
-                    labels=self._claim.labels,
-                    node=self._node,
-                ),
-                str,
-                summaries.register_summary(provider_id),
-                local=local,
-            )
+            try:
+                registered = await self._activity(
+                    ActivityName.REGISTER_NODECLAIM,
+                    RegisterInput(
+                        nodeclaim=self._claim.name,
+                        provider_id=provider_id,
+                        labels=self._claim.labels,
+                        node=self._node,
+                        # A look that no signal woke also asks whether the instance's create failed.
+                        launched=None if woken else self._offering,
+                    ),
+                    str,
+                    summaries.register_summary(provider_id),
+                    local=local,
+                )
+            except (ActivityError, ApplicationError) as error:
+                # A local activity's failure comes as its own error, an activity's as the ActivityError's cause.
+                failure = error.cause if isinstance(error, ActivityError) else error
+                if not (isinstance(failure, ApplicationError) and failure.non_retryable):
+                    raise
+                return await self._create_failed(failure)
             if registered is not None or workflow.now() >= deadline:
                 break
             vm = summaries.vm_name(provider_id)
@@ -429,6 +464,28 @@ class NodeClaimWorkflow:
         self._status.phase = Phase.INITIALIZING
         log("registered nodeclaim", NodeClaim=self._claim.name, Node=registered)
         return True
+
+    async def _create_failed(self, error: ApplicationError) -> bool | None:
+        """The instance's create failed after its launch returned (registration's look said so, the only error
+        it raises for good): for capacity or quota, rule the offering out and launch the next one (None); for
+        anything else, end the lifecycle as a launch error does."""
+        offering = self._offering
+        assert offering is not None
+        failure = self._offering_failure(error, offering)
+        if failure is None:
+            return await self._launch_error(error, offering, made=True)
+        self._status.launch_failures.append(failure)
+        log(
+            "failed launching nodeclaim, trying the next offering",
+            NodeClaim=self._claim.name,
+            **{"instance-type": offering.instance_type, "zone": offering.zone},
+            **{"capacity-type": offering.capacity_type, "error": failure.message},
+        )
+        await self._report_unavailable(
+            failure.instance_type, failure.zone, failure.capacity_type, failure.kind
+        )
+        self._publish(Phase.LAUNCHING)
+        return None
 
     async def _initialize(self) -> bool:
         assert self._node is not None
@@ -767,8 +824,10 @@ class NodeClaimWorkflow:
         log("deleted nodeclaim", NodeClaim=self._claim.name)
 
     @staticmethod
-    def _offering_failure(error: ActivityError, offering: OfferingChoice) -> LaunchFailure | None:
-        cause = error.cause
+    def _offering_failure(
+        error: ActivityError | ApplicationError, offering: OfferingChoice
+    ) -> LaunchFailure | None:
+        cause = error.cause if isinstance(error, ActivityError) else error
         if isinstance(cause, ApplicationError) and cause.type in OFFERING_ERROR_KINDS:
             return LaunchFailure(
                 instance_type=offering.instance_type,

@@ -3,14 +3,17 @@
 It launches the way the AKS provider's script-less mode does (research section 3): a NIC named after the
 NodeClaim, then a VM of the same name, each a PUT on a deterministic name, so a retried or replayed launch
 finds what an earlier attempt made. A VM that already exists is adopted: still being created, it is waited for
-(a worker that died mid-launch resumes instead of starting over); failed, it is deleted, its failure goes into
-the unavailable-offerings cache, and the launch starts over.
-Long-running operations are polled here, calling `heartbeat` while they run, so the Temporal activity around
-the provider stays alive. A failure after the NIC was sent that settles the launch (a refusal, a capacity or
-quota error, a failed provisioning) cleans up what the launch made; one that leaves its outcome unknown (a server
-error, throttling, a lost response, a failed poll) leaves it for the retry to adopt, so that no VM is deleted and
-made again. Capacity and quota failures mark offerings in the unavailable-offerings cache with the provider's
-scopes and TTLs; a launch of an offering the cache rules out fails at once, without calling Azure.
+as a new create is (a worker that died mid-launch resumes instead of starting over); failed, it is deleted, its
+failure goes into the unavailable-offerings cache, and the launch starts over.
+Long-running operations are polled here, calling `heartbeat` while they run, so the Temporal activity around the
+provider stays alive. The VM's create is waited for at most `AzureSettings.create_wait`: as in the AKS provider, a
+launch does not hold on for the tens of seconds Azure takes, and a create that fails after it is found by
+`create_failure`, which registration asks while it waits for the node. A failure after the NIC was sent that
+settles the launch (a refusal, a capacity or quota error, a failed provisioning) cleans up what the launch made;
+one that leaves its outcome unknown (a server error, throttling, a lost response, a failed poll) leaves it for the
+retry to adopt, so that no VM is deleted and made again. Capacity and quota failures mark offerings in the
+unavailable-offerings cache with the provider's scopes and TTLs; a launch of an offering the cache rules out fails
+at once, without calling Azure.
 
 The image and Kubernetes version come from the launch's AKSNodeClass status (`status.images`: the first image the
 VM size can boot; `status.kubernetesVersion`) when its image controller has filled them, as the AKS provider
@@ -29,10 +32,10 @@ import base64
 import builtins
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from http import HTTPStatus
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.polling import AsyncLROPoller
@@ -147,6 +150,12 @@ class AzureSettings(BaseModel):
     """Between polls of a long-running operation."""
     heartbeat_interval: timedelta = timedelta(seconds=5)
     """Between heartbeats while waiting on Azure."""
+    create_wait: timedelta = Field(default=timedelta(seconds=10), ge=timedelta(0))
+    """How long a launch waits for its VM's create before it returns with the VM still being created. The AKS
+    provider returns once the PUT is accepted; a create that ends within this wait is settled in the launch (a
+    failure there moves the lifecycle to its next offering), and one that ends later is read by registration's
+    looks (`create_failure`). Azure's creates take tens of seconds: a launch holds its activity slot this long,
+    not that long."""
 
     @classmethod
     def load(cls, values: Mapping[str, Any], name: Callable[[str], str] = str) -> AzureSettings:
@@ -258,6 +267,7 @@ class AzureCloudProvider:
                     polling_interval=self._poll_seconds,
                 ),
                 f"creating VM {names.vm}",
+                settings.create_wait,
             )
         except AzureError as error:
             failure = self._launch_failure(error, sku, offering, secrets)
@@ -265,7 +275,41 @@ class AzureCloudProvider:
                 await self._clean_up(names)
             # Not chained: the SDK error's own message is not scrubbed of the bootstrap.
             raise failure from None
+        if vm is None:
+            # Still being created: the instance as the PUT asked for it (the AKS provider builds its ID the same
+            # way rather than read it back).
+            logger.info("VM %s is still being created; its node registers when it is done", names.vm)
+            return Instance(
+                name=request.name,
+                provider_id=provider_id(settings.subscription_id, settings.resource_group, names.vm),
+                instance_type=sku.name,
+                zone=request.zone,
+                capacity_type=request.capacity_type,
+                state=InstanceState.CREATING,
+                tags=dict(vm_request.get("tags") or {}),
+                created_at=datetime.now(UTC),
+                image_id=image_id,
+            )
         return self._instance(vm)
+
+    async def create_failure(self, name: str) -> CloudError | None:
+        """Why the NodeClaim's VM failed to be created, when a create that outlived the launch's wait failed (the
+        offering is ruled out as a failed launch's is, and the VM and its NIC are left for the lifecycle to
+        delete); None while it is being created or once it is made. A VM that is gone is a failure too: its node
+        will never register."""
+        vm_name = NodeNames.of(name).vm
+        vm = await self._find_vm(vm_name)
+        if vm is None or not self._owned(vm):
+            return NotFoundError(f"VM {vm_name} is gone before its node registered", code="ResourceNotFound")
+        if _state(vm) != FAILED:
+            return None
+        made = self._instance(vm)
+        return self._launch_failure(
+            await self._provisioning_error(vm_name),
+            self._sku(made.instance_type),
+            Offering(made.instance_type, made.zone, made.capacity_type),
+            (),
+        )
 
     async def get(self, name: str) -> Instance:
         """The NodeClaim's VM; `NotFoundError` when there is none (or it is not this cluster's)."""
@@ -422,9 +466,13 @@ class AzureCloudProvider:
                 f"VM {names.vm} exists but is not tagged for cluster {self.settings.cluster_name}",
                 code=NOT_OWNED,
             )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.create_wait.total_seconds()
         while (state := _state(vm)) in _IN_PROGRESS:
+            if loop.time() >= deadline:
+                return self._instance(vm)  # still being created, as a new create that outlives the wait
             self._heartbeat(f"waiting for VM {names.vm}: {state}")
-            await asyncio.sleep(self._poll_seconds)
+            await asyncio.sleep(min(self._poll_seconds, max(deadline - loop.time(), 0.0)))
             found = await self._find_vm(names.vm)
             if found is None:
                 # Deleted while being made: by the lifecycle that gave up on this launch (this attempt outlived
@@ -516,17 +564,29 @@ class AzureCloudProvider:
     def _poll_seconds(self) -> float:
         return self.settings.poll_interval.total_seconds()
 
-    async def _wait(self, poller: AsyncLROPoller[T], what: str) -> T:
-        """The operation's result, heartbeating with its status until it is done."""
+    @overload
+    async def _wait(self, poller: AsyncLROPoller[T], what: str) -> T: ...
+
+    @overload
+    async def _wait(self, poller: AsyncLROPoller[T], what: str, at_most: timedelta) -> T | None: ...
+
+    async def _wait(self, poller: AsyncLROPoller[T], what: str, at_most: timedelta | None = None) -> T | None:
+        """The operation's result, heartbeating with its status until it is done; None when it is not done
+        `at_most` from now (the operation goes on in Azure)."""
         result = asyncio.ensure_future(poller.result())
+        loop = asyncio.get_running_loop()
+        deadline = None if at_most is None else loop.time() + at_most.total_seconds()
         try:
             while True:
                 self._heartbeat(f"{what}: {poller.status()}")
-                done, _ = await asyncio.wait(
-                    {result}, timeout=self.settings.heartbeat_interval.total_seconds()
-                )
+                beat = self.settings.heartbeat_interval.total_seconds()
+                if deadline is not None:
+                    beat = min(beat, deadline - loop.time())
+                done, _ = await asyncio.wait({result}, timeout=max(beat, 0.0))
                 if done:
                     return result.result()
+                if deadline is not None and loop.time() >= deadline:
+                    return None
         finally:
             result.cancel()
 

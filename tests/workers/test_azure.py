@@ -62,17 +62,24 @@ def test_invalid_values_are_named_with_the_rule() -> None:
         **WORKLOAD_IDENTITY,
         "NODEWRIGHT_AZURE_SUBNET_ID": "aks-subnet",
         "NODEWRIGHT_AZURE_POLL_SECONDS": "soon",
+        "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS": "-1",
     }
     with pytest.raises(AzureSettingsError) as raised:
         load_azure(load_settings(), environ=environ)
     assert "invalid Azure setting NODEWRIGHT_AZURE_SUBNET_ID" in str(raised.value)
     assert "NODEWRIGHT_AZURE_POLL_SECONDS: not a number of seconds" in str(raised.value)
+    assert "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS: not a number of seconds (0 or more)" in str(raised.value)
 
 
 def test_on_azure_the_region_and_cluster_come_from_the_common_settings() -> None:
     config = load_azure(
         load_settings(region="westus2", cluster_name="prod"),
-        environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_POLL_SECONDS": "1.5"},
+        environ={
+            **AZURE,
+            **WORKLOAD_IDENTITY,
+            "NODEWRIGHT_AZURE_POLL_SECONDS": "1.5",
+            "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS": "0",
+        },
     )
     assert config.endpoint is None
     settings = config.settings
@@ -83,6 +90,7 @@ def test_on_azure_the_region_and_cluster_come_from_the_common_settings() -> None
     )
     assert settings.bootstrap_token_secret == "kube-system/bootstrap-token-abcdef"
     assert settings.poll_interval == timedelta(seconds=1.5)
+    assert settings.create_wait == timedelta(0)
 
 
 def test_an_emulator_needs_no_workload_identity_but_an_https_endpoint(tmp_path: Path) -> None:

@@ -324,7 +324,7 @@ class System:
     # --- starting things ---
 
     def provisioner_input(self, **fields: Any) -> ProvisionerInput:
-        return ProvisionerInput(cluster=self.cluster, lifecycle=FAST, **fields)
+        return ProvisionerInput(cluster=self.cluster, **{"lifecycle": FAST, **fields})
 
     def provisioner(self) -> WorkflowHandle[ProvisionerWorkflow, None]:
         return self.client.get_workflow_handle_for(ProvisionerWorkflow.run, provisioner_id(self.cluster))

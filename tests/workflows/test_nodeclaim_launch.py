@@ -6,11 +6,13 @@ warning), in the lifecycle's result, and nothing behind in Azure or Kubernetes."
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from activities.azure.provider import AzureCloudProvider
 from core import labels, summaries
-from core.messages import DeletionRequested, Phase, TerminationReason
+from core.api.nodeclaim import NodeClaim
+from core.messages import DeletionRequested, LifecycleInput, Phase, TerminationReason
 from simulator.arm import Fault
 from simulator.arm.faults import FaultAction
 from tests.cluster import events, eventually
@@ -24,6 +26,7 @@ from tests.workflows.conftest import (
     offering,
     pinned,
     planned_claim,
+    start_input,
 )
 from workers.explain import explain
 from workflows.nodeclaim import NodeClaimWorkflow
@@ -207,3 +210,109 @@ async def _launch_failing(system: System, name: str) -> bool:
     claim = await system.nodeclaim(name)
     launched = claim.status.condition("Launched") if claim is not None else None
     return launched is not None and (launched.status, launched.reason) == ("Unknown", "LaunchFailed")
+
+
+# --- a VM create that fails after the launch returned ---------------------------------------------------
+
+
+CREATING = FAST.model_copy(update={"registration_ttl_seconds": SLOW})
+"""Lifecycle settings whose registration waits out a VM's create (the launch no longer does)."""
+
+
+def impatient(system: System) -> None:
+    """The worker's launches return as soon as Azure accepts a VM's create, as the AKS provider's do."""
+    assert isinstance(system.cloud, AzureCloudProvider)
+    system.cloud.settings = system.cloud.settings.model_copy(update={"create_wait": timedelta(0)})
+
+
+def launched_zones(system: System, name: str) -> list[str]:
+    """The zones the NodeClaim was Launched=True in, in the order its watch events showed them."""
+    zones: list[str] = []
+    for event in system.events:
+        if event.kind != "NodeClaim" or event.name != name:
+            continue
+        claim = NodeClaim.parse(event.object)
+        launched = claim.status.condition("Launched")
+        zone = claim.labels.get(labels.ZONE, "")
+        # (The status and the labels are two writes: a watch event may show the one before the other.)
+        if launched is not None and launched.status == "True" and zone and zones[-1:] != [zone]:
+            zones.append(zone)
+    return zones
+
+
+async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_moves_on_to_the_next_offering(
+    system: System,
+) -> None:
+    impatient(system)
+    await system.apply_examples()
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
+    pods = await system.unschedulable("pinned", 1)
+    # Accepted, then failed: found by registration's look, not by the launch.
+    await system.aks.add_fault(Fault.fail_late("ZonalAllocationFailed", vm_size=INSTANCE_TYPE, times=1))
+    provisioner = await system.start_provisioner(pods, lifecycle=CREATING)
+
+    name = (await eventually(lambda: created_claims(system), what="a NodeClaim"))[0]
+    lifecycle = await system.nodeclaim_workflow(name)
+    candidates = (await start_input(system.client, lifecycle, LifecycleInput)).nodeclaim.launch_candidates
+    first, second = candidates[0], candidates[1]
+    status = await eventually(
+        lambda: in_phase(lifecycle, Phase.RUNNING), timeout=SLOW, what=f"{name} running"
+    )
+
+    assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
+        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
+    ]
+    assert (status.instance_type, status.zone, status.capacity_type) == (
+        second.instance_type,
+        second.zone,
+        second.capacity_type,
+    )
+    assert launched_zones(system, name) == [first.zone, second.zone], (
+        "Launched once the first create was accepted"
+    )
+    counters = await system.aks.counters()
+    assert (counters.requests["PUT virtualMachines"], counters.vms_created, counters.vms_deleted) == (2, 2, 1)
+    assert await created_claims(system) == [name], "the same NodeClaim, launched again"
+    unavailable = await provisioner.query(ProvisionerWorkflow.unavailable_offerings)
+    assert [(u.instance_type, u.zone, u.capacity_type, u.reason) for u in unavailable] == [
+        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
+    ]
+    [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
+    assert pod.spec.node_name == status.node
+    assert [instance.name for instance in await system.cloud.list()] == [name]
+    story = await explain(system.client, "nodeclaim", name)
+    assert [(a.zone, a.launched) for a in story.launches] == [(first.zone, False), (second.zone, True)]
+    assert story.launches[0].error.startswith(
+        "its VM's create failed after the launch returned: InsufficientCapacity: ZonalAllocationFailed"
+    ), story.launches[0].error
+
+
+async def test_a_vm_create_that_fails_otherwise_after_its_launch_returned_deletes_the_nodeclaim(
+    system: System,
+) -> None:
+    """As the AKS provider does with a create that fails after `Create` returned: a warning, the VM and NIC
+    deleted, the NodeClaim deleted, and its pods planned again."""
+    impatient(system)
+    await system.apply_examples()
+    await system.kube.apply([deployment("pinned", 1, node_selector=pinned())])
+    pods = await system.unschedulable("pinned", 1)
+    await system.aks.add_fault(Fault.fail_late("InternalExecutionError", vm_size=INSTANCE_TYPE, times=1))
+    await system.start_provisioner(pods, lifecycle=CREATING)
+
+    first = (await eventually(lambda: created_claims(system), what="a NodeClaim"))[0]
+    result = await asyncio.wait_for((await system.nodeclaim_workflow(first)).result(), SLOW)
+
+    assert (result.phase, result.termination_reason) == (Phase.FAILED, TerminationReason.LAUNCH_FAILED)
+    [failure] = result.launch_failures
+    assert failure.message.startswith("InternalExecutionError: "), failure.message
+    deleted = await eventually(lambda: deleted_claim(system, first), what=f"{first} deleted")
+    launched = deleted.status.condition("Launched")
+    assert launched is not None
+    assert (launched.status, launched.reason, launched.message) == ("False", "LaunchFailed", failure.message)
+    [on_claim] = await events(system.kube, "AsyncProvisioningError", {first})
+    assert (on_claim["type"], on_claim["note"]) == ("Warning", f"Failed to register: {failure.message}")
+    [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
+    second = await system.claim_of(pod.spec.node_name or "")
+    assert second != first
+    assert [instance.name for instance in await system.cloud.list()] == [second]
+    assert await nics(system) == [f"aks-{second}"], "the failed VM's NIC is gone"

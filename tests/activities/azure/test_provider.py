@@ -701,6 +701,79 @@ async def test_a_server_error_is_transient_and_leaves_the_nic_to_the_retry(world
     assert (counters.nics_created, counters.nics_deleted, counters.vms_created) == (1, 0, 1)
 
 
+def impatient(world: World, wait: timedelta = timedelta(0)) -> AzureCloudProvider:
+    """The world's provider, but one whose launch waits for a VM's create only `wait`."""
+    provider = world.provider
+    return AzureCloudProvider(
+        provider.compute,
+        provider.network,
+        settings(create_wait=wait),
+        fixed_bootstrap,
+        catalog=provider.catalogs,
+    )
+
+
+async def test_a_vm_create_that_outlasts_the_wait_returns_the_vm_being_created(world: World) -> None:
+    state = world.arm.state
+    state.add_fault(Fault.slow(polls=10**6, method="PUT", resource="virtualMachines", times=1))
+    provider = impatient(world, timedelta(milliseconds=50))
+
+    instance = await provider.create(launch())
+
+    assert instance.state is InstanceState.CREATING
+    assert instance.provider_id == (
+        f"azure:///subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP.lower()}/providers/Microsoft.Compute/"
+        "virtualMachines/aks-default-abc12"
+    )
+    assert (instance.instance_type, instance.zone, instance.capacity_type) == ("Standard_D4s_v3", ZONE_1, OD)
+    assert instance.image_id.endswith("/images/2204gen2containerd/versions/202512.18.0")
+    assert instance.tags == state.vm("aks-default-abc12").tags  # type: ignore[union-attr]
+    assert await provider.create_failure("default-abc12") is None, "still being created is no failure"
+    # A second attempt (a retried launch) adopts it, and returns as soon as its own wait is over.
+    again = await provider.create(launch())
+    assert (again.provider_id, again.state) == (instance.provider_id, InstanceState.CREATING)
+    assert world.requests("PUT virtualMachines") == 1
+    vm = state.vm("aks-default-abc12")
+    assert vm is not None
+    operation = state.operation(vm.operation or "")
+    assert operation is not None
+    operation.polls_left = 0
+    assert await provider.create_failure("default-abc12") is None, "made is no failure either"
+    assert (await provider.get("default-abc12")).state is InstanceState.RUNNING
+
+
+async def test_a_vm_create_that_fails_after_the_launch_returned_is_reported_and_rules_the_offering_out(
+    world: World,
+) -> None:
+    state = world.arm.state
+    state.add_fault(
+        Fault.fail_late("ZonalAllocationFailed", method="PUT", resource="virtualMachines", times=1)
+    )
+    state.add_fault(Fault.slow(polls=2, method="PUT", resource="virtualMachines", times=1))
+    provider = impatient(world)
+
+    instance = await provider.create(launch())
+
+    assert instance.state is InstanceState.CREATING
+    failures = [await provider.create_failure("default-abc12") for _ in range(4)]
+    assert failures[0] is None, "the first look finds it still being created"
+    failure = next(failure for failure in failures if failure is not None)
+    assert isinstance(failure, InsufficientCapacityError)
+    assert failure.code == "ZonalAllocationFailed"
+    sku = provider.catalog.sku("Standard_D4s_v3")
+    assert provider.unavailable.is_unavailable(sku, ZONE_1, OD)
+    assert provider.unavailable.is_unavailable(sku, ZONE_1, SPOT), "ZonalAllocationFailed rules out the zone"
+    vm = state.vm("aks-default-abc12")
+    assert vm is not None and vm.provisioning_state == "Failed", "the failed VM is left for the lifecycle"
+
+
+async def test_a_vm_that_is_gone_before_its_node_registered_is_a_create_failure(world: World) -> None:
+    failure = await world.provider.create_failure("default-never")
+
+    assert isinstance(failure, NotFoundError)
+    assert "aks-default-never" in str(failure)
+
+
 @pytest.mark.parametrize("client_options", [{"retry_total": 0}])
 async def test_a_failed_poll_of_the_vm_create_leaves_the_vm_to_the_retry_which_adopts_it(
     world: World,
