@@ -1,14 +1,14 @@
 """The worker's Azure: its settings from the environment, its credential, and the cloud provider built on them.
 
-Variables (see docs/operations.md): `NODEWRIGHT_AZURE_SUBSCRIPTION_ID`, `NODEWRIGHT_AZURE_RESOURCE_GROUP` (the node resource
-group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWRIGHT_CLUSTER_NAME`,
+Variables (see docs/operations.md): `NODEWRIGHT_AZURE_SUBSCRIPTION_ID`, `NODEWRIGHT_AZURE_RESOURCE_GROUP` (the node
+resource group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWRIGHT_CLUSTER_NAME`,
 `NODEWRIGHT_AZURE_SUBNET_ID`, `NODEWRIGHT_KUBERNETES_VERSION`, `NODEWRIGHT_NODE_IMAGE_VERSION`,
 `NODEWRIGHT_SSH_PUBLIC_KEY`, `NODEWRIGHT_KUBELET_IDENTITY_ID` (optional), `NODEWRIGHT_CLUSTER_ENDPOINT`,
 `NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` and `NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS`
-(optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On Azure the credential is
-`DefaultAzureCredential`, which in the cluster uses workload identity, so `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`
-and `AZURE_FEDERATED_TOKEN_FILE` must be set; the emulator takes a static token. Whatever is missing or invalid
-is reported in one message that names every variable (`AzureSettingsError`).
+(optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On
+Azure the credential is `DefaultAzureCredential`, which in the cluster uses workload identity, so
+`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set; the emulator takes a static
+token. Whatever is missing or invalid is reported in one message that names every variable (`AzureSettingsError`).
 """
 
 from __future__ import annotations
