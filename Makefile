@@ -41,7 +41,7 @@ PEER ?=
 WORKERS ?= 1
 SPLIT ?=
 bench-lifecycle: $(STAMP)
-	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS))
+	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS)) $(if $(BOOT_SECONDS),--boot-seconds $(BOOT_SECONDS))
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py

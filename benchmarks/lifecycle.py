@@ -454,12 +454,19 @@ def request_profile(before: dict[str, list[float]], after: dict[str, list[float]
 
 @contextlib.asynccontextmanager
 async def emulated_azure(
-    plane: ControlPlane, directory: Path, logs: Path, seed: int = 0, vm_create_seconds: float = 0.0
+    plane: ControlPlane,
+    directory: Path,
+    logs: Path,
+    seed: int = 0,
+    vm_create_seconds: float = 0.0,
+    boot_seconds: float = 0.0,
 ) -> AsyncIterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
     """`python -m simulator --instant` around the control plane, in its own process, for the block; yields the
     process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`). With
     `vm_create_seconds`, each VM's create takes that long, and every long-running operation answers with
-    `Retry-After: ARM_RETRY_AFTER_SECONDS`, as Azure's do (the worker polls at 0.1 s otherwise)."""
+    `Retry-After: ARM_RETRY_AFTER_SECONDS`, as Azure's do (the worker polls at 0.1 s otherwise); with
+    `boot_seconds`, each node's agent starts that long after its VM's create ended (an AKS node's kubelet
+    registers some seconds after the VM is made)."""
     port, ca_dir = free_port(), directory / "emulated-aks"
     command = [
         *(sys.executable, "-m", "simulator", "--instant", "--kubeconfig", str(plane.kubeconfig)),
@@ -484,6 +491,8 @@ async def emulated_azure(
                                     }
                                 }
                             )
+                        if boot_seconds:
+                            await emulator.update_settings({"agent": {"boot_delay": boot_seconds}})
                         break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the emulated Azure did not answer within {STARTUP_SECONDS:g} s")
@@ -870,6 +879,7 @@ async def run_one(
     side: str = SIDES[0],
     workers: dict[str, str] | None = None,
     vm_create_seconds: float = 0.0,
+    boot_seconds: float = 0.0,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
@@ -894,6 +904,7 @@ async def run_one(
                     timeout,
                     workers or worker_roles(1, False),
                     vm_create_seconds,
+                    boot_seconds,
                 )
             else:
                 row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
@@ -917,13 +928,16 @@ async def _run_on(
     timeout: float,
     workers: dict[str, str],
     vm_create_seconds: float = 0.0,
+    boot_seconds: float = 0.0,
 ) -> dict[str, Any]:
     api_port = int(plane.server.rpartition(":")[2])
     kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
     async with (
         kube,
         DevServer(log_path=logs / "temporal.log") as temporal,
-        emulated_azure(plane, directory, logs, vm_create_seconds=vm_create_seconds) as (
+        emulated_azure(
+            plane, directory, logs, vm_create_seconds=vm_create_seconds, boot_seconds=boot_seconds
+        ) as (
             azure,
             azure_environment,
         ),
@@ -1062,6 +1076,7 @@ async def _run_on(
         "per_trivial": per_trivial,
         "workers": workers,
         "vm_create_seconds": vm_create_seconds,
+        "boot_seconds": boot_seconds,
         "workflow_task_timeouts": timeouts,
         "worker_warnings": warnings,
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
@@ -1477,6 +1492,8 @@ def print_tables(rows: list[dict[str, Any]]) -> None:
 
 def print_profile(row: dict[str, Any]) -> None:
     created = f", each VM's create {row['vm_create_seconds']:g} s" if row.get("vm_create_seconds") else ""
+    if row.get("boot_seconds"):
+        created += f", each node's boot {row['boot_seconds']:g} s"
     print(f"\nN = {row['pods']} ({row['shape']} pods{created})")
     if row["failure"]:
         print(f"  NOT FINISHED: {row['failure']}")
@@ -1542,6 +1559,8 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             str(args.workers),
             "--vm-create-seconds",
             str(args.vm_create_seconds),
+            "--boot-seconds",
+            str(args.boot_seconds),
         ],
         check=False,
         stdout=subprocess.PIPE,
@@ -1628,6 +1647,14 @@ def main() -> None:
         help="nodewright: each VM's create takes S seconds in the emulated Azure, as Azure's take tens of "
         "seconds (default 0: as fast as the machine goes); not with --peer, whose kwok nodes take no time",
     )
+    parser.add_argument(
+        "--boot-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="nodewright: each node registers S seconds after its VM's create ended, as an AKS node's kubelet "
+        "does (default 0); not with --peer",
+    )
     workers = parser.add_mutually_exclusive_group()
     workers.add_argument(
         "--workers",
@@ -1648,6 +1675,10 @@ def main() -> None:
         parser.error("--vm-create-seconds must not be negative")
     if args.vm_create_seconds and args.peer:
         parser.error("--vm-create-seconds is for nodewright's runs alone: the peer's kwok nodes take no time")
+    if args.boot_seconds < 0:
+        parser.error("--boot-seconds must not be negative")
+    if args.boot_seconds and args.peer:
+        parser.error("--boot-seconds is for nodewright's runs alone: the peer's kwok nodes take no time")
     if args.peer:
         compare([args.run] if args.run else [int(count) for count in args.runs.split(",")], args)
         return
@@ -1662,6 +1693,7 @@ def main() -> None:
                 args.side,
                 worker_roles(args.workers, args.split),
                 args.vm_create_seconds,
+                args.boot_seconds,
             )
         )
         print(json.dumps(one))

@@ -260,16 +260,7 @@ class NodeClaimWorkflow:
                     return await self._launch_timed_out(error)
                 if failure is None:
                     return await self._launch_error(error, offering)
-                self._status.launch_failures.append(failure)
-                log(
-                    "failed launching nodeclaim, trying the next offering",
-                    NodeClaim=claim.name,
-                    **{"instance-type": offering.instance_type, "zone": offering.zone},
-                    **{"capacity-type": offering.capacity_type, "error": failure.message},
-                )
-                await self._report_unavailable(
-                    failure.instance_type, failure.zone, failure.capacity_type, failure.kind
-                )
+                await self._offering_failed(failure)
                 continue
             await self._launched(launched, offering)
             return True
@@ -474,18 +465,22 @@ class NodeClaimWorkflow:
         failure = self._offering_failure(error, offering)
         if failure is None:
             return await self._launch_error(error, offering, made=True)
+        await self._offering_failed(failure)
+        self._publish(Phase.LAUNCHING)
+        return None
+
+    async def _offering_failed(self, failure: LaunchFailure) -> None:
+        """An offering had no capacity or quota: record it, and rule it out of the provisioner's next plans."""
         self._status.launch_failures.append(failure)
         log(
             "failed launching nodeclaim, trying the next offering",
             NodeClaim=self._claim.name,
-            **{"instance-type": offering.instance_type, "zone": offering.zone},
-            **{"capacity-type": offering.capacity_type, "error": failure.message},
+            **{"instance-type": failure.instance_type, "zone": failure.zone},
+            **{"capacity-type": failure.capacity_type, "error": failure.message},
         )
         await self._report_unavailable(
             failure.instance_type, failure.zone, failure.capacity_type, failure.kind
         )
-        self._publish(Phase.LAUNCHING)
-        return None
 
     async def _initialize(self) -> bool:
         assert self._node is not None
