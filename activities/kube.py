@@ -228,6 +228,8 @@ async def apply_condition(
             return
         status = claim.status
         set_condition(claim, update.type, update.status, update.reason, update.message)
+        for more in update.also:
+            set_condition(claim, more.type, more.status, more.reason, more.message)
         if update.provider_id is not None:
             status.provider_id = update.provider_id
         if update.node_name is not None:

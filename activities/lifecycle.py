@@ -21,7 +21,7 @@ from activities.metrics import Metrics, default_metrics
 from core import labels
 from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim
-from core.cloudprovider import CloudProvider, LaunchRequest
+from core.cloudprovider import CloudProvider, InstanceState, LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import CloudError, ErrorKind, NotFoundError
 from core.instancetypes.azure import azure_instance_types
@@ -44,6 +44,14 @@ logger = logging.getLogger(__name__)
 
 LAUNCH_FAILED = "LaunchFailed"
 """Karpenter's reason on the Launched condition of a launch that failed."""
+NOT_REGISTERED = ConditionUpdate(
+    name="",
+    type="Registered",
+    status="Unknown",
+    reason=NODE_NOT_FOUND,
+    message="Node not registered with cluster",
+)
+"""Karpenter's Registered condition while the NodeClaim's Node has not registered (the name to be filled in)."""
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
 
@@ -130,6 +138,12 @@ class LifecycleActivities:
             capacity_type=instance.capacity_type,
             capacity=format_resources(instance_type.capacity),
             allocatable=format_resources(instance_type.allocatable()),
+            creating=instance.state is InstanceState.CREATING,
+        )
+        # Still being created: registration has nothing to look for yet, so its first word goes in this write
+        # (as Karpenter's reconcile writes Launched and Registered in one status patch).
+        unregistered = (
+            [NOT_REGISTERED.model_copy(update={"name": request.nodeclaim})] if result.creating else []
         )
         await apply_condition(
             self.cluster,
@@ -150,6 +164,7 @@ class LifecycleActivities:
                     labels.CAPACITY_TYPE: result.capacity_type,
                     **request.labels,
                 },
+                also=unregistered,
             ),
         )
         return result
@@ -209,16 +224,7 @@ class LifecycleActivities:
             or node is None
             or not await register_node(self.cluster, node, request.labels, claim)
         ):
-            await apply_condition(
-                self.cluster,
-                ConditionUpdate(
-                    name=request.nodeclaim,
-                    type="Registered",
-                    status="Unknown",
-                    reason=NODE_NOT_FOUND,
-                    message="Node not registered with cluster",
-                ),
-            )
+            await apply_condition(self.cluster, NOT_REGISTERED.model_copy(update={"name": request.nodeclaim}))
             return None
         if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
             self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))

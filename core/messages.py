@@ -195,6 +195,8 @@ class LaunchResult(BaseModel):
     capacity_type: str
     capacity: dict[str, str]
     allocatable: dict[str, str]
+    creating: bool = False
+    """The instance was still being created when the launch returned: no Node can have registered yet."""
 
 
 class LaunchFailure(BaseModel):
@@ -322,6 +324,8 @@ class ConditionUpdate(BaseModel):
     disrupted: str = ""
     """The `nodeclaims_disrupted_total` reason this update records, when it is not the one its condition implies
     (`activities.metrics.disrupted_reason`)."""
+    also: list[ConditionUpdate] = Field(default_factory=list)
+    """More conditions set in the same write (their type, status, reason and message; the rest is ignored)."""
 
 
 class LifecycleStatus(BaseModel):

@@ -145,6 +145,10 @@ class NodeClaimWorkflow:
         """How many of the NodeClaim's launch candidates the launch has tried."""
         self._offering: OfferingChoice | None = None
         """The offering of the last launch that returned."""
+        self._creating = False
+        """Whether that launch returned while its instance was still being created."""
+        self._events_at_launch = 0
+        """The signals counted when that launch started (the Node's may come while it runs)."""
 
     @workflow.signal
     def node_event(self, event: NodeEvent) -> None:
@@ -228,6 +232,7 @@ class NodeClaimWorkflow:
             workflow.set_current_details(
                 f"launching {offering.instance_type} in {offering.zone} ({offering.capacity_type})"
             )
+            self._events_at_launch = self._events
             try:
                 launched = await workflow.execute_activity(
                     ActivityName.LAUNCH_NODECLAIM,
@@ -267,7 +272,7 @@ class NodeClaimWorkflow:
         return await self._fail_launch()
 
     async def _launched(self, launched: LaunchResult, offering: OfferingChoice) -> None:
-        self._offering = offering
+        self._offering, self._creating = offering, launched.creating
         status = self._status
         status.instance_type, status.zone, status.capacity_type = (
             launched.instance_type,
@@ -397,8 +402,20 @@ class NodeClaimWorkflow:
         local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
         woken = True
+        # An instance still being created has no Node yet: the first look waits (the launch wrote Registered).
+        waiting = self._creating
         while self._deletion is None:
             seen = self._events_seen()
+            if waiting:
+                waiting = False
+                vm = summaries.vm_name(provider_id)
+                woken = await self._wait(
+                    min(backstop, deadline - workflow.now()),
+                    f"for VM {vm} to be created and its Node to register",
+                    self._events_at_launch,
+                )
+                backstop = self._next_poll(backstop, woken)
+                continue
             try:
                 registered = await self._activity(
                     ActivityName.REGISTER_NODECLAIM,

@@ -240,6 +240,21 @@ def launched_zones(system: System, name: str) -> list[str]:
     return zones
 
 
+def registered_with_launch(system: System, name: str) -> bool:
+    """Whether the NodeClaim's first Launched=True came with Registered=Unknown (NodeNotFound) in the same write."""
+    for event in system.events:
+        if event.kind != "NodeClaim" or event.name != name:
+            continue
+        status = NodeClaim.parse(event.object).status
+        launched, registered = status.condition("Launched"), status.condition("Registered")
+        if launched is not None and launched.status == "True":
+            return registered is not None and (registered.status, registered.reason) == (
+                "Unknown",
+                "NodeNotFound",
+            )
+    return False
+
+
 async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_moves_on_to_the_next_offering(
     system: System,
 ) -> None:
@@ -270,6 +285,7 @@ async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_mov
     assert launched_zones(system, name) == [first.zone, second.zone], (
         "Launched once the first create was accepted"
     )
+    assert registered_with_launch(system, name), "the launch wrote Registered=Unknown with Launched=True"
     counters = await system.aks.counters()
     assert (counters.requests["PUT virtualMachines"], counters.vms_created, counters.vms_deleted) == (2, 2, 1)
     assert await created_claims(system) == [name], "the same NodeClaim, launched again"
@@ -280,6 +296,12 @@ async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_mov
     [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
     assert pod.spec.node_name == status.node
     assert [instance.name for instance in await system.cloud.list()] == [name]
+    import pathlib
+
+    history = await lifecycle.fetch_history()
+    pathlib.Path(f"/tmp/hist/NodeClaim-nodeclaim-{name}-{history.run_id[:8]}.json").write_text(
+        history.to_json()
+    )
     story = await explain(system.client, "nodeclaim", name)
     assert [(a.zone, a.launched) for a in story.launches] == [(first.zone, False), (second.zone, True)]
     assert story.launches[0].error.startswith(
