@@ -297,6 +297,18 @@ async def in_phase(
     return status if status.phase is phase else None
 
 
+def assert_fell_back(status: LifecycleStatus, first: OfferingChoice, second: OfferingChoice) -> None:
+    """The lifecycle's first offering had no capacity, and it runs on its second."""
+    assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
+        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
+    ]
+    assert (status.instance_type, status.zone, status.capacity_type) == (
+        second.instance_type,
+        second.zone,
+        second.capacity_type,
+    )
+
+
 def condition(claim: NodeClaim, kind: str) -> tuple[str, str] | None:
     """(status, reason) of a NodeClaim condition, None when it is not set."""
     found = claim.status.condition(kind)

@@ -34,6 +34,7 @@ from tests.workflows.conftest import (
     TIMER,
     System,
     activity_calls,
+    assert_fell_back,
     condition,
     current_details,
     decode,
@@ -77,14 +78,7 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
     first, second = candidates[0], candidates[1]
     status = await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), what=f"{name} running")
 
-    assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
-        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
-    ]
-    assert (status.instance_type, status.zone, status.capacity_type) == (
-        second.instance_type,
-        second.zone,
-        second.capacity_type,
-    )
+    assert_fell_back(status, first, second)
     counters = await system.aks.counters()
     puts = counters.requests["PUT virtualMachines"]
     assert (puts, counters.vms_created, counters.vms_deleted, counters.faults_fired) == (2, 2, 1, 1), (

@@ -20,6 +20,7 @@ from tests.workflows.conftest import (
     FAST,
     INSTANCE_TYPE,
     System,
+    assert_fell_back,
     deployment,
     fresh_name,
     in_phase,
@@ -46,6 +47,16 @@ def invalid_parameter(**filters: Any) -> Fault:
         resource="virtualMachines",
         **filters,
     )
+
+
+async def launch_error_shown(system: System, name: str, message: str) -> None:
+    """The deleted NodeClaim says Launched=False with the error, and carries the AKS provider's warning."""
+    deleted = await eventually(lambda: deleted_claim(system, name), what=f"{name} deleted")
+    launched = deleted.status.condition("Launched")
+    assert launched is not None
+    assert (launched.status, launched.reason, launched.message) == ("False", "LaunchFailed", message)
+    [on_claim] = await events(system.kube, "AsyncProvisioningError", {name})
+    assert (on_claim["type"], on_claim["note"]) == ("Warning", f"Failed to register: {message}")
 
 
 async def created_claims(system: System) -> list[str]:
@@ -78,12 +89,7 @@ async def test_an_invalid_launch_is_launched_false_with_warnings_and_its_pods_go
     )
     assert failure.message.startswith("InvalidParameter: "), failure.message
     assert result.reason == summaries.launch_error(failure)
-    deleted = await eventually(lambda: deleted_claim(system, first), what=f"{first} deleted")
-    launched = deleted.status.condition("Launched")
-    assert launched is not None
-    assert (launched.status, launched.reason, launched.message) == ("False", "LaunchFailed", failure.message)
-    [on_claim] = await events(system.kube, "AsyncProvisioningError", {first})
-    assert (on_claim["type"], on_claim["note"]) == ("Warning", f"Failed to register: {failure.message}")
+    await launch_error_shown(system, first, failure.message)
     [on_pool] = await events(system.kube, "AsyncProvisioningError", {"default"})
     assert (on_pool["type"], on_pool["regarding"]["kind"]) == ("Warning", "NodePool")
     assert on_pool["note"] == f"NodeClaim {first} event: Failed to register: {failure.message}"
@@ -274,14 +280,7 @@ async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_mov
         lambda: in_phase(lifecycle, Phase.RUNNING), timeout=SLOW, what=f"{name} running"
     )
 
-    assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
-        (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
-    ]
-    assert (status.instance_type, status.zone, status.capacity_type) == (
-        second.instance_type,
-        second.zone,
-        second.capacity_type,
-    )
+    assert_fell_back(status, first, second)
     assert launched_zones(system, name) == [first.zone, second.zone], (
         "Launched once the first create was accepted"
     )
@@ -327,12 +326,7 @@ async def test_a_vm_create_that_fails_otherwise_after_its_launch_returned_delete
     assert (result.phase, result.termination_reason) == (Phase.FAILED, TerminationReason.LAUNCH_FAILED)
     [failure] = result.launch_failures
     assert failure.message.startswith("InternalExecutionError: "), failure.message
-    deleted = await eventually(lambda: deleted_claim(system, first), what=f"{first} deleted")
-    launched = deleted.status.condition("Launched")
-    assert launched is not None
-    assert (launched.status, launched.reason, launched.message) == ("False", "LaunchFailed", failure.message)
-    [on_claim] = await events(system.kube, "AsyncProvisioningError", {first})
-    assert (on_claim["type"], on_claim["note"]) == ("Warning", f"Failed to register: {failure.message}")
+    await launch_error_shown(system, first, failure.message)
     [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
     second = await system.claim_of(pod.spec.node_name or "")
     assert second != first
