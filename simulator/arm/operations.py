@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from simulator.arm.errors import ArmError
-from simulator.arm.faults import Call, FaultAction
+from simulator.arm.faults import Call, Fault, FaultAction
 from simulator.arm.resources import (
     Json,
     Operation,
@@ -88,28 +88,30 @@ class Operations(ArmStore):
         self._operations[operation.id] = operation
         resource.operation = operation.id
         if operation.on_its_own:
+            self._timed.add(operation.id)
             self.on_timed()
         return operation
 
     def end_due(self) -> None:
         """End the operations that end on their own and whose time has come."""
         now = self._wall_clock()
-        for operation in list(self._operations.values()):
+        for operation in self._running_timed():
             if self._due(operation, now):
                 self._finish(operation)
 
     def next_due(self) -> datetime | None:
         """When the next operation that ends on its own is due."""
-        return min(
-            (
-                operation.not_before
-                for operation in self._operations.values()
-                if operation.on_its_own
-                and operation.not_before is not None
-                and operation.status is OperationStatus.IN_PROGRESS
-            ),
-            default=None,
-        )
+        due = [
+            operation.not_before for operation in self._running_timed() if operation.not_before is not None
+        ]
+        return min(due, default=None)
+
+    def _running_timed(self) -> list[Operation]:
+        """The operations that end on their own and still run (forgetting those that ended otherwise)."""
+        running = [self._operations[key] for key in self._timed]
+        running = [operation for operation in running if operation.status is OperationStatus.IN_PROGRESS]
+        self._timed = {operation.id for operation in running}
+        return running
 
     @staticmethod
     def _due(operation: Operation, now: datetime) -> bool:
@@ -120,8 +122,9 @@ class Operations(ArmStore):
             and now >= operation.not_before
         )
 
-    def _polls(self, call: Call, default: int) -> int:
-        slow = self.fire(call, (FaultAction.SLOW,))
+    @staticmethod
+    def _polls(slow: Fault | None, default: int) -> int:
+        """`InProgress` answers before an operation ends: a slow fault's, else `default`."""
         return default if slow is None else slow.polls
 
     def poll(self, operation_id: str) -> Operation:
@@ -196,7 +199,8 @@ class Operations(ArmStore):
         self._check_deletable(resource)
         self._cancel(resource)
         resource.provisioning_state = ProvisioningState.DELETING
-        operation = self._start(OperationKind.DELETE, resource, self._polls(call, self.settings.delete_polls))
+        polls = self._polls(self.fire(call, (FaultAction.SLOW,)), self.settings.delete_polls)
+        operation = self._start(OperationKind.DELETE, resource, polls)
         self.on_change()
         return operation
 
@@ -248,7 +252,7 @@ class Operations(ArmStore):
             return pending
         late = self.fire(call, (FaultAction.FAIL_LATE,)) if provision else None
         slow = self.fire(call, (FaultAction.SLOW,)) if provision else None
-        polls = (self.settings.create_polls if slow is None else slow.polls) if provision else 0
+        polls = self._polls(slow, self.settings.create_polls) if provision else 0
         resource.provisioning_state = while_provisioning if provision else ProvisioningState.UPDATING
         least = (
             timedelta(seconds=self.settings.vm_create_seconds)

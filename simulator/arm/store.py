@@ -140,6 +140,8 @@ class ArmStore:
         self._random = random.Random(self.settings.seed)
         self._resources: dict[ResourceKey, Resource] = {}
         self._operations: dict[str, Operation] = {}
+        self._timed: set[str] = set()
+        """The operations that end on their own and may still be running (the clock task looks at these only)."""
         self._faults: list[Fault] = []
         self._fault_ids = 0
         self._restrictions: dict[str, Restriction] = {}
