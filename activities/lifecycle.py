@@ -44,16 +44,19 @@ logger = logging.getLogger(__name__)
 
 LAUNCH_FAILED = "LaunchFailed"
 """Karpenter's reason on the Launched condition of a launch that failed."""
-NOT_REGISTERED = ConditionUpdate(
-    name="",
-    type="Registered",
-    status="Unknown",
-    reason=NODE_NOT_FOUND,
-    message="Node not registered with cluster",
-)
-"""Karpenter's Registered condition while the NodeClaim's Node has not registered (the name to be filled in)."""
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
+
+
+def not_registered(nodeclaim: str) -> ConditionUpdate:
+    """Karpenter's Registered condition while the NodeClaim's Node has not registered."""
+    return ConditionUpdate(
+        name=nodeclaim,
+        type="Registered",
+        status="Unknown",
+        reason=NODE_NOT_FOUND,
+        message="Node not registered with cluster",
+    )
 
 
 class LifecycleActivities:
@@ -142,9 +145,7 @@ class LifecycleActivities:
         )
         # Still being created: registration has nothing to look for yet, so its first word goes in this write
         # (as Karpenter's reconcile writes Launched and Registered in one status patch).
-        unregistered = (
-            [NOT_REGISTERED.model_copy(update={"name": request.nodeclaim})] if result.creating else []
-        )
+        unregistered = [not_registered(request.nodeclaim)] if result.creating else []
         await apply_condition(
             self.cluster,
             ConditionUpdate(
@@ -224,7 +225,7 @@ class LifecycleActivities:
             or node is None
             or not await register_node(self.cluster, node, request.labels, claim)
         ):
-            await apply_condition(self.cluster, NOT_REGISTERED.model_copy(update={"name": request.nodeclaim}))
+            await apply_condition(self.cluster, not_registered(request.nodeclaim))
             return None
         if labels.REGISTERED not in found.metadata.labels:  # this call registered it: a retry won't count
             self.metrics.node_created(found, request.labels.get(labels.NODEPOOL, ""))

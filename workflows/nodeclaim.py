@@ -320,7 +320,7 @@ class NodeClaimWorkflow:
         pods planned again (elsewhere). `made`: the instance's create failed after the launch returned, and what
         it made is deleted first (the AKS provider's asynchronous failure)."""
         claim = self._claim
-        cause = error.cause if isinstance(error, ActivityError) else error
+        cause = _failure(error)
         kind = (cause.type if isinstance(cause, ApplicationError) else None) or type(cause or error).__name__
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or error.message)
         failure = LaunchFailure(
@@ -402,47 +402,29 @@ class NodeClaimWorkflow:
         local = self._patched(LOCAL_STEPS)
         backstop = self._poll()
         woken = True
-        # An instance still being created has no Node yet: the first look waits (the launch wrote Registered).
-        waiting = self._creating
+        # An instance still being created has no Node yet: the first look waits (the launch wrote Registered),
+        # and a signal since the launch started wakes it.
+        creating = self._creating
+        vm = summaries.vm_name(provider_id)
         while self._deletion is None:
-            seen = self._events_seen()
-            if waiting:
-                waiting = False
-                vm = summaries.vm_name(provider_id)
-                woken = await self._wait(
-                    min(backstop, deadline - workflow.now()),
-                    f"for VM {vm} to be created and its Node to register",
-                    self._events_at_launch,
-                )
-                backstop = self._next_poll(backstop, woken)
-                continue
-            try:
-                registered = await self._activity(
-                    ActivityName.REGISTER_NODECLAIM,
-                    RegisterInput(
-                        nodeclaim=self._claim.name,
-                        provider_id=provider_id,
-                        labels=self._claim.labels,
-                        node=self._node,
-                        # A look that no signal woke also asks whether the instance's create failed.
-                        launched=None if woken else self._offering,
-                    ),
-                    str,
-                    summaries.register_summary(provider_id),
-                    local=local,
-                )
-            except (ActivityError, ApplicationError) as error:
-                # A local activity's failure comes as its own error, an activity's as the ActivityError's cause.
-                failure = error.cause if isinstance(error, ActivityError) else error
-                if not (isinstance(failure, ApplicationError) and failure.non_retryable):
-                    raise
-                return await self._create_failed(failure)
-            if registered is not None or workflow.now() >= deadline:
-                break
-            vm = summaries.vm_name(provider_id)
-            woken = await self._wait(
-                min(backstop, deadline - workflow.now()), f"for the Node of VM {vm} to register", seen
+            seen = self._events_at_launch if creating else self._events_seen()
+            if not creating:
+                try:
+                    registered = await self._look_for_node(provider_id, local, woken)
+                except (ActivityError, ApplicationError) as error:
+                    failure = _failure(error)
+                    if not (isinstance(failure, ApplicationError) and failure.non_retryable):
+                        raise
+                    return await self._create_failed(failure)
+                if registered is not None or workflow.now() >= deadline:
+                    break
+            what = (
+                f"for VM {vm} to be created and its Node to register"
+                if creating
+                else f"for the Node of VM {vm} to register"
             )
+            creating = False
+            woken = await self._wait(min(backstop, deadline - workflow.now()), what, seen)
             backstop = self._next_poll(backstop, woken)
         if self._deletion is not None:
             return False
@@ -472,6 +454,23 @@ class NodeClaimWorkflow:
         self._status.phase = Phase.INITIALIZING
         log("registered nodeclaim", NodeClaim=self._claim.name, Node=registered)
         return True
+
+    async def _look_for_node(self, provider_id: str, local: bool, woken: bool) -> str | None:
+        """Registration's look: the Node's name once it registered it, else None. A look that no signal woke also
+        asks whether the instance's create failed (its only error for good, an `ApplicationError`)."""
+        return await self._activity(
+            ActivityName.REGISTER_NODECLAIM,
+            RegisterInput(
+                nodeclaim=self._claim.name,
+                provider_id=provider_id,
+                labels=self._claim.labels,
+                node=self._node,
+                launched=None if woken else self._offering,
+            ),
+            str,
+            summaries.register_summary(provider_id),
+            local=local,
+        )
 
     async def _create_failed(self, error: ApplicationError) -> bool | None:
         """The instance's create failed after its launch returned (registration's look said so, the only error
@@ -839,7 +838,7 @@ class NodeClaimWorkflow:
     def _offering_failure(
         error: ActivityError | ApplicationError, offering: OfferingChoice
     ) -> LaunchFailure | None:
-        cause = error.cause if isinstance(error, ActivityError) else error
+        cause = _failure(error)
         if isinstance(cause, ApplicationError) and cause.type in OFFERING_ERROR_KINDS:
             return LaunchFailure(
                 instance_type=offering.instance_type,
@@ -916,6 +915,12 @@ class NodeClaimWorkflow:
 def _kind(error: ActivityError) -> str | None:
     """The error kind an activity failed with (its `ApplicationError`'s type), if any."""
     return error.cause.type if isinstance(error.cause, ApplicationError) else None
+
+
+def _failure(error: ActivityError | ApplicationError) -> BaseException | None:
+    """What an activity failed with: an activity's failure comes as the `ActivityError`'s cause, a local
+    activity's as its own error."""
+    return error.cause if isinstance(error, ActivityError) else error
 
 
 def _timed_out(error: ActivityError) -> bool:

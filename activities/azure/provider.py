@@ -301,15 +301,7 @@ class AzureCloudProvider:
         vm = await self._find_vm(vm_name)
         if vm is None or not self._owned(vm):
             return NotFoundError(f"VM {vm_name} is gone before its node registered", code="ResourceNotFound")
-        if _state(vm) != FAILED:
-            return None
-        made = self._instance(vm)
-        return self._launch_failure(
-            await self._provisioning_error(vm_name),
-            self._sku(made.instance_type),
-            Offering(made.instance_type, made.zone, made.capacity_type),
-            (),
-        )
+        return await self._failed_create(vm) if _state(vm) == FAILED else None
 
     async def get(self, name: str) -> Instance:
         """The NodeClaim's VM; `NotFoundError` when there is none (or it is not this cluster's)."""
@@ -486,16 +478,20 @@ class AzureCloudProvider:
             )
         if state != FAILED:
             return self._instance(vm)
-        # The failure belongs to the offering the VM was made with, which may not be the one asked for now.
+        await self._failed_create(vm)
+        await self._clean_up(names)
+        return None
+
+    async def _failed_create(self, vm: VirtualMachine) -> CloudError:
+        """The classified error of a VM whose create failed, recorded as a failed launch of the offering the VM
+        was made with (which may not be the one a launch asks for now)."""
         made = self._instance(vm)
-        self._launch_failure(
-            await self._provisioning_error(names.vm),
+        return self._launch_failure(
+            await self._provisioning_error(vm.name or ""),
             self._sku(made.instance_type),
             Offering(made.instance_type, made.zone, made.capacity_type),
             (),
         )
-        await self._clean_up(names)
-        return None
 
     async def _provisioning_error(self, vm_name: str) -> ArmError:
         """Why a VM's create failed, from its instance view (`ProvisioningState/failed/<code>`)."""
