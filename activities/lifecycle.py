@@ -16,11 +16,11 @@ from activities.azure.nodeclass import ClusterNodeClasses
 from activities.catalog_source import CatalogSource
 from activities.errors import as_application_error, launch_failure
 from activities.heartbeat import heartbeating
-from activities.kube import apply_condition, node_state, register_node
+from activities.kube import apply_condition, kube_event, node_state, register_node
 from activities.metrics import Metrics, default_metrics
-from core import labels
+from core import labels, summaries
 from core.api.meta import Taint, TaintEffect
-from core.api.nodeclaim import NODE_NOT_FOUND, NodeClaim
+from core.api.nodeclaim import INSUFFICIENT_CAPACITY_ERROR, LAUNCH_FAILED, NODE_NOT_FOUND, NodeClaim
 from core.cloudprovider import CloudProvider, InstanceState, LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import CloudError, ErrorKind, NotFoundError
@@ -42,8 +42,6 @@ from core.scheduling.snapshot import azure_provider
 
 logger = logging.getLogger(__name__)
 
-LAUNCH_FAILED = "LaunchFailed"
-"""Karpenter's reason on the Launched condition of a launch that failed."""
 UNREGISTERED = Taint(key=labels.UNREGISTERED_TAINT, effect=TaintEffect.NO_EXECUTE)
 """Every new node registers with it; registration removes it (Karpenter's contract with the bootstrap)."""
 
@@ -132,6 +130,7 @@ class LifecycleActivities:
             failure = launch_failure(error, offering)
             if not failure.non_retryable:
                 await self._launch_failing(request.nodeclaim, str(error))
+            await self._tell_offering_failed(request.nodeclaim, offering, failure)
             raise failure from error
         result = LaunchResult(
             name=instance.name,
@@ -203,6 +202,21 @@ class LifecycleActivities:
         except Exception as error:
             logger.warning("could not record the failed launch on NodeClaim %s: %s", nodeclaim, error)
 
+    async def _tell_offering_failed(
+        self, nodeclaim: str, offering: OfferingChoice, failure: ApplicationError
+    ) -> None:
+        """An offering without capacity or quota: Karpenter's `InsufficientCapacityError` warning on the NodeClaim,
+        naming the offering (the lifecycle then launches its next offering, where Karpenter deletes the NodeClaim
+        and plans again). Best effort: the launch's own error is what counts."""
+        if failure.type not in (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED):
+            return
+        message = f"NodeClaim {nodeclaim} event: {summaries.offering_text(offering)}: {failure.message}"
+        event = kube_event("NodeClaim", nodeclaim, INSUFFICIENT_CAPACITY_ERROR, message, warning=True)
+        try:
+            await self.cluster.record_event(event)
+        except Exception as error:
+            logger.warning("could not record the failed offering on NodeClaim %s: %s", nodeclaim, error)
+
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:
         """Find the Node with the NodeClaim's providerID and register it; None while there is none yet."""
@@ -243,6 +257,7 @@ class LifecycleActivities:
             return
         logger.warning("the instance of NodeClaim %s failed after its launch: %s", nodeclaim, failure)
         error = launch_failure(failure, launched)
+        await self._tell_offering_failed(nodeclaim, launched, error)
         raise ApplicationError(error.message, *error.details, type=error.type, non_retryable=True)
 
     @activity.defn(name=ActivityName.INITIALIZE_NODECLAIM)

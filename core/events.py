@@ -37,6 +37,9 @@ _BY_MESSAGE = frozenset(
         "InvalidDoNotDisruptAnnotation",
         "DoNotDisruptUntil",
         "FailedInflightCheck",
+        # Karpenter's is one per NodeClaim, which it deletes; a lifecycle here moves on to its next offering,
+        # and each offering that fails (and the NodeClaim given up) is worth its own warning.
+        "InsufficientCapacityError",
     }
 )
 """Reasons whose de-duplication values include a detail that the message carries."""

@@ -21,6 +21,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 # every NodeClaim it starts or replays.
 with workflow.unsafe.imports_passed_through():
     from core import summaries
+    from core.api.nodeclaim import INSUFFICIENT_CAPACITY_ERROR, LAUNCH_FAILED
     from core.errors import OFFERING_ERROR_KINDS, ErrorKind
     from core.messages import (
         ActivityName,
@@ -99,8 +100,6 @@ CURRENT_PATCHES = frozenset(
         LAUNCH_LIVENESS,
     }
 )
-LAUNCH_FAILED = "LaunchFailed"
-"""Karpenter's reason on the Launched condition of a failed launch."""
 LAUNCH_TIMEOUT = "LaunchTimeout"
 ASYNC_PROVISIONING_ERROR = "AsyncProvisioningError"
 """The AKS provider's event on a NodeClaim whose instance could not be created (it deletes the NodeClaim)."""
@@ -299,9 +298,10 @@ class NodeClaimWorkflow:
         await self._condition(
             "Launched",
             "False",
-            reason="LaunchFailed",
+            reason=LAUNCH_FAILED,
             message=message,
-            event_reason="InsufficientCapacityError",
+            event_reason=INSUFFICIENT_CAPACITY_ERROR,
+            event_message=f"NodeClaim {self._claim.name} event: {message}",
             event_type="Warning",
         )
         log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)

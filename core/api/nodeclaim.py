@@ -137,6 +137,10 @@ class NodeClaim(StrictKubeModel):
         return self.status.is_true(condition_type)
 
 
+LAUNCH_FAILED = "LaunchFailed"
+"""Karpenter's reason on the Launched condition of a launch that failed (Unknown while it is retried)."""
+INSUFFICIENT_CAPACITY_ERROR = "InsufficientCapacityError"
+"""Karpenter's warning on a NodeClaim whose launch found no capacity (or quota) for an offering."""
 NODE_NOT_FOUND = "NodeNotFound"
 """The reason of `Registered=Unknown` (and `Initialized=Unknown`) while the NodeClaim has no Node."""
 NODE_NOT_READY = "NodeNotReady"

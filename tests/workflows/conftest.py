@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 from activities.kube import nodeclaim_object
 from activities.kubeclient import KubernetesCluster
 from activities.metrics import Metrics
-from core import labels
+from core import labels, summaries
 from core.api.kube import Node, Pod
 from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider
@@ -48,7 +48,7 @@ from core.messages import (
 )
 from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
-from tests.cluster import EXAMPLES, eventually, fresh_aks, unschedulable
+from tests.cluster import EXAMPLES, events, eventually, fresh_aks, unschedulable
 from workers.azure import cloud_provider
 from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.run import ControlPlane
@@ -297,8 +297,11 @@ async def in_phase(
     return status if status.phase is phase else None
 
 
-def assert_fell_back(status: LifecycleStatus, first: OfferingChoice, second: OfferingChoice) -> None:
-    """The lifecycle's first offering had no capacity, and it runs on its second."""
+async def assert_fell_back(
+    system: System, name: str, status: LifecycleStatus, first: OfferingChoice, second: OfferingChoice
+) -> None:
+    """NodeClaim `name`'s first offering had no capacity (Azure's `ZonalAllocationFailed`), which a warning on the
+    NodeClaim names as Karpenter's `InsufficientCapacityError` does, and it runs on its second."""
     assert [(f.instance_type, f.zone, f.capacity_type, f.kind) for f in status.launch_failures] == [
         (first.instance_type, first.zone, first.capacity_type, "InsufficientCapacity")
     ]
@@ -307,6 +310,11 @@ def assert_fell_back(status: LifecycleStatus, first: OfferingChoice, second: Off
         second.zone,
         second.capacity_type,
     )
+    [warning] = await events(system.kube, "InsufficientCapacityError", {name})
+    assert warning["type"] == "Warning"
+    offering = summaries.offering_text(first)
+    assert warning["note"].startswith(f"NodeClaim {name} event: {offering}: "), warning["note"]
+    assert "ZonalAllocationFailed" in warning["note"], warning["note"]
 
 
 def condition(claim: NodeClaim, kind: str) -> tuple[str, str] | None:

@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType as HistoryEventType
 from temporalio.client import WorkflowHandle
 
-from core import labels
+from core import labels, summaries
 from core.api.kube import Pod, is_daemonset_pod
 from core.api.nodeclaim import NodeClaim
 from core.cluster import WatchEvent
@@ -28,6 +28,7 @@ from core.messages import (
 )
 from core.summaries import markdown_text
 from simulator.arm import Fault
+from tests.cluster import events
 from tests.workflows.conftest import (
     FAST,
     INSTANCE_TYPE,
@@ -78,7 +79,7 @@ async def test_capacity_error_falls_back_to_the_next_offering_and_tells_the_prov
     first, second = candidates[0], candidates[1]
     status = await eventually(lambda: in_phase(lifecycle, Phase.RUNNING), what=f"{name} running")
 
-    assert_fell_back(status, first, second)
+    await assert_fell_back(system, name, status, first, second)
     counters = await system.aks.counters()
     puts = counters.requests["PUT virtualMachines"]
     assert (puts, counters.vms_created, counters.vms_deleted, counters.faults_fired) == (2, 2, 1, 1), (
@@ -144,6 +145,17 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     assert condition(deleted, "Launched") == ("False", "LaunchFailed")
     assert await system.nodeclaim(name) is None
     assert await system.cloud.list() == []
+    # A warning for each offering that failed (naming it), and one as the NodeClaim is given up.
+    warnings = await events(system.kube, "InsufficientCapacityError", {name})
+    assert {event["type"] for event in warnings} == {"Warning"}
+    notes = sorted(event["note"] for event in warnings)
+    given_up = f"NodeClaim {name} event: {result.reason}"
+    tried_notes = sorted(f"NodeClaim {name} event: {summaries.offering_text(c)}: " for c in candidates)
+    assert given_up in notes, notes
+    notes.remove(given_up)
+    assert [note[: len(prefix)] for note, prefix in zip(notes, tried_notes, strict=True)] == tried_notes, (
+        notes
+    )
     counters = await system.aks.counters()
     puts = counters.requests["PUT virtualMachines"]
     # SkuNotAvailable rules the size out in every zone (or for regional placement) at once, as the AKS

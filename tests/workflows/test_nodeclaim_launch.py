@@ -280,7 +280,7 @@ async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_mov
         lambda: in_phase(lifecycle, Phase.RUNNING), timeout=SLOW, what=f"{name} running"
     )
 
-    assert_fell_back(status, first, second)
+    await assert_fell_back(system, name, status, first, second)
     assert launched_zones(system, name) == [first.zone, second.zone], (
         "Launched once the first create was accepted"
     )
@@ -295,12 +295,6 @@ async def test_a_vm_create_that_fails_for_capacity_after_its_launch_returned_mov
     [pod] = await eventually(lambda: system.running("pinned", 1), timeout=SLOW, what="the pod running")
     assert pod.spec.node_name == status.node
     assert [instance.name for instance in await system.cloud.list()] == [name]
-    import pathlib
-
-    history = await lifecycle.fetch_history()
-    pathlib.Path(f"/tmp/hist/NodeClaim-nodeclaim-{name}-{history.run_id[:8]}.json").write_text(
-        history.to_json()
-    )
     story = await explain(system.client, "nodeclaim", name)
     assert [(a.zone, a.launched) for a in story.launches] == [(first.zone, False), (second.zone, True)]
     assert story.launches[0].error.startswith(
