@@ -394,7 +394,7 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
     )
-    source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see README)")
+    source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see docs/cli.md)")
     parser.add_argument(
         "--unavailable",
         action="append",
