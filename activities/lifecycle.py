@@ -210,7 +210,8 @@ class LifecycleActivities:
         and plans again). Best effort: the launch's own error is what counts."""
         if failure.type not in (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED):
             return
-        message = f"NodeClaim {nodeclaim} event: {summaries.offering_text(offering)}: {failure.message}"
+        detail = summaries.truncated(f"{summaries.offering_text(offering)}: {failure.message}")
+        message = f"NodeClaim {nodeclaim} event: {detail}"
         event = kube_event("NodeClaim", nodeclaim, INSUFFICIENT_CAPACITY_ERROR, message, warning=True)
         try:
             await self.cluster.record_event(event)

@@ -83,6 +83,15 @@ def zonal(zone: str) -> bool:
     return bool(zone) and zone != REGIONAL_ZONE
 
 
+EVENT_ERROR_LENGTH = 300
+"""Karpenter's NodeClaim lifecycle cuts the error in its events to this many characters."""
+
+
+def truncated(text: str, length: int = EVENT_ERROR_LENGTH) -> str:
+    """`text` cut to `length` characters and marked `...` when it is longer, as Karpenter cuts its events' errors."""
+    return text if len(text) < length else text[:length] + "..."
+
+
 def offering_text(offering: OfferingChoice) -> str:
     """ "Standard_D4s_v5 spot eastus-1", "Standard_D2s_v5 on-demand, no zone"."""
     where = f" {offering.zone}" if zonal(offering.zone) else ", no zone"

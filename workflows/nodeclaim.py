@@ -301,7 +301,7 @@ class NodeClaimWorkflow:
             reason=LAUNCH_FAILED,
             message=message,
             event_reason=INSUFFICIENT_CAPACITY_ERROR,
-            event_message=f"NodeClaim {self._claim.name} event: {message}",
+            event_message=f"NodeClaim {self._claim.name} event: {summaries.truncated(message)}",
             event_type="Warning",
         )
         log("failed launching nodeclaim", NodeClaim=self._claim.name, error=message)
@@ -339,7 +339,7 @@ class NodeClaimWorkflow:
             message=message,
             event_reason=ASYNC_PROVISIONING_ERROR,
             event_type="Warning",
-            event_message=f"Failed to register: {_truncated(message, EVENT_MESSAGE_LENGTH)}",
+            event_message=f"Failed to register: {summaries.truncated(message, EVENT_MESSAGE_LENGTH)}",
             nodepool_event=True,
             disrupted="async_provisioning",
         )
@@ -936,7 +936,3 @@ def _last_error(error: ActivityError | None) -> str:
             return cause.message
         cause = cause.__cause__
     return ""
-
-
-def _truncated(text: str, length: int) -> str:
-    return text if len(text) < length else text[:length] + "..."

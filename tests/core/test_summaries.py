@@ -326,3 +326,9 @@ def test_how_a_manual_consolidation_ended() -> None:
         summaries.consolidation_outcome(status)
         == "1 command planned (saves $0.154/h), 1 node kept; 1 dry-run"
     )
+
+
+def test_an_event_error_is_cut_at_karpenters_300_characters() -> None:
+    assert summaries.truncated("x" * 299) == "x" * 299
+    assert summaries.truncated("x" * 300) == "x" * 300 + "..."
+    assert summaries.truncated("abcdef", 3) == "abc..."

@@ -149,7 +149,7 @@ async def test_when_every_offering_fails_the_nodeclaim_fails_and_is_deleted(syst
     warnings = await events(system.kube, "InsufficientCapacityError", {name})
     assert {event["type"] for event in warnings} == {"Warning"}
     notes = sorted(event["note"] for event in warnings)
-    given_up = f"NodeClaim {name} event: {result.reason}"
+    given_up = f"NodeClaim {name} event: {summaries.truncated(result.reason)}"
     tried_notes = sorted(f"NodeClaim {name} event: {summaries.offering_text(c)}: " for c in candidates)
     assert given_up in notes, notes
     notes.remove(given_up)
