@@ -266,13 +266,14 @@ def _taint_text(taint: Taint) -> str:
 
 async def node_state(cluster: ClusterAPI, request: InitializeInput) -> NodeState:
     """What initialization waits for: Ready, startup taints gone, requested extended resources reported; the
-    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`. The first look after
-    registration takes the Node as registration's patch left it when that shows it initializable (no GET);
+    first of them missing as the reason and message of Karpenter's `Initialized=Unknown`. A look takes the Node
+    as this client saw it without a request when that shows it initializable (registration's patch answer for the
+    first look after it, else the worker's informer copy; no GET), as Karpenter's lifecycle reads its cache;
     otherwise it reads the Node, which may have moved on since (a look that finds it waiting costs the lifecycle
     a wait, a signal and a second look)."""
-    written = cluster.node_as_written(request.node)
-    if written is not None:
-        state = _node_state(written, request)
+    seen = cluster.node_seen(request.node)
+    if seen is not None:
+        state = _node_state(seen, request)
         if not state.deleting and not state.waiting_reason:
             return state
     node = await cluster.get_node(request.node)

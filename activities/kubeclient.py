@@ -99,7 +99,7 @@ REMEMBERED_OBJECTS = 4096
 """Nodes and NodeClaims this client last read or wrote, kept as the first guess of a read-modify-write."""
 JUST_WRITTEN_SECONDS = 5.0
 """How long the answer to this client's write of a Node may stand in for the read that follows it
-(`node_as_written`)."""
+(`node_seen`)."""
 USER_AGENT = "nodewright"
 """The client's User-Agent; each process adds its part (`nodewright/worker`)."""
 DEFAULT_WATCH_TIMEOUT_SECONDS = 240
@@ -711,7 +711,7 @@ class KubernetesCluster:
         self._reconnect_max_wait = reconnect_max_wait
         self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._written: dict[tuple[str, str], float] = {}
-        """When this client last wrote an object it remembers, until `node_as_written` takes that answer."""
+        """When this client last wrote an object it remembers, until `node_seen` takes that answer."""
         self._event_deduper = Deduper(REMEMBERED_OBJECTS)
         self.event_clock: Callable[[], float] = time.monotonic
         """The clock of the events' de-duplication windows (tests move it on)."""
@@ -953,8 +953,10 @@ class KubernetesCluster:
         with self._parse_lock:
             return parse_manifests(items, "cluster", self._parsed)
 
-    def node_as_written(self, name: str) -> Node | None:
+    def node_seen(self, name: str) -> Node | None:
         raw = self._just_written(NODE.kind, name)
+        if raw is None and self.informer is not None:
+            raw = self.informer.get(NODE.kind, name)  # the informer's own copy: parsed, never written from
         return None if raw is None else Node.model_validate(raw)
 
     async def get_node(self, name: str) -> Node | None:

@@ -46,9 +46,10 @@ class ClusterAPI(Protocol):
 
     async def get_node(self, name: str) -> Node | None: ...
 
-    def node_as_written(self, name: str) -> Node | None:
-        """The Node as this client's own write of it answered a moment ago, once (the look that follows
-        registration's patch may take it instead of a read); None when there was no such write. No request."""
+    def node_seen(self, name: str) -> Node | None:
+        """The Node as this client saw it without a request: its own write's answer of a moment ago (once; the
+        look that follows registration's patch may take it instead of a read), else its watch's copy, which may
+        lag the server (as a controller's cache does). None when it holds neither."""
         ...
 
     async def find_node_by_provider_id(self, provider_id: str) -> Node | None: ...

@@ -22,7 +22,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from activities import kubeclient
-from activities.kube import kube_event, pod_event
+from activities.kube import kube_event, node_state, pod_event
 from activities.kubeclient import (
     NODE,
     NODECLAIM,
@@ -48,6 +48,7 @@ from core.errors import (
     ThrottledError,
     TransientError,
 )
+from core.messages import InitializeInput
 from tests.cluster import record_calls
 from workers.controlplane.run import (
     KWOK_ANNOTATION,
@@ -1097,22 +1098,22 @@ async def test_the_look_after_a_node_write_takes_its_answer_once_and_only_while_
     name = unique("node")
     await cluster.apply([kwok_node(name)])
     try:
-        assert cluster.node_as_written(name) is None  # created by apply: not this client's patch
+        assert cluster.node_seen(name) is None  # created by apply: not this client's patch
         await cluster.patch_node(name, labels={"a": "b"})
         # The look right after our write takes what the write answered.
-        node = cluster.node_as_written(name)
+        node = cluster.node_seen(name)
         assert node is not None and node.metadata.labels["a"] == "b"
         # Once: another writer's change since is only seen by a read.
-        assert cluster.node_as_written(name) is None
+        assert cluster.node_seen(name) is None
         # A read in between leaves it there to take, as the read answered (newer still).
         await cluster.patch_node(name, labels={"c": "d"})
         await cluster.get_node(name)
-        node = cluster.node_as_written(name)
+        node = cluster.node_seen(name)
         assert node is not None and node.metadata.labels["c"] == "d"
         # Nor is a write's answer once it is no longer fresh.
         await cluster.patch_node(name, labels={"e": "f"})
         monkeypatch.setattr(kubeclient, "JUST_WRITTEN_SECONDS", 0.0)
-        assert cluster.node_as_written(name) is None
+        assert cluster.node_seen(name) is None
     finally:
         monkeypatch.undo()
         await cluster.delete_node(name)
@@ -1180,6 +1181,46 @@ async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_cos
                 "example.com/theirs",
                 "example.com/ours",
             ]
+        finally:
+            monkeypatch.undo()
+            await cluster.delete_node(name)
+
+
+async def test_an_initialization_look_takes_an_initializable_node_from_the_informer_and_reads_a_waiting_one(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = unique("node")
+    async with load_cluster(str(control_plane.kubeconfig)) as cluster:
+        request = InitializeInput(nodeclaim=name, node=name, startup_taints=["example.com/startup"])
+        assert cluster.node_seen(name) is None  # no informer, no write of ours: nothing seen
+        cluster.start_informer()
+        informer = cluster.informer
+        assert informer is not None
+        node = kwok_node(name)
+        node["spec"] = {"taints": [{"key": "example.com/startup", "effect": "NoSchedule"}]}
+        await cluster.apply([node])
+        try:
+
+            def ready_without_taints(startup: bool) -> bool:
+                held = informer.get(NODE.kind, name)
+                if held is None:
+                    return False
+                node = Node.model_validate(held)
+                keys = [taint.key for taint in node.spec.taints]
+                return is_node_ready(node) and keys == (["example.com/startup"] if startup else [])
+
+            await eventually(lambda: _true(ready_without_taints(startup=True)), timeout=30)
+            calls: list[str] = []
+            record_calls(monkeypatch, cluster._core, "read_node", calls, lambda _: "GET")
+            # Still waiting on its startup taint in the informer's copy: the look reads the server to be sure.
+            state = await node_state(cluster, request)
+            assert (state.startup_taints_remaining, calls) == (["example.com/startup"], ["GET"])
+            # The taint goes (another writer's change, which only the informer hears of): no request at all.
+            await asyncio.to_thread(cluster._core.patch_node, name, {"spec": {"taints": None}})
+            await eventually(lambda: _true(ready_without_taints(startup=False)), timeout=30)
+            calls.clear()
+            state = await node_state(cluster, request)
+            assert state.ready and not state.startup_taints_remaining and calls == []
         finally:
             monkeypatch.undo()
             await cluster.delete_node(name)
