@@ -88,7 +88,8 @@ EVENT_ERROR_LENGTH = 300
 
 
 def truncated(text: str, length: int = EVENT_ERROR_LENGTH) -> str:
-    """`text` cut to `length` characters and marked `...` when it is longer, as Karpenter cuts its events' errors."""
+    """`text` cut to `length` characters and marked `...` unless it is shorter, as Karpenter cuts its events'
+    errors (a text of exactly `length` gets the mark too)."""
     return text if len(text) < length else text[:length] + "..."
 
 
