@@ -23,7 +23,7 @@ from core.api.meta import Taint, TaintEffect
 from core.api.nodeclaim import INSUFFICIENT_CAPACITY_ERROR, LAUNCH_FAILED, NODE_NOT_FOUND, NodeClaim
 from core.cloudprovider import CloudProvider, InstanceState, LaunchRequest
 from core.cluster import ClusterAPI
-from core.errors import CloudError, ErrorKind, NotFoundError
+from core.errors import OFFERING_ERROR_KINDS, CloudError, ErrorKind, NotFoundError
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
@@ -207,16 +207,14 @@ class LifecycleActivities:
     ) -> None:
         """An offering without capacity or quota: Karpenter's `InsufficientCapacityError` warning on the NodeClaim,
         naming the offering (the lifecycle then launches its next offering, where Karpenter deletes the NodeClaim
-        and plans again). Best effort: the launch's own error is what counts."""
-        if failure.type not in (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED):
+        and plans again). Best effort, as every event is (`ClusterAPI.record_event`)."""
+        if failure.type not in OFFERING_ERROR_KINDS:
             return
         detail = summaries.truncated(f"{summaries.offering_text(offering)}: {failure.message}")
         message = f"NodeClaim {nodeclaim} event: {detail}"
-        event = kube_event("NodeClaim", nodeclaim, INSUFFICIENT_CAPACITY_ERROR, message, warning=True)
-        try:
-            await self.cluster.record_event(event)
-        except Exception as error:
-            logger.warning("could not record the failed offering on NodeClaim %s: %s", nodeclaim, error)
+        await self.cluster.record_event(
+            kube_event("NodeClaim", nodeclaim, INSUFFICIENT_CAPACITY_ERROR, message, warning=True)
+        )
 
     @activity.defn(name=ActivityName.REGISTER_NODECLAIM)
     async def register_nodeclaim(self, request: RegisterInput) -> str | None:
