@@ -31,6 +31,26 @@ class ImageFamily(StrEnum):
     UBUNTU_2204 = "Ubuntu2204"
     UBUNTU_2404 = "Ubuntu2404"
     AZURE_LINUX = "AzureLinux"
+    WINDOWS_2022 = "Windows2022"
+    """Windows Server 2022 (amd64 only, no Trusted Launch image)."""
+    WINDOWS_2025 = "Windows2025"
+    """Windows Server 2025 (amd64 only, Kubernetes 1.32 and later, always FIPS)."""
+
+    @property
+    def is_windows(self) -> bool:
+        """Whether nodes of this family run Windows Server."""
+        return self in WINDOWS_FAMILIES
+
+
+WINDOWS_FAMILIES = frozenset({ImageFamily.WINDOWS_2022, ImageFamily.WINDOWS_2025})
+ALWAYS_FIPS_FAMILIES = frozenset({ImageFamily.WINDOWS_2025})
+"""Families whose nodes always run in FIPS mode: AKS cannot turn FIPS off on Windows Server 2025."""
+TRUSTED_LAUNCH_FIPS_FAMILIES = frozenset(
+    {ImageFamily.UBUNTU, ImageFamily.UBUNTU_2204, ImageFamily.WINDOWS_2025}
+)
+"""Families with a FIPS image for Trusted Launch VMs."""
+NO_TRUSTED_LAUNCH_FAMILIES = frozenset({ImageFamily.WINDOWS_2022})
+"""Families without a Trusted Launch image (the AKSWindows gallery has none for Windows Server 2022)."""
 
 
 class FIPSMode(StrEnum):
@@ -381,6 +401,7 @@ class AKSNodeClassSpec(StrictKubeModel):
         problems = self._tag_problems()
         if self.fips_mode is FIPSMode.FIPS:
             problems.extend(self._fips_problems())
+        problems.extend(self._windows_problems())
         if (
             self.linux_os_config is not None
             and self.linux_os_config.swap_file_size is not None
@@ -420,15 +441,46 @@ class AKSNodeClassSpec(StrictKubeModel):
                     "FIPS with imageFamily Ubuntu2204 requires Trusted Launch (vtpm or secureBoot)",
                 )
             ]
-        if trusted and family not in (ImageFamily.UBUNTU, ImageFamily.UBUNTU_2204):
+        if trusted and family not in TRUSTED_LAUNCH_FIPS_FAMILIES | NO_TRUSTED_LAUNCH_FAMILIES:
             return [(("fipsMode",), f"FIPS with Trusted Launch is not supported with imageFamily {family}")]
         return []
+
+    def _windows_problems(self) -> list[Problem]:
+        """What AKS refuses on Windows nodes: Linux-only settings, FIPS off on Windows Server 2025, Trusted Launch
+        where the family has no image for it."""
+        family = self.image_family
+        problems: list[Problem] = []
+        if family in NO_TRUSTED_LAUNCH_FAMILIES and self.trusted_launch_enabled:
+            problems.append(
+                (("security", "trustedLaunch"), f"Trusted Launch is not supported with imageFamily {family}")
+            )
+        if family in ALWAYS_FIPS_FAMILIES and self.fips_mode is FIPSMode.DISABLED:
+            problems.append((("fipsMode",), f"FIPS cannot be disabled with imageFamily {family}"))
+        if not family.is_windows:
+            return problems
+        if self.linux_os_config is not None:
+            problems.append((("linuxOSConfig",), f"linuxOSConfig is not supported with imageFamily {family}"))
+        if self.artifact_streaming_enabled:
+            problems.append(
+                (
+                    ("artifactStreaming", "enabled"),
+                    f"artifact streaming is not supported with imageFamily {family}",
+                )
+            )
+        if self.local_dns is not None and self.local_dns.mode is not LocalDNSMode.DISABLED:
+            problems.append((("localDNS", "mode"), f"LocalDNS is not supported with imageFamily {family}"))
+        return problems
 
     @property
     def trusted_launch_enabled(self) -> bool:
         """Whether VMs launch as Trusted Launch (vTPM or Secure Boot requested)."""
         trusted = self.security.trusted_launch if self.security else None
         return trusted is not None and (trusted.vtpm or trusted.secure_boot)
+
+    @property
+    def fips_enabled(self) -> bool:
+        """Whether nodes run in FIPS mode: asked for, or a family that always does (Windows Server 2025)."""
+        return self.fips_mode is FIPSMode.FIPS or self.image_family in ALWAYS_FIPS_FAMILIES
 
     @property
     def encryption_at_host(self) -> bool:

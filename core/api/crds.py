@@ -38,8 +38,12 @@ from core import labels
 from core.api.aksnodeclass import (
     _GO_DURATION,
     _TAG_KEY_FORBIDDEN,
+    ALWAYS_FIPS_FAMILIES,
     CLUSTER_ZONE,
+    NO_TRUSTED_LAUNCH_FAMILIES,
     ROOT_ZONE,
+    TRUSTED_LAUNCH_FIPS_FAMILIES,
+    WINDOWS_FAMILIES,
     AKSNodeClass,
     AKSNodeClassSpec,
     FIPSMode,
@@ -47,6 +51,7 @@ from core.api.aksnodeclass import (
     KubeletConfiguration,
     LocalDNS,
     LocalDNSForwardDestination,
+    LocalDNSMode,
     LocalDNSProtocol,
     LocalDNSServeStale,
     LocalDNSZoneOverride,
@@ -256,8 +261,11 @@ def _fips_rules() -> list[Schema]:
     def family(value: ImageFamily) -> str:
         return f"has(self.imageFamily) && self.imageFamily == {_literal(value)}"
 
-    trusted_families = (ImageFamily.UBUNTU, ImageFamily.UBUNTU_2204)
-    others = [value for value in ImageFamily if value not in (*trusted_families, ImageFamily.UBUNTU_2404)]
+    others = [
+        value
+        for value in ImageFamily
+        if value not in TRUSTED_LAUNCH_FIPS_FAMILIES | NO_TRUSTED_LAUNCH_FAMILIES | {ImageFamily.UBUNTU_2404}
+    ]
     return [
         _rule(
             f"!({fips} && {family(ImageFamily.UBUNTU_2404)})",
@@ -275,6 +283,50 @@ def _fips_rules() -> list[Schema]:
             "fipsMode",
         ),
     ]
+
+
+def _windows_rules() -> list[Schema]:
+    """`AKSNodeClassSpec._windows_problems` as CEL: one rule per family and setting, so that each message names
+    the family as the model's does."""
+    rules: list[Schema] = []
+    for value in sorted(NO_TRUSTED_LAUNCH_FAMILIES):
+        rules.append(
+            _rule(
+                f"!(has(self.imageFamily) && self.imageFamily == {_literal(value)} && {_trusted_launch()})",
+                f"Trusted Launch is not supported with imageFamily {value}",
+                "security.trustedLaunch",
+            )
+        )
+    for value in sorted(ALWAYS_FIPS_FAMILIES):
+        rules.append(
+            _rule(
+                f"!(has(self.imageFamily) && self.imageFamily == {_literal(value)} && has(self.fipsMode) && "
+                f"self.fipsMode == {_literal(FIPSMode.DISABLED)})",
+                f"FIPS cannot be disabled with imageFamily {value}",
+                "fipsMode",
+            )
+        )
+    disabled = _literal(LocalDNSMode.DISABLED)
+    linux_only = (
+        ("has(self.linuxOSConfig)", "linuxOSConfig is not supported", "linuxOSConfig"),
+        (
+            "has(self.artifactStreaming) && has(self.artifactStreaming.enabled) && self.artifactStreaming.enabled",
+            "artifact streaming is not supported",
+            "artifactStreaming.enabled",
+        ),
+        (
+            f"has(self.localDNS) && self.localDNS.mode != {disabled}",
+            "LocalDNS is not supported",
+            "localDNS.mode",
+        ),
+    )
+    for value in sorted(WINDOWS_FAMILIES):
+        family = f"has(self.imageFamily) && self.imageFamily == {_literal(value)}"
+        rules.extend(
+            _rule(f"!({family} && {condition})", f"{message} with imageFamily {value}", field)
+            for condition, message, field in linux_only
+        )
+    return rules
 
 
 def _at_most(small: str, large: str) -> Schema:
@@ -566,6 +618,7 @@ _MODEL_EXTRAS: dict[type[BaseModel], Schema] = {
     AKSNodeClassSpec: {
         "x-kubernetes-validations": [
             *_fips_rules(),
+            *_windows_rules(),
             _rule(
                 "!has(self.linuxOSConfig) || !has(self.linuxOSConfig.swapFileSize) || "
                 "(has(self.kubelet) && has(self.kubelet.failSwapOn) && self.kubelet.failSwapOn == false)",

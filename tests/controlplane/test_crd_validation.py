@@ -289,6 +289,31 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
         "spec.fipsMode",
         "FIPS with Trusted Launch is not supported with imageFamily AzureLinux",
     ),
+    "linuxOSConfig on Windows2022": (
+        nodeclass(imageFamily="Windows2022", linuxOSConfig={"transparentHugePageEnabled": "never"}),
+        "spec.linuxOSConfig",
+        "linuxOSConfig is not supported with imageFamily Windows2022",
+    ),
+    "artifact streaming on Windows2025": (
+        nodeclass(imageFamily="Windows2025", artifactStreaming={"enabled": True}),
+        "spec.artifactStreaming.enabled",
+        "artifact streaming is not supported with imageFamily Windows2025",
+    ),
+    "LocalDNS on Windows2022": (
+        {**local_dns(VNET_ZONES), "spec": {**local_dns(VNET_ZONES)["spec"], "imageFamily": "Windows2022"}},
+        "spec.localDNS.mode",
+        "LocalDNS is not supported with imageFamily Windows2022",
+    ),
+    "FIPS disabled on Windows2025": (
+        nodeclass(imageFamily="Windows2025", fipsMode="Disabled"),
+        "spec.fipsMode",
+        "FIPS cannot be disabled with imageFamily Windows2025",
+    ),
+    "Trusted Launch on Windows2022": (
+        nodeclass(imageFamily="Windows2022", security={"trustedLaunch": {"secureBoot": True}}),
+        "spec.security.trustedLaunch",
+        "Trusted Launch is not supported with imageFamily Windows2022",
+    ),
     "swap without failSwapOn false": (
         nodeclass(linuxOSConfig={"swapFileSize": "1Gi"}),
         "spec.kubelet.failSwapOn",
@@ -444,6 +469,13 @@ VALID = {
     ),
     "FIPS on Ubuntu2204 with Trusted Launch": nodeclass(
         fipsMode="FIPS", imageFamily="Ubuntu2204", security={"trustedLaunch": {"secureBoot": True}}
+    ),
+    "Windows2022 with FIPS": nodeclass(imageFamily="Windows2022", fipsMode="FIPS"),
+    "Windows2025 with Trusted Launch and LocalDNS off": nodeclass(
+        imageFamily="Windows2025",
+        security={"trustedLaunch": {"vtpm": True, "secureBoot": True}},
+        artifactStreaming={"enabled": False},
+        localDNS={"mode": "Disabled", "vnetDNSOverrides": VNET_ZONES, "kubeDNSOverrides": VNET_ZONES},
     ),
     "swap with failSwapOn false": nodeclass(
         linuxOSConfig={"swapFileSize": "1Gi"}, kubelet={"failSwapOn": False}

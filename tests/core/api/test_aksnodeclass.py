@@ -275,9 +275,10 @@ def test_os_disk_size_bounds_invalid(size: int, rule: str) -> None:
     ]
 
 
-def test_image_family_is_one_of_four() -> None:
+def test_image_family_is_one_of_six() -> None:
     assert problems(manifest(imageFamily="Ubuntu2004")) == [
-        "AKSNodeClass default: spec.imageFamily: Input should be 'Ubuntu', 'Ubuntu2204', 'Ubuntu2404' or 'AzureLinux'"
+        "AKSNodeClass default: spec.imageFamily: Input should be 'Ubuntu', 'Ubuntu2204', 'Ubuntu2404', "
+        "'AzureLinux', 'Windows2022' or 'Windows2025'"
     ]
 
 
@@ -433,6 +434,80 @@ def test_fips_rejected(family: str, trusted: bool, rule: str) -> None:
     assert problems(manifest(fipsMode="FIPS", imageFamily=family, security=trusted_launch(trusted))) == [
         f"AKSNodeClass default: spec.fipsMode: {rule}"
     ]
+
+
+# --- Windows --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["Windows2022", "Windows2025"])
+def test_windows_refuses_the_linux_only_settings_naming_each_field(family: str) -> None:
+    raw = manifest(
+        imageFamily=family,
+        linuxOSConfig={"transparentHugePageEnabled": "never"},
+        artifactStreaming={"enabled": True},
+        localDNS=local_dns(),
+    )
+    found = problems(raw)
+
+    for field, setting in (
+        ("linuxOSConfig", "linuxOSConfig"),
+        ("artifactStreaming.enabled", "artifact streaming"),
+        ("localDNS.mode", "LocalDNS"),
+    ):
+        assert (
+            f"AKSNodeClass default: spec.{field}: {setting} is not supported with imageFamily {family}"
+            in found
+        )
+
+
+def test_windows_accepts_what_it_ignores_when_it_is_off() -> None:
+    nodeclass = AKSNodeClass.parse(
+        manifest(
+            imageFamily="Windows2022",
+            artifactStreaming={"enabled": False},
+            localDNS=local_dns() | {"mode": "Disabled"},
+        )
+    )
+
+    assert nodeclass.spec.image_family.is_windows
+
+
+@pytest.mark.parametrize(
+    ("family", "fips", "trusted", "enabled"),
+    [
+        ("Windows2022", None, False, False),
+        ("Windows2022", "FIPS", False, True),
+        ("Windows2022", "Disabled", False, False),
+        ("Windows2025", None, False, True),
+        ("Windows2025", "FIPS", True, True),
+        ("Windows2025", None, True, True),
+    ],
+)
+def test_windows_fips_follows_aks(family: str, fips: str | None, trusted: bool, enabled: bool) -> None:
+    spec = {"imageFamily": family, "security": trusted_launch(trusted)}
+    if fips is not None:
+        spec["fipsMode"] = fips
+
+    assert AKSNodeClass.parse(manifest(**spec)).spec.fips_enabled is enabled
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "rule"),
+    [
+        (
+            {"imageFamily": "Windows2025", "fipsMode": "Disabled"},
+            "fipsMode",
+            "FIPS cannot be disabled with imageFamily Windows2025",
+        ),
+        (
+            {"imageFamily": "Windows2022", "security": {"trustedLaunch": {"vtpm": True}}},
+            "security.trustedLaunch",
+            "Trusted Launch is not supported with imageFamily Windows2022",
+        ),
+    ],
+)
+def test_windows_fips_and_trusted_launch_rules(spec: dict[str, Any], field: str, rule: str) -> None:
+    assert problems(manifest(**spec)) == [f"AKSNodeClass default: spec.{field}: {rule}"]
 
 
 def test_fips_disabled_has_no_rules() -> None:

@@ -388,7 +388,7 @@ INVALID = {
     "quantity with a unit typo": (nodepool(limits={"cpu": "10 cores"}), ".limits[cpu]"),
     "unknown spec field": (nodepool(provider={}), ".spec.provider: unknown field"),
     "OS disk of 10 GB": (nodeclass(osDiskSizeGB=10), ".osDiskSizeGB: minimum"),
-    "unknown image family": (nodeclass(imageFamily="Windows2022"), ".imageFamily"),
+    "unknown image family": (nodeclass(imageFamily="Windows2019"), ".imageFamily"),
     "maxPods 5": (nodeclass(maxPods=5), ".maxPods: minimum"),
     "subnet that is not a subnet ID": (nodeclass(vnetSubnetID="/subscriptions/x/vnet"), ".vnetSubnetID"),
     "log file size without a unit": (
