@@ -21,6 +21,7 @@ from fractions import Fraction
 from core import labels
 from core.instancetypes.catalog import AzureCatalog, AzureSku
 from core.instancetypes.types import MICROS_PER_DOLLAR, InstanceType, Offering, Overhead
+from core.instancetypes.windows import windows_on_demand_price, windows_spot_price
 from core.resources import AMD_GPU, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, Resources
 from core.scheduling.requirements import Operator, Requirement, Requirements
 
@@ -68,6 +69,10 @@ _CPU_RESERVED_BRACKETS = ((1.0, 0.06), (2.0, 0.04), (4.0, 0.02), (math.inf, 0.01
 _MEMORY_RESERVED_BRACKETS = ((4.0, 0.25), (8.0, 0.20), (16.0, 0.10), (128.0, 0.06), (math.inf, 0.02))
 
 OS_LINUX = "linux"
+OS_WINDOWS = "windows"
+WINDOWS_SYSTEM_RESERVED_MEMORY = 2 * GIB
+"""What AKS adds to the kube-reserved memory of a Windows node for the OS itself (a node of 8 GiB reserves
+1843Mi + 2048Mi = 3891Mi), which has no hard eviction threshold instead of the 750Mi."""
 AKS_MODES = ("system", "user")
 PRIORITY_REGULAR = "regular"
 PRIORITY_SPOT = "spot"
@@ -76,6 +81,7 @@ PLACEMENT_REGIONAL = "regional"
 NVIDIA = "nvidia"
 AMD = "amd"
 ARM64 = "arm64"
+AMD64 = "amd64"
 
 
 class ImageFamily(StrEnum):
@@ -83,16 +89,36 @@ class ImageFamily(StrEnum):
     UBUNTU_2204 = "Ubuntu2204"
     UBUNTU_2404 = "Ubuntu2404"
     AZURE_LINUX = "AzureLinux"
+    WINDOWS_2022 = "Windows2022"
+    WINDOWS_2025 = "Windows2025"
+
+    @property
+    def windows_build(self) -> str | None:
+        """The `node.kubernetes.io/windows-build` of nodes with this family (major.minor.build, as the kubelet
+        writes it); None for Linux."""
+        return _WINDOWS_BUILDS.get(self)
+
+    @property
+    def os(self) -> str:
+        """The `kubernetes.io/os` of nodes with this family."""
+        return OS_LINUX if self.windows_build is None else OS_WINDOWS
 
     def os_sku(self) -> str:
         """The `kubernetes.azure.com/os-sku` value of nodes with this image family."""
+        if self.windows_build is not None:
+            return self.value
         return "AzureLinux" if self is ImageFamily.AZURE_LINUX else "Ubuntu"
 
     def gpu_os_names(self) -> frozenset[str]:
         """The GPU registry's OS identifiers that make a GPU size usable with this image family."""
+        if self.windows_build is not None:
+            return frozenset({"windows"})
         if self is ImageFamily.AZURE_LINUX:
             return frozenset({"azurelinux", "azurelinux3"})
         return frozenset({"ubuntu"})
+
+
+_WINDOWS_BUILDS = {ImageFamily.WINDOWS_2022: "10.0.20348", ImageFamily.WINDOWS_2025: "10.0.26100"}
 
 
 class GpuMode(StrEnum):
@@ -117,7 +143,11 @@ class NodeClassSettings:
     local_dns: bool = False
     """Whether LocalDNS resolves to enabled."""
     fips: bool = False
-    """Whether `fipsMode` is FIPS: nodes carry `kubernetes.azure.com/fips_enabled=true`."""
+    """Whether nodes run in FIPS mode (`fipsMode` FIPS, or Windows Server 2025): they carry
+    `kubernetes.azure.com/fips_enabled=true`."""
+    windows_license_included: bool = True
+    """The cluster's Windows license type: None (the license is paid with the VM, at the Windows rate) unless
+    Azure Hybrid Benefit (`Windows_Server`) brings it, when a Windows VM costs the Linux rate."""
     memory_overhead_percent: float = 0.075
     """The operator option `VM_MEMORY_OVERHEAD_PERCENT`: memory the hypervisor keeps from the VM."""
 
@@ -211,6 +241,7 @@ class FilterReason(StrEnum):
     GPU_DRIVER_MODE = "GPUDriverMode"
     ARTIFACT_STREAMING = "ArtifactStreaming"
     TRUSTED_LAUNCH = "TrustedLaunch"
+    WINDOWS_ARCHITECTURE = "WindowsArchitecture"
 
     @property
     def message(self) -> str:
@@ -234,6 +265,7 @@ _FILTER_MESSAGES = {
     FilterReason.GPU_DRIVER_MODE: "gpu.mode Driver can install drivers for NVIDIA GPUs only",
     FilterReason.ARTIFACT_STREAMING: "artifact streaming, enabled by the AKSNodeClass, has no arm64 support",
     FilterReason.TRUSTED_LAUNCH: "it does not support Trusted Launch, which the AKSNodeClass enables",
+    FilterReason.WINDOWS_ARCHITECTURE: "AKS runs Windows Server on amd64 sizes only",
 }
 
 
@@ -283,6 +315,10 @@ def filter_reason(sku: AzureSku, settings: NodeClassSettings = DEFAULT_SETTINGS)
         ),
         (settings.artifact_streaming and sku.architecture == ARM64, FilterReason.ARTIFACT_STREAMING),
         (settings.trusted_launch and not supports_trusted_launch(sku), FilterReason.TRUSTED_LAUNCH),
+        (
+            settings.image_family.os == OS_WINDOWS and sku.architecture != AMD64,
+            FilterReason.WINDOWS_ARCHITECTURE,
+        ),
     )
     return next((reason for failed, reason in checks if failed), None)
 
@@ -350,11 +386,24 @@ def capacity(sku: AzureSku, settings: NodeClassSettings = DEFAULT_SETTINGS) -> R
     return resources
 
 
-def overhead(sku: AzureSku) -> Overhead:
-    """kube-reserved by the provider's brackets, no system-reserved, and the 750Mi memory eviction."""
+def node_kube_reserved(sku: AzureSku, family: ImageFamily = ImageFamily.UBUNTU) -> Resources:
+    """The kube-reserved a node of this size and family gets: the brackets, plus 2 GiB of memory on Windows."""
+    reserved = kube_reserved(sku.vcpus, sku.memory_gib)
+    if family.os == OS_WINDOWS:
+        reserved[MEMORY] += WINDOWS_SYSTEM_RESERVED_MEMORY
+    return reserved
+
+
+def eviction_threshold(family: ImageFamily = ImageFamily.UBUNTU) -> Resources:
+    """`--eviction-hard`'s memory: 750Mi on Linux; none on Windows, whose kubelet AKS runs without one."""
+    return {} if family.os == OS_WINDOWS else {MEMORY: EVICTION_MEMORY_AVAILABLE}
+
+
+def overhead(sku: AzureSku, family: ImageFamily = ImageFamily.UBUNTU) -> Overhead:
+    """kube-reserved by the provider's brackets, no system-reserved, and the 750Mi memory eviction; on Windows,
+    2 GiB more kube-reserved memory and no eviction threshold, as AKS configures Windows kubelets."""
     return Overhead(
-        kube_reserved=kube_reserved(sku.vcpus, sku.memory_gib),
-        eviction_threshold={MEMORY: EVICTION_MEMORY_AVAILABLE},
+        kube_reserved=node_kube_reserved(sku, family), eviction_threshold=eviction_threshold(family)
     )
 
 
@@ -402,13 +451,17 @@ def _offering(
 
 
 def offerings(
-    sku: AzureSku, catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = frozenset()
+    sku: AzureSku,
+    catalog: AzureCatalog,
+    unavailable: Collection[tuple[str, str, str]] = frozenset(),
+    settings: NodeClassSettings = DEFAULT_SETTINGS,
 ) -> tuple[Offering, ...]:
     """One on-demand and one spot offering per zone, each unavailable when `unavailable` lists it.
 
     Sizes missing from the provider's known-SKU list, and sizes without a price, cost the 999 $/h penalty.
     Spot is available only for low-priority-capable sizes with a spot price: no spot price is invented,
-    so a size without one keeps an unavailable spot offering at the penalty price.
+    so a size without one keeps an unavailable spot offering at the penalty price. Windows nodes cost the
+    Windows rate (`core.instancetypes.windows`) unless the cluster brings its license.
     """
     blocked = frozenset(unavailable)
 
@@ -417,8 +470,10 @@ def offerings(
             return MISSING_PRICE_MICROS
         return price_micros
 
-    on_demand_price = priced(sku.on_demand_price_micros)
-    spot_price = priced(sku.spot_price_micros)
+    on_demand_price, spot_price = priced(sku.on_demand_price_micros), priced(sku.spot_price_micros)
+    if settings.image_family.os == OS_WINDOWS and settings.windows_license_included:
+        on_demand_price = priced(windows_on_demand_price(sku))
+        spot_price = priced(windows_spot_price(sku))
     spot_possible = sku.low_priority_capable is True and sku.spot_price_micros is not None
     result: list[Offering] = []
     for zone in offering_zones(sku, catalog):
@@ -466,7 +521,8 @@ def requirements(
         [
             _in(labels.INSTANCE_TYPE, [sku.name]),
             _in(labels.ARCH, [sku.architecture]),
-            _in(labels.OS, [OS_LINUX]),
+            _in(labels.OS, [settings.image_family.os]),
+            _in_or_absent(labels.WINDOWS_BUILD, settings.image_family.windows_build),
             _in(labels.REGION, [catalog.region]),
             _union(available, labels.ZONE),
             _union(available, labels.CAPACITY_TYPE),
@@ -526,14 +582,14 @@ def azure_instance_types(
         size = parse_size_name(sku.name)
         if size is None or filter_reason(sku, settings) is not None:
             continue
-        offers = offerings(sku, catalog, blocked)
+        offers = offerings(sku, catalog, blocked, settings)
         result.append(
             InstanceType(
                 name=sku.name,
                 requirements=requirements(sku, size, catalog, offers, settings),
                 offerings=offers,
                 capacity=capacity(sku, settings),
-                overhead=overhead(sku),
+                overhead=overhead(sku, settings.image_family),
             )
         )
     return sorted(result, key=lambda instance_type: instance_type.name)

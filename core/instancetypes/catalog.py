@@ -2,7 +2,8 @@
 
 A catalog holds one region: its logical availability zones and, per VM size, the Resource SKU capabilities
 Karpenter reads (vCPUs, memory, architecture, GPUs, disks, Hyper-V generations, zones, spot eligibility)
-plus its Linux prices. Snapshots for a few regions ship as package data (see `data/README.md` for where
+plus its Linux prices, and its Windows ones once the Retail Prices API's Windows meters were read. Snapshots
+for a few regions ship as package data (see `data/README.md` for where
 every value comes from); a live adapter can build the same `AzureCatalog` from the Resource SKUs and
 Retail Prices APIs.
 """
@@ -69,6 +70,11 @@ class AzureSku:
     """Linux pay-as-you-go price in micro-dollars per hour."""
     spot_price_micros: int | None = None
     """Linux spot price in micro-dollars per hour; `None` when no source gives one."""
+    windows_on_demand_price_micros: int | None = None
+    """Windows pay-as-you-go price (license included) from the Retail Prices API's Windows meter; `None` when
+    none was read (`core.instancetypes.windows` then adds the license rate to the Linux price)."""
+    windows_spot_price_micros: int | None = None
+    """Windows spot price from its Windows meter; `None` when none was read."""
     karpenter_known_sku: bool = True
     """Whether the provider's embedded known-SKU list has the size (unknown sizes get the penalty price)."""
     encryption_at_host_supported: bool | None = None
@@ -101,9 +107,13 @@ class UnknownRegionError(ValueError):
 _PRICE_COLUMNS = {
     "on_demand_usd_per_hour": "on_demand_price_micros",
     "spot_usd_per_hour": "spot_price_micros",
+    "windows_on_demand_usd_per_hour": "windows_on_demand_price_micros",
+    "windows_spot_usd_per_hour": "windows_spot_price_micros",
 }
 """Shipped files give prices in USD per hour, as their sources do; other columns are `AzureSku` fields."""
 _FIELDS = frozenset(field.name for field in fields(AzureSku))
+_OPTIONAL_COLUMNS = frozenset({"windows_on_demand_price_micros", "windows_spot_price_micros"})
+"""Columns a shipped file may leave out (the shipped catalogs have no Windows meter): they read as unknown."""
 
 
 def shipped_regions() -> tuple[str, ...]:
@@ -139,7 +149,7 @@ def _load(region: str) -> AzureCatalog:
 
 def _catalog_from_json(raw: dict[str, Any]) -> AzureCatalog:
     columns = [_PRICE_COLUMNS.get(column, column) for column in raw["columns"]]
-    if set(columns) != _FIELDS:
+    if not _FIELDS - _OPTIONAL_COLUMNS <= set(columns) <= _FIELDS:
         raise ValueError(
             f"catalog {raw.get('region')!r} columns {sorted(columns)} do not match {sorted(_FIELDS)}"
         )
@@ -152,7 +162,7 @@ def _catalog_from_json(raw: dict[str, Any]) -> AzureCatalog:
 
 def _sku_from_row(row: dict[str, Any]) -> AzureSku:
     for price in _PRICE_COLUMNS.values():
-        if row[price] is not None:
+        if row.get(price) is not None:
             row[price] = usd_to_micros(row[price])
     row["gpu_os"] = frozenset(row["gpu_os"] or ())
     row["hyperv_generations"] = tuple(row["hyperv_generations"] or ())

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from core import labels
-from core.api.aksnodeclass import AKSNodeClass, FIPSMode, ImageFamily, NodeImage
+from core.api.aksnodeclass import AKSNodeClass, ImageFamily, NodeImage
 from core.api.meta import NodeSelectorOperator
 from core.errors import InvalidError
 from core.instancetypes.azure import ARM64
@@ -72,17 +72,19 @@ def _describe(size: BootTarget) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Gallery:
-    """An AKS node image gallery, as a Shared Image Gallery (managed AKS) and as a Community Gallery."""
+    """An AKS node image gallery, as a Shared Image Gallery (managed AKS) and as a Community Gallery (None when
+    AKS publishes none: Windows images are in the Shared Image Gallery only)."""
 
     name: str
     resource_group: str
-    community_name: str
+    community_name: str | None
 
 
 UBUNTU_GALLERY = Gallery("AKSUbuntu", "AKS-Ubuntu", "AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2")
 AZURE_LINUX_GALLERY = Gallery(
     "AKSAzureLinux", "AKS-AzureLinux", "AKSAzureLinux-f7c7cda5-1c9a-4bdc-a222-9614c968580b"
 )
+WINDOWS_GALLERY = Gallery("AKSWindows", "AKS-Windows", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,10 @@ class ImageDefinition:
     name: str
     architecture: str = AMD64
     generation: str = GEN2
+    version: str | None = None
+    """The version booted when the AKSNodeClass status names none; None for the Linux definitions, which boot the
+    operator's node image version (their releases share one version scheme; Windows releases number theirs by
+    the OS build)."""
 
     def boots_on(self, size: BootTarget) -> bool:
         """Whether a VM of this size can boot the image (a size with unknown generations is not excluded)."""
@@ -102,14 +108,14 @@ class ImageDefinition:
 
 
 def _definitions(
-    gallery: Gallery, gen2: str, gen1: str | None, arm64: str | None
+    gallery: Gallery, gen2: str, gen1: str | None, arm64: str | None, version: str | None = None
 ) -> tuple[ImageDefinition, ...]:
     """A family's definitions in the provider's priority order: Gen2, then Gen1, then Arm64."""
-    found = [ImageDefinition(gallery, gen2)]
+    found = [ImageDefinition(gallery, gen2, version=version)]
     if gen1 is not None:
-        found.append(ImageDefinition(gallery, gen1, generation=GEN1))
+        found.append(ImageDefinition(gallery, gen1, generation=GEN1, version=version))
     if arm64 is not None:
-        found.append(ImageDefinition(gallery, arm64, architecture=ARM64))
+        found.append(ImageDefinition(gallery, arm64, architecture=ARM64, version=version))
     return tuple(found)
 
 
@@ -122,6 +128,11 @@ class _Variant(StrEnum):
 
 _U = UBUNTU_GALLERY
 _AL = AZURE_LINUX_GALLERY
+_W = WINDOWS_GALLERY
+WINDOWS_2022_VERSION = "20348.4529.251212"
+WINDOWS_2025_VERSION = "26100.7462.251212"
+"""The AKS Windows node image release of 2025-12-12 (OS build, update revision, release date), the newest in the
+AKS provider's NodeImageVersions snapshot (`core/instancetypes/data/README.md`)."""
 _IMAGES: dict[tuple[str, _Variant], tuple[ImageDefinition, ...]] = {
     ("Ubuntu2004", _Variant.FIPS): _definitions(_U, "2004gen2fipscontainerd", "2004fipscontainerd", None),
     ("Ubuntu2204", _Variant.PLAIN): _definitions(
@@ -139,12 +150,24 @@ _IMAGES: dict[tuple[str, _Variant], tuple[ImageDefinition, ...]] = {
     ("AzureLinux3", _Variant.PLAIN): _definitions(_AL, "V3gen2", "V3", "V3gen2arm64"),
     ("AzureLinux3", _Variant.FIPS): _definitions(_AL, "V3gen2fips", "V3fips", "V3gen2arm64fips"),
     ("AzureLinux3", _Variant.TRUSTED_LAUNCH): _definitions(_AL, "V3gen2TL", None, None),
+    # Windows has one image with and without FIPS (FIPS is set at boot) and no Arm64 image.
+    ("Windows2022", _Variant.PLAIN): _definitions(
+        _W, "windows-2022-containerd-gen2", "windows-2022-containerd", None, WINDOWS_2022_VERSION
+    ),
+    ("Windows2025", _Variant.PLAIN): _definitions(
+        _W, "windows-2025-gen2", "windows-2025", None, WINDOWS_2025_VERSION
+    ),
+    ("Windows2025", _Variant.TRUSTED_LAUNCH): _definitions(
+        _W, "windows-2025-gen2-tl", None, None, WINDOWS_2025_VERSION
+    ),
 }
 
 _VERSION = re.compile(r"^v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.\d+)?")
 UBUNTU_2404_FROM = (1, 34)
 """The Ubuntu family boots Ubuntu 24.04 from this Kubernetes version on, 22.04 below it."""
 AZURE_LINUX_3_FROM = (1, 32)
+WINDOWS_2025_FROM = (1, 32)
+"""AKS runs Windows Server 2025 nodes from this Kubernetes version on."""
 
 
 def kubernetes_minor(version: str) -> tuple[int, int]:
@@ -165,6 +188,16 @@ def _variant(trusted_launch: bool, fips: bool) -> _Variant:
 
 def _release(family: ImageFamily, variant: _Variant, minor: tuple[int, int]) -> str:
     match family:
+        case ImageFamily.WINDOWS_2022:
+            return "Windows2022"
+        case ImageFamily.WINDOWS_2025 if minor < WINDOWS_2025_FROM:
+            raise InvalidError(
+                f"image family {family} needs Kubernetes {WINDOWS_2025_FROM[0]}.{WINDOWS_2025_FROM[1]} or later "
+                f"(the cluster runs {minor[0]}.{minor[1]})",
+                code=UNSUPPORTED_IMAGE,
+            )
+        case ImageFamily.WINDOWS_2025:
+            return "Windows2025"
         case ImageFamily.AZURE_LINUX:
             return "AzureLinux3" if minor >= AZURE_LINUX_3_FROM else "AzureLinux2"
         case ImageFamily.UBUNTU_2204:
@@ -190,9 +223,10 @@ def image_definition(
 
     Ubuntu (the default family) is Ubuntu 24.04 from Kubernetes 1.34 and 22.04 below; with Trusted Launch it is
     22.04, and with FIPS 20.04 (or 22.04 with FIPS and Trusted Launch). AzureLinux is Azure Linux 3 from
-    Kubernetes 1.32 and 2 below. Raises `InvalidError` (UnsupportedImage) when none boots on the size.
+    Kubernetes 1.32 and 2 below. Windows boots the same image with or without FIPS; Windows2025 needs Kubernetes
+    1.32. Raises `InvalidError` (UnsupportedImage) when none boots on the size.
     """
-    variant = _variant(trusted_launch, fips)
+    variant = _variant(trusted_launch, fips and not family.is_windows)
     release = _release(family, variant, kubernetes_minor(kubernetes_version))
     definitions = _IMAGES.get((release, variant))
     if definitions is None:
@@ -274,7 +308,7 @@ class NodeImages:
             family=spec.image_family,
             kubernetes_version=nodeclass.status.kubernetes_version,
             trusted_launch=spec.trusted_launch_enabled,
-            fips=spec.fips_mode is FIPSMode.FIPS,
+            fips=spec.fips_enabled,
         )
 
     def _refused(self, detail: str) -> InvalidError:

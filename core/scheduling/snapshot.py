@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from core import labels
-from core.api.aksnodeclass import AKSNodeClass, FIPSMode, LocalDNSState
+from core.api.aksnodeclass import AKSNodeClass, LocalDNSState
 from core.api.kube import DaemonSet, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, owner_kind
 from core.api.manifests import Manifests
 from core.api.meta import ObjectMeta, OwnerReference
@@ -38,8 +38,8 @@ InstanceTypeProvider = Callable[[AKSNodeClass | None], list[InstanceType]]
 
 
 def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
-    """The AKSNodeClass fields that shape instance types (disk size, max pods, image family, filters, the FIPS
-    label)."""
+    """The AKSNodeClass fields that shape instance types (disk size, max pods, image family and with it the OS,
+    filters, the FIPS label)."""
     if nodeclass is None:
         return NodeClassSettings()
     spec = nodeclass.spec
@@ -52,7 +52,7 @@ def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
         gpu_mode=GpuMode(spec.gpu_mode),
         artifact_streaming=spec.artifact_streaming_enabled,
         local_dns=nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
-        fips=spec.fips_mode is FIPSMode.FIPS,
+        fips=spec.fips_enabled,
     )
 
 

@@ -517,3 +517,94 @@ def test_filters_apply_to_a_whole_catalog() -> None:
 
     assert [it.name for it in azure_instance_types(catalog(kept, dropped), settings)] == ["Standard_D4s_v5"]
     assert filtered_out(catalog(kept, dropped), settings) == {"Standard_D2s_v3": FilterReason.LOCAL_DNS}
+
+
+# --- Windows -------------------------------------------------------------------------------------------
+
+WINDOWS_2022 = NodeClassSettings(image_family=ImageFamily.WINDOWS_2022)
+
+
+@pytest.mark.parametrize(
+    ("family", "build", "os_sku"),
+    [
+        (ImageFamily.WINDOWS_2022, "10.0.20348", "Windows2022"),
+        (ImageFamily.WINDOWS_2025, "10.0.26100", "Windows2025"),
+    ],
+)
+def test_windows_sizes_carry_the_labels_aks_writes(family: ImageFamily, build: str, os_sku: str) -> None:
+    instance_type = only(azure_instance_types(catalog(sku()), NodeClassSettings(image_family=family)))
+
+    node = instance_type.node_labels(instance_type.offerings[0])
+    assert (node[labels.OS], node[labels.WINDOWS_BUILD], node[labels.AKS_OS_SKU]) == (
+        "windows",
+        build,
+        os_sku,
+    )
+
+
+def test_linux_sizes_have_no_windows_build() -> None:
+    instance_type = only(azure_instance_types(catalog(sku())))
+
+    assert values(instance_type, labels.OS) == ["linux"]
+    assert absent(instance_type, labels.WINDOWS_BUILD)
+
+
+def test_windows_runs_on_amd64_sizes_only() -> None:
+    arm = sku(name="Standard_D4ps_v5", architecture="arm64")
+
+    assert filter_reason(arm, WINDOWS_2022) is FilterReason.WINDOWS_ARCHITECTURE
+    assert filter_reason(sku(), WINDOWS_2022) is None
+    assert [it.name for it in azure_instance_types(catalog(sku(), arm), WINDOWS_2022)] == ["Standard_D4s_v5"]
+
+
+def test_windows_gpu_sizes_need_the_registrys_windows_support() -> None:
+    gpu = {"name": "Standard_NC4as_T4_v3", "gpu_count": 1, "gpu_manufacturer": "nvidia"}
+
+    assert (
+        filter_reason(sku(**gpu, gpu_os=frozenset({"ubuntu"})), WINDOWS_2022) is FilterReason.GPU_IMAGE_FAMILY
+    )
+    assert filter_reason(sku(**gpu, gpu_os=frozenset({"ubuntu", "windows"})), WINDOWS_2022) is None
+
+
+def test_windows_reserves_2gib_more_memory_and_has_no_hard_eviction() -> None:
+    linux = only(azure_instance_types(catalog(sku())))
+    windows = only(azure_instance_types(catalog(sku()), WINDOWS_2022))
+
+    # 4 vCPUs, 16 GiB: the brackets' 2662Mi, plus AKS's 2048Mi for Windows; the same CPU.
+    assert windows.overhead.kube_reserved == {CPU: 140, MEMORY: (2662 + 2048) * MIB}
+    assert windows.overhead.eviction_threshold == {}
+    assert linux.overhead.eviction_threshold == {MEMORY: 750 * MIB}
+    assert linux.allocatable()[MEMORY] - windows.allocatable()[MEMORY] == (2048 - 750) * MIB
+
+
+def test_windows_nodes_cost_the_windows_rate() -> None:
+    plain, burstable = (
+        sku(),
+        sku(name="Standard_B4s_v2", on_demand_price_micros=166_400, spot_price_micros=None),
+    )
+    metered = sku(
+        name="Standard_D4as_v5", windows_on_demand_price_micros=356_000, windows_spot_price_micros=90_000
+    )
+    types = {it.name: it for it in azure_instance_types(catalog(plain, burstable, metered), WINDOWS_2022)}
+
+    def prices(name: str) -> dict[str, int]:
+        return {o.capacity_type: o.price_micros for o in types[name].offerings if o.zone == "eastus-1"}
+
+    # The license: $0.046 per vCPU-hour, on spot too (a live Windows meter wins when there is one).
+    assert prices("Standard_D4s_v5") == {"on-demand": 192_000 + 184_000, "spot": 38_400 + 184_000}
+    assert prices("Standard_D4as_v5") == {"on-demand": 356_000, "spot": 90_000}
+    # The burstable B-series' license is a tenth of that.
+    assert prices("Standard_B4s_v2")["on-demand"] == 166_400 + 18_400
+    hybrid = NodeClassSettings(image_family=ImageFamily.WINDOWS_2022, windows_license_included=False)
+    [brought] = azure_instance_types(catalog(plain), hybrid)
+    assert {o.price_micros for o in brought.offerings if o.capacity_type == "on-demand"} == {192_000}
+
+
+def test_windows2025_always_has_the_fips_label() -> None:
+    instance_type = only(
+        azure_instance_types(
+            catalog(sku()), NodeClassSettings(image_family=ImageFamily.WINDOWS_2025, fips=True)
+        )
+    )
+
+    assert values(instance_type, labels.AKS_FIPS_ENABLED) == ["true"]

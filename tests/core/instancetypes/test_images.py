@@ -138,3 +138,53 @@ def test_any_catalogs_types_are_judged_by_their_labels() -> None:
     # No Hyper-V generation label: matched on architecture alone, as a size of unknown generations is.
     assert [t.name for t in kept] == ["amd", "either", "unlabelled"]
     assert list(refused) == ["arm"]
+
+
+# --- Windows --------------------------------------------------------------------------------------------
+
+
+def windows(family: str, version: str = "1.33.5", **spec: Any) -> AKSNodeClass:
+    return AKSNodeClass.parse(
+        {
+            "metadata": {"name": "windows"},
+            "spec": {"imageFamily": family, **spec},
+            "status": {"kubernetesVersion": version},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodeclass", "gen2", "gen1"),
+    [
+        (windows("Windows2022"), "windows-2022-containerd-gen2", "windows-2022-containerd"),
+        (windows("Windows2022", fipsMode="FIPS"), "windows-2022-containerd-gen2", "windows-2022-containerd"),
+        (windows("Windows2025"), "windows-2025-gen2", "windows-2025"),
+        (windows("Windows2025", security={"trustedLaunch": {"vtpm": True}}), "windows-2025-gen2-tl", None),
+    ],
+)
+def test_windows_boots_the_aks_windows_gallery_by_generation(
+    nodeclass: AKSNodeClass, gen2: str, gen1: str | None
+) -> None:
+    images = NodeImages.of(nodeclass)
+    both = SizeShape("both", "amd64", ("V1", "V2"))
+    only_gen1 = SizeShape("gen1", "amd64", ("V1",))
+
+    chosen = images.image(both, "1.33.5")
+    assert not isinstance(chosen, str)
+    assert (chosen.gallery.name, chosen.gallery.community_name, chosen.name) == ("AKSWindows", None, gen2)
+    if gen1 is None:
+        assert images.refusal(only_gen1) is not None
+    else:
+        found = images.image(only_gen1, "1.33.5")
+        assert not isinstance(found, str) and found.name == gen1
+    assert images.refusal(SizeShape("arm", "arm64", ("V2",))) is not None
+
+
+def test_windows2025_needs_kubernetes_1_32() -> None:
+    refusal = NodeImages.of(windows("Windows2025", "1.31.9")).refusal(SizeShape("x", "amd64", ("V2",)))
+
+    assert (
+        refusal
+        == "AKSNodeClass windows: image family Windows2025 needs Kubernetes 1.32 or later (the cluster runs 1.31)"
+    )
+    assert NodeImages.of(windows("Windows2025", "1.32.0")).refusal(SizeShape("x", "amd64", ("V2",))) is None
