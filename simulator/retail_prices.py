@@ -3,10 +3,11 @@
 Items have the real API's fields and shape (`Items`, `NextPageLink`, `Count`, with `BillingCurrency`,
 `CustomerEntityId` and `CustomerEntityType`), one page of `page_size` items at a time, the next page linked
 with `$skip`. For every size of the catalog it lists what the real API lists for a VM size: the Linux
-pay-as-you-go meter, the Windows one (product name ending in ` Windows`, pricier), and, for sizes with a
-spot price, the Linux spot and Low Priority meters (sku names ending in ` Spot` and ` Low Priority`), plus a
-`DevTestConsumption` item. Prices are the catalog's, so a client that reads only Linux consumption items gets
-exactly the catalog's prices (`price_overrides` changes some, to prove a refresh picked them up).
+pay-as-you-go meter, the Windows one (product name ending in ` Windows`: the Linux price plus the Windows
+Server license, `core.instancetypes.windows`), and, for sizes with a spot price, the Linux and Windows spot
+meters and the Low Priority one (sku names ending in ` Spot` and ` Low Priority`), plus a `DevTestConsumption`
+item. Prices are the catalog's, so a client that reads only Linux consumption items gets exactly the catalog's
+prices (`price_overrides` changes some, to prove a refresh picked them up).
 
 `$filter` takes what the provider sends: `field eq 'value'` clauses joined by `and`, on the item fields
 (`priceType` matches `type`). Values compare exactly, as the API's do since 2023. An unknown field or a
@@ -26,12 +27,11 @@ from aiohttp import web
 
 from core.instancetypes.catalog import AzureCatalog, AzureSku
 from core.instancetypes.types import MICROS_PER_DOLLAR
+from core.instancetypes.windows import license_price
 
 PATH = "/api/retail/prices"
 DEFAULT_PAGE_SIZE = 1000
 """The real API's page size."""
-WINDOWS_MARKUP = 1.5
-"""Windows meters cost more than Linux ones; how much does not matter, only that they differ."""
 LOW_PRIORITY_FACTOR = 0.8
 
 Json = dict[str, Any]
@@ -93,13 +93,16 @@ class RetailPrices:
         items: list[Json] = []
         meter = sku.name.removeprefix("Standard_").removeprefix("Basic_").replace("_", " ")
         product = f"Virtual Machines {sku.docs_series or meter.split(' ')[0]} Series"
+        license_usd = license_price(sku) / MICROS_PER_DOLLAR
+        windows = f"{product} Windows"
         if on_demand is not None:
             items.append(self._item(sku, meter, meter, product, on_demand))
-            items.append(self._item(sku, meter, meter, f"{product} Windows", on_demand * WINDOWS_MARKUP))
+            items.append(self._item(sku, meter, meter, windows, on_demand + license_usd))
             items.append(self._item(sku, meter, meter, product, on_demand, price_type="DevTestConsumption"))
         if sku.spot_price_micros is not None:
             spot = sku.spot_price_micros / MICROS_PER_DOLLAR
             items.append(self._item(sku, f"{meter} Spot", f"{meter} Spot", product, spot))
+            items.append(self._item(sku, f"{meter} Spot", f"{meter} Spot", windows, spot + license_usd))
             low = f"{meter} Low Priority"
             items.append(self._item(sku, low, low, product, spot * LOW_PRIORITY_FACTOR))
         return items

@@ -39,6 +39,10 @@ def live_catalog(
                 sku,
                 on_demand_price_micros=prices.on_demand.get(sku.name, sku.on_demand_price_micros),
                 spot_price_micros=prices.spot.get(sku.name, sku.spot_price_micros),
+                windows_on_demand_price_micros=prices.windows_on_demand.get(
+                    sku.name, sku.windows_on_demand_price_micros
+                ),
+                windows_spot_price_micros=prices.windows_spot.get(sku.name, sku.windows_spot_price_micros),
             )
             for sku in skus
         ),

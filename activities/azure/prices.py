@@ -1,11 +1,12 @@
-"""Live Linux VM prices from Azure's public Retail Prices API, read as the AKS provider reads them.
+"""Live VM prices from Azure's public Retail Prices API, read as the AKS provider reads them.
 
 One query per region (`priceType eq 'Consumption' and currencyCode eq 'USD' and serviceFamily eq 'Compute'
 and serviceName eq 'Virtual Machines' and armRegionName eq '<region>'`), following `NextPageLink` to the
-last page. Windows products (`productName` ending in ` Windows`) and Low Priority meters (`meterName` ending
-in ` Low Priority`) are dropped; an item whose `skuName` ends in ` Spot` is the spot price of its
-`armSkuName`, any other the on-demand price. `retailPrice` is USD per hour. When one size has several items
-of the same kind, the last one read wins (the provider keeps an arbitrary one).
+last page. Low Priority meters (`meterName` ending in ` Low Priority`) are dropped; an item whose `skuName`
+ends in ` Spot` is the spot price of its `armSkuName`, any other the on-demand price. `retailPrice` is USD per
+hour. When one size has several items of the same kind, the last one read wins (the provider keeps an arbitrary
+one). The provider drops Windows products (`productName` ending in ` Windows`), as it launches Linux only; they
+are kept here apart, as the Windows prices of Windows nodes (`core.instancetypes.windows`).
 
 Every request has a timeout; throttling (429), server errors and connection failures are retried a bounded
 number of times with exponential backoff. A failed read raises `PriceFetchError`, and so does a read that
@@ -57,10 +58,12 @@ class PriceFetchError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class LivePrices:
-    """Linux prices per ARM VM size, in micro-dollars per hour."""
+    """Linux and Windows prices per ARM VM size, in micro-dollars per hour."""
 
     on_demand: dict[str, int] = field(default_factory=dict)
     spot: dict[str, int] = field(default_factory=dict)
+    windows_on_demand: dict[str, int] = field(default_factory=dict)
+    windows_spot: dict[str, int] = field(default_factory=dict)
 
 
 def price_filter(region: str) -> str:
@@ -72,18 +75,20 @@ def price_filter(region: str) -> str:
 
 
 def prices_from_items(items: Iterable[Mapping[str, Any]]) -> LivePrices:
-    """The Linux on-demand and spot prices among Retail Prices items (Windows and Low Priority dropped)."""
+    """The on-demand and spot prices among Retail Prices items, Linux and Windows apart (Low Priority dropped)."""
     prices = LivePrices()
     for item in items:
         size = item.get("armSkuName")
         price = item.get("retailPrice")
         if not isinstance(size, str) or not size or not isinstance(price, int | float):
             continue
-        if str(item.get("productName", "")).endswith(" Windows"):
-            continue
         if str(item.get("meterName", "")).endswith(" Low Priority"):
             continue
-        kind = prices.spot if str(item.get("skuName", "")).endswith(" Spot") else prices.on_demand
+        spot = str(item.get("skuName", "")).endswith(" Spot")
+        if str(item.get("productName", "")).endswith(" Windows"):
+            kind = prices.windows_spot if spot else prices.windows_on_demand
+        else:
+            kind = prices.spot if spot else prices.on_demand
         kind[size] = usd_to_micros(price)
     return prices
 
@@ -95,7 +100,7 @@ class RetailPricesClient:
         self.settings = settings or PriceSettings()
 
     async def fetch(self, region: str) -> LivePrices:
-        """Every Linux price of the region; `PriceFetchError` when the API fails or lists none."""
+        """Every price of the region; `PriceFetchError` when the API fails or lists no Linux one."""
         settings = self.settings
         timeout = aiohttp.ClientTimeout(total=settings.request_timeout.total_seconds())
         items: list[Mapping[str, Any]] = []

@@ -53,14 +53,20 @@ async def test_an_item_has_the_real_fields_and_the_catalog_price(
     )
     assert status == 200
     assert page["BillingCurrency"] == "USD" and page["NextPageLink"] is None
-    assert page["Count"] == len(page["Items"]) == 4
+    assert page["Count"] == len(page["Items"]) == 5
     by_sku_name = {(item["skuName"], item["productName"]): item for item in page["Items"]}
     assert set(by_sku_name) == {
         ("D4s v5", "Virtual Machines Dsv5 Series"),
         ("D4s v5", "Virtual Machines Dsv5 Series Windows"),
         ("D4s v5 Spot", "Virtual Machines Dsv5 Series"),
+        ("D4s v5 Spot", "Virtual Machines Dsv5 Series Windows"),
         ("D4s v5 Low Priority", "Virtual Machines Dsv5 Series"),
     }
+    # Windows meters: the Linux price plus the license, $0.046 per vCPU-hour.
+    windows = by_sku_name[("D4s v5", "Virtual Machines Dsv5 Series Windows")]
+    assert windows["retailPrice"] == round(
+        CATALOG.sku(D4).on_demand_price_micros / MICROS_PER_DOLLAR + 0.184, 6
+    )
     linux = by_sku_name[("D4s v5", "Virtual Machines Dsv5 Series")]
     sku = CATALOG.sku(D4)
     assert sku.on_demand_price_micros is not None
@@ -89,8 +95,8 @@ async def test_pages_link_to_the_next_until_every_item_was_served(
         assert status == 200 and page["Count"] == len(page["Items"]) <= 3
         seen += page["Items"]
         url, params = page["NextPageLink"], {}
-    assert len(seen) == 5  # four consumption items and the DevTest one
-    assert len({item["meterId"] for item in seen}) == 5
+    assert len(seen) == 6  # five consumption items and the DevTest one
+    assert len({item["meterId"] for item in seen}) == 6
 
 
 async def test_a_filter_on_a_field_the_api_does_not_know_or_of_another_form_is_refused(

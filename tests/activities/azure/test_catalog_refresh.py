@@ -94,6 +94,8 @@ async def test_a_live_refresh_replaces_sizes_and_prices_for_every_holder(world: 
     assert (world.catalogs.origin, world.catalogs.refreshed_at) == (CatalogOrigin.LIVE, NOW)
     catalog = world.catalogs.current
     assert catalog.sku(D4).on_demand_price_micros == 500_000
+    # The Windows meter is kept too: the live price plus the license ($0.046 per vCPU-hour).
+    assert catalog.sku(D4).windows_on_demand_price_micros == 500_000 + 46_000 * SHIPPED.sku(D4).vcpus
     assert D8 not in {sku.name for sku in catalog.skus}
     # Every other size keeps the price the emulator serves, which is the shipped one.
     d2 = catalog.sku("Standard_D2s_v5")

@@ -35,7 +35,7 @@ def item(
     }
 
 
-def test_linux_items_give_on_demand_and_spot_prices_windows_and_low_priority_do_not() -> None:
+def test_linux_and_windows_items_give_their_on_demand_and_spot_prices_low_priority_does_not() -> None:
     prices = prices_from_items(
         [
             item("Standard_D4s_v5", "D4s v5", 0.192),
@@ -50,6 +50,8 @@ def test_linux_items_give_on_demand_and_spot_prices_windows_and_low_priority_do_
     )
     assert prices.on_demand == {"Standard_D4s_v5": 192_000}
     assert prices.spot == {"Standard_D4s_v5": 38_400}
+    assert prices.windows_on_demand == {"Standard_D4s_v5": 376_000}
+    assert prices.windows_spot == {"Standard_D4s_v5": 90_000}
 
 
 def test_the_filter_is_the_providers() -> None:
