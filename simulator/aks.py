@@ -142,6 +142,8 @@ class ClusterInfo(BaseModel):
     `NODEWRIGHT_CLUSTER_ENDPOINT`)."""
     bootstrap_token_secret: str
     """`<namespace>/<name>` of the bootstrap token Secret."""
+    windows_admin_secret: str | None = None
+    """`<namespace>/<name>` of the Secret with the Windows nodes' admin account (the cluster's `windowsProfile`)."""
     arm_endpoint: str | None = None
     """The ARM emulator's base URL (https), once it is served."""
     arm_ca_file: str | None = None
@@ -241,6 +243,7 @@ async def serve_aks(
     ca_file: Path,
     bootstrap_token_secret: str,
     addon_kubeconfig: Path,
+    windows_admin_secret: str | None = None,
     ca_dir: Path | None = None,
     host: str = "127.0.0.1",
     port: int = 0,
@@ -248,7 +251,8 @@ async def serve_aks(
     """Serve the emulated AKS in the current event loop for the duration of the block.
 
     `api_server` is the API server (`https://host:port` or `host:port`), `ca_file` the cluster CA that nodes
-    trust, `bootstrap_token_secret` the `<namespace>/<name>` of the Secret workers read the token from, and
+    trust, `bootstrap_token_secret` the `<namespace>/<name>` of the Secret workers read the token from (and
+    `windows_admin_secret` the one with Windows nodes' admin account), and
     `addon_kubeconfig` the credential of the cluster's add-ons (it removes startup taints). The ARM emulator's
     CA goes to `ca_dir`, or to a temporary directory removed afterwards.
     """
@@ -286,6 +290,7 @@ async def serve_aks(
             node_image_version=settings.node_image_version,
             api_server=api_server.removeprefix("https://").rstrip("/"),
             bootstrap_token_secret=bootstrap_token_secret,
+            windows_admin_secret=windows_admin_secret,
             arm_endpoint=arm.url,
             arm_ca_file=str(arm.ca_pem),
         )

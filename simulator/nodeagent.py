@@ -27,6 +27,15 @@ node:
    `nodewright_startup-taints` tag and of its NodeClaim's `startupTaints`), as the add-ons that own them would.
    NodeRestriction forbids a node to change its own taints, so this uses the cluster add-on credential.
 
+A Windows VM (`simulator.arm.vms.is_windows`) boots like a Windows node of AKS: its custom data is only a file
+until a CustomScriptExtension runs it, so its agent waits for that extension (publisher `Microsoft.Compute`, type
+`CustomScriptExtension`, a command that runs `CustomData.bin`: `runs_custom_data`) before it bootstraps, and never
+joins without one.
+Its kubelet registers the Node under the VM's computer name with what a Windows kubelet reports:
+`kubernetes.io/os=windows`, `node.kubernetes.io/windows-build` (`10.0.<build>`, from the node image version
+`AKSWindows-2022-containerd-gen2-20348.4529.251212`), and nodeInfo `operatingSystem: windows`,
+`osImage: Windows Server 2022 Datacenter`, `kernelVersion: 10.0.20348.4529`.
+
 Once registered, the agent also does what AKS's node-problem-detector does with the VM's Scheduled Events
 (`simulator.arm.evictions`): every `scheduled_events_interval` it reads the VM's document (from the emulator's
 state, the document its IMDS endpoint serves), and when a `Preempt` event appears (a Spot eviction), it sets, as
@@ -69,6 +78,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -90,6 +100,7 @@ from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
 from core.resources import EPHEMERAL_STORAGE, PODS, Resources, format_resources, subtract
 from simulator.arm import ArmError, ArmState, ProvisioningState, Resource, ResourceType
+from simulator.arm.vms import is_windows
 from simulator.kubeapi import (
     STRATEGIC_MERGE_PATCH,
     Json,
@@ -124,6 +135,13 @@ PREEMPTION_REASON = "SpotEvictionIncoming"
 SCHEDULED_EVENTS_HELP = "https://aka.ms/aks/scheduledevents"
 _BOOTED = frozenset({ProvisioningState.SUCCEEDED.value, ProvisioningState.UPDATING.value})
 """A VM in these states has finished creating (updates happen to running VMs)."""
+WINDOWS_EXTENSION = ("Microsoft.Compute", "CustomScriptExtension")
+"""The (publisher, type) of the extension that runs a Windows VM's custom data."""
+WINDOWS_CUSTOM_DATA_FILE = "CustomData.bin"
+"""Where Azure writes a Windows VM's custom data (`C:\\AzureData\\CustomData.bin`)."""
+WINDOWS_SERVER_RELEASES = {"17763": "2019", "20348": "2022", "26100": "2025"}
+"""Windows Server builds and their release names."""
+_WINDOWS_IMAGE_VERSION = re.compile(r"-(?P<build>\d+)\.(?P<revision>\d+)\.\d+$")
 
 
 @functools.cache
@@ -219,6 +237,32 @@ async def cancel_until_done(tasks: Iterable[asyncio.Task[Any]], every: float = 1
         _, pending = await asyncio.wait(pending, timeout=every)
 
 
+def runs_custom_data(extension: Mapping[str, Any]) -> bool:
+    """Whether a VM extension (as PUT, protected settings included) runs a Windows VM's custom data."""
+    properties = extension.get("properties") or {}
+    command = (properties.get("protectedSettings") or {}).get("commandToExecute")
+    return (
+        (properties.get("publisher"), properties.get("type")) == WINDOWS_EXTENSION
+        and isinstance(command, str)
+        and WINDOWS_CUSTOM_DATA_FILE in command
+    )
+
+
+def windows_node_info(node_image_version: str) -> dict[str, str]:
+    """What a Windows kubelet reports of its OS, from the AKS node image version (`...-20348.4529.251212`): the
+    `windows-build` label, osImage and kernelVersion; empty when the version does not say."""
+    match = _WINDOWS_IMAGE_VERSION.search(node_image_version)
+    if match is None:
+        return {}
+    build, revision = match["build"], match["revision"]
+    release = WINDOWS_SERVER_RELEASES.get(build)
+    return {
+        "windowsBuild": f"10.0.{build}",
+        "osImage": f"Windows Server {release} Datacenter" if release else f"Windows Server (build {build})",
+        "kernelVersion": f"10.0.{build}.{revision}",
+    }
+
+
 def _worth_retrying(error: BaseException) -> bool:
     return isinstance(error, _TryAgain) or (isinstance(error, KubeApiError) and error.transient)
 
@@ -256,6 +300,7 @@ class NodeAgent:
         self.resource_group = vm.resource_group
         self.vm_id = str(vm.properties.get("vmId") or "")
         self.node_name = str((vm.properties.get("osProfile") or {}).get("computerName") or vm.name)
+        self.windows = is_windows(vm.body)
         self.phase = Phase.BOOTING
         self.csr_name: str | None = None
         self.registered = False
@@ -309,6 +354,8 @@ class NodeAgent:
             self.phase = Phase.NEVER_REGISTERS
             logger.info("VM %s boots but its node never registers", self.vm_name)
             return
+        if self.windows:
+            await self._wait_bootstrap_extension()
         backoff = settings.poll_interval.total_seconds()
         try:
             while True:
@@ -335,6 +382,14 @@ class NodeAgent:
             if self._watch is not None:
                 self._watch.cancel()
                 await asyncio.wait({self._watch})
+
+    async def _wait_bootstrap_extension(self) -> None:
+        """A Windows VM's custom data runs once an extension runs it: wait for that (until the VM goes)."""
+        while True:
+            vm = self._agents.arm.vm(self.vm_name, self.resource_group)
+            if vm is not None and any(runs_custom_data(ext) for ext in vm.extensions.values()):
+                return
+            await asyncio.sleep(self.settings.poll_interval.total_seconds())
 
     async def _join_step(self) -> None:
         """Bootstrap, register and initialize, from wherever an earlier try stopped."""
@@ -758,6 +813,11 @@ class NodeAgents:
         node_labels = {**boot.labels, labels.HOSTNAME: node_name}
         if boot.node_image_version:
             node_labels[NODE_IMAGE_VERSION_LABEL] = boot.node_image_version
+        windows = windows_node_info(boot.node_image_version) if boot.windows else {}
+        if boot.windows:
+            node_labels[labels.OS] = "windows"
+        if "windowsBuild" in windows:
+            node_labels[labels.WINDOWS_BUILD] = windows["windowsBuild"]
         version = boot.kubernetes_version
         settings = self.arm.settings
         addresses = [{"type": "Hostname", "address": node_name}]
@@ -803,9 +863,9 @@ class NodeAgents:
                     "systemUUID": str(properties.get("vmId") or ""),
                     "machineID": str(properties.get("vmId") or "").replace("-", ""),
                     "bootID": "",
-                    "kernelVersion": "",
+                    "kernelVersion": windows.get("kernelVersion", ""),
                     "kubeProxyVersion": "",
-                    "osImage": "",
+                    "osImage": windows.get("osImage", ""),
                 },
             },
         }

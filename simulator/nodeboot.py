@@ -1,10 +1,13 @@
 """What a VM's custom data tells the node agent that boots on it.
 
-The custom data is the base64 bash script the AKS provider renders (scriptless mode): `export NAME=value`
-lines, among them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels`,
+On Linux the custom data is the base64 bash script the AKS provider renders (scriptless mode): `export
+NAME=value` lines, among them `API_SERVER_NAME`, `TLS_BOOTSTRAP_TOKEN`, `KUBELET_FLAGS` (with `--node-labels`,
 `--register-with-taints`, `--max-pods`, `--kube-reserved`, `--eviction-hard` and the AKSNodeClass's kubelet
 settings), `KUBERNETES_VERSION`, `NODE_IMAGE_VERSION`, and the node settings of `activities.azure.bootstrap`
-(sysctls, transparent huge pages, swap, artifact streaming, GPU driver, LocalDNS). Whether the token is good is
+(sysctls, transparent huge pages, swap, artifact streaming, GPU driver, LocalDNS). On Windows it is the
+PowerShell script of `activities.azure.bootstrap.render_windows_script`: `$global:Name = 'value'` lines
+(`MasterIP`, `TLSBootstrapToken`, `KubeletNodeLabels`, `KubeBinariesVersion`, `NodeImageVersion`, `EnableFIPS`,
+`ConfigGPUDriverIfNeeded`) and `$global:KubeletConfigArgs = @('--flag=value', ...)`. Whether the token is good is
 the API server's to say (TLS bootstrap, `simulator.nodeagent`). Nothing here logs the token or puts it in an
 error message.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -34,6 +38,11 @@ NODE_VARIABLES = (
 )
 """The node settings a bootstrap may carry besides the kubelet's flags (base64 ones decoded when read)."""
 _BASE64_VARIABLES = frozenset({"SYSCTL_CONTENT", "LOCALDNS_GENERATED_COREFILE"})
+WINDOWS_TOKEN_VARIABLE = "TLSBootstrapToken"
+WINDOWS_NODE_VARIABLES = ("EnableFIPS", "ConfigGPUDriverIfNeeded")
+"""The node settings a Windows bootstrap carries besides the kubelet's arguments."""
+_POWERSHELL_ASSIGNMENT = re.compile(r"^\$global:(?P<name>\w+)\s*=\s*(?P<value>.*)$")
+_POWERSHELL_STRING = re.compile(r"'((?:[^']|'')*)'")
 _EVICTION_SIGNALS = {"memory.available": MEMORY}
 
 
@@ -51,7 +60,9 @@ class NodeBootstrap:
     kubelet: dict[str, str] = field(default_factory=dict)
     """The kubelet's other flags by name without `--` (`max-pods`, `cpu-manager-policy`...)."""
     node: dict[str, str] = field(default_factory=dict)
-    """The `NODE_VARIABLES` the bootstrap sets, base64 ones decoded."""
+    """The `NODE_VARIABLES` the bootstrap sets, base64 ones decoded (`WINDOWS_NODE_VARIABLES` on Windows)."""
+    windows: bool = False
+    """Whether it is a Windows node's (PowerShell) bootstrap."""
 
     @property
     def max_pods(self) -> int | None:
@@ -101,12 +112,33 @@ def variables(script: str) -> dict[str, str]:
 
 def _flags(text: str) -> dict[str, str]:
     """`--name=value` kubelet flags."""
+    return _flag_words(shlex.split(text))
+
+
+def _flag_words(words: list[str]) -> dict[str, str]:
     flags: dict[str, str] = {}
-    for word in shlex.split(text):
+    for word in words:
         name, equals, value = word.partition("=")
         if word.startswith("--") and equals:
-            flags[name.removeprefix("--")] = value
+            flags[name.removeprefix("--")] = value.removeprefix('"').removesuffix('"')
     return flags
+
+
+def powershell_variables(script: str) -> tuple[dict[str, str], list[str]]:
+    """The `$global:Name = '...'` strings of a PowerShell script, and the items of its `KubeletConfigArgs` array
+    (single-quoted strings, quotes doubled inside, as `render_windows_script` writes them)."""
+    found: dict[str, str] = {}
+    arguments: list[str] = []
+    for line in script.splitlines():
+        match = _POWERSHELL_ASSIGNMENT.match(line.strip())
+        if match is None:
+            continue
+        strings = [item.replace("''", "'") for item in _POWERSHELL_STRING.findall(match["value"])]
+        if match["name"] == "KubeletConfigArgs":
+            arguments = strings
+        elif strings:
+            found[match["name"]] = strings[0]
+    return found, arguments
 
 
 def _parsed(flag: str, amounts: dict[str, str]) -> Resources:
@@ -170,12 +202,34 @@ def _taints(text: str) -> tuple[Taint, ...]:
 _REGISTRATION_FLAGS = frozenset({"node-labels", "register-with-taints"})
 
 
+def _windows_bootstrap(script: str) -> NodeBootstrap:
+    found, arguments = powershell_variables(script)
+    token = found.get(WINDOWS_TOKEN_VARIABLE)
+    if not token:
+        raise BootstrapError(f"the custom data sets no {WINDOWS_TOKEN_VARIABLE}")
+    flags = _flag_words(arguments)
+    return NodeBootstrap(
+        token=token,
+        labels=_labels(found.get("KubeletNodeLabels", "")),
+        taints=_taints(flags.get("register-with-taints", "")),
+        kubernetes_version=found.get("KubeBinariesVersion", ""),
+        node_image_version=found.get("NodeImageVersion", ""),
+        api_server=found.get("MasterIP", ""),
+        kubelet={name: value for name, value in flags.items() if name not in _REGISTRATION_FLAGS},
+        node={name: found[name] for name in WINDOWS_NODE_VARIABLES if name in found},
+        windows=True,
+    )
+
+
 def read_custom_data(custom_data: str) -> NodeBootstrap:
-    """The kubelet's view of a VM's base64 custom data; `BootstrapError` when it carries no bootstrap."""
+    """The kubelet's view of a VM's base64 custom data (a bash or a PowerShell bootstrap); `BootstrapError` when
+    it carries no bootstrap."""
     try:
         script = base64.b64decode(custom_data, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         raise BootstrapError("the custom data is not base64 text") from None
+    if f"$global:{WINDOWS_TOKEN_VARIABLE}" in script:
+        return _windows_bootstrap(script)
     found = variables(script)
     token = found.get(TOKEN_VARIABLE)
     if not token:

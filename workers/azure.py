@@ -5,10 +5,12 @@ resource group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWR
 `NODEWRIGHT_AZURE_SUBNET_ID`, `NODEWRIGHT_KUBERNETES_VERSION`, `NODEWRIGHT_NODE_IMAGE_VERSION`,
 `NODEWRIGHT_SSH_PUBLIC_KEY`, `NODEWRIGHT_KUBELET_IDENTITY_ID` (optional), `NODEWRIGHT_CLUSTER_ENDPOINT`,
 `NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` and `NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS`
-(optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of Azure. On
-Azure the credential is `DefaultAzureCredential`, which in the cluster uses workload identity, so
-`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set; the emulator takes a static
-token. Whatever is missing or invalid is reported in one message that names every variable (`AzureSettingsError`).
+(optional), for Windows nodes `NODEWRIGHT_WINDOWS_ADMIN_SECRET`, `NODEWRIGHT_WINDOWS_LICENSE_TYPE` and
+`NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID` (optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use
+an ARM emulator instead of Azure. On Azure the credential is `DefaultAzureCredential`, which in the cluster uses
+workload identity, so `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set; the
+emulator takes a static token. Whatever is missing or invalid is reported in one message that names every variable
+(`AzureSettingsError`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ AZURE_VARIABLES: dict[str, str] = {
     "cluster_endpoint": "CLUSTER_ENDPOINT",
     "bootstrap_token_secret": "BOOTSTRAP_TOKEN_SECRET",
     "cluster_name": "CLUSTER_NAME",
+    "image_gallery_subscription_id": "IMAGE_GALLERY_SUBSCRIPTION_ID",
+    "windows_admin_secret": "WINDOWS_ADMIN_SECRET",
+    "windows_license_type": "WINDOWS_LICENSE_TYPE",
 }
 """AzureSettings fields and their variables (after `NODEWRIGHT_`)."""
 REGION_VARIABLE = "REGION"
@@ -149,6 +154,7 @@ def emulator_config(info: ClusterInfo, poll_interval: timedelta = timedelta(seco
         ssh_public_key=EMULATOR_SSH_KEY,
         cluster_endpoint=info.api_server,
         bootstrap_token_secret=info.bootstrap_token_secret,
+        windows_admin_secret=info.windows_admin_secret,
         poll_interval=poll_interval,
         heartbeat_interval=timedelta(seconds=1),
     )
@@ -171,6 +177,7 @@ def emulator_environment(info: ClusterInfo, poll_seconds: float = 0.1) -> dict[s
         "SSH_PUBLIC_KEY": EMULATOR_SSH_KEY,
         "CLUSTER_ENDPOINT": info.api_server,
         "BOOTSTRAP_TOKEN_SECRET": info.bootstrap_token_secret,
+        **({"WINDOWS_ADMIN_SECRET": info.windows_admin_secret} if info.windows_admin_secret else {}),
         POLL_VARIABLE: f"{poll_seconds:g}",
         ARM_ENDPOINT_VARIABLE: info.arm_endpoint,
         ARM_CA_FILE_VARIABLE: info.arm_ca_file,

@@ -51,6 +51,7 @@ async def simulated_aks(
         api_server=plane.server.removeprefix("https://"),
         ca_file=plane.ca_file,
         bootstrap_token_secret=plane.bootstrap_token_secret,
+        windows_admin_secret=plane.windows_admin.reference,
         addon_kubeconfig=plane.kubeconfig,
         port=arm_port,
     ) as emulated:

@@ -38,7 +38,6 @@ from core import labels
 from core.api.aksnodeclass import (
     AKSNodeClass,
     AKSNodeClassSpec,
-    FIPSMode,
     GPUMode,
     KubeletConfiguration,
     LinuxOSConfiguration,
@@ -55,7 +54,8 @@ from core.api.nodepool import duration_timedelta
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import InvalidError, TransientError
-from core.instancetypes.azure import EVICTION_MEMORY_AVAILABLE, kube_reserved, parse_size_name
+from core.instancetypes.azure import ImageFamily as SizeImageFamily
+from core.instancetypes.azure import eviction_threshold, node_kube_reserved, parse_size_name
 from core.instancetypes.catalog import AzureSku
 from core.quantity import format_bytes, parse_quantity
 from core.resources import format_resources
@@ -73,6 +73,15 @@ BASE_KUBELET_FLAGS = (
     "--rotate-certificates=true",
 )
 """Flags every AKS node's kubelet gets, before the node's own."""
+WINDOWS_BASE_KUBELET_FLAGS = (
+    "--cgroups-per-qos=false",
+    '--enforce-node-allocatable=""',
+    "--hairpin-mode=promiscuous-bridge",
+    "--rotate-certificates=true",
+)
+"""... a Windows node's kubelet instead (Windows has no cgroups: what is reserved is not enforced)."""
+WINDOWS_PROVISION_SCRIPT = "$env:SystemDrive\\AzureData\\windows\\provision.ps1"
+"""The provisioning the AKS Windows node image ships, which the Windows bootstrap runs after its variables."""
 IMAGE_GC_HIGH_THRESHOLD = 85
 IMAGE_GC_LOW_THRESHOLD = 80
 """AKS's image garbage collection thresholds, unless the AKSNodeClass's kubelet block sets them."""
@@ -137,6 +146,11 @@ class BootstrapRequest:
     local_dns: bool = False
     """Whether the AKSNodeClass's LocalDNS resolves to Enabled (`status.localDNSState`)."""
 
+    @property
+    def windows(self) -> bool:
+        """Whether the node runs Windows Server (its bootstrap is PowerShell, run by the CustomScriptExtension)."""
+        return self.nodeclass.image_family.is_windows
+
 
 def bootstrap_request(
     launch: LaunchRequest,
@@ -149,13 +163,14 @@ def bootstrap_request(
     """The bootstrap of a launch of `sku` from `nodeclass` (None: the defaults): its settings, the size's
     kube-reserved and GPU, and whether LocalDNS resolves to Enabled."""
     size = parse_size_name(sku.name)
+    spec = nodeclass.spec if nodeclass is not None else AKSNodeClassSpec()
     return BootstrapRequest(
         launch=launch,
         kubernetes_version=kubernetes_version,
         node_image_version=node_image_version,
         max_pods=max_pods,
-        nodeclass=nodeclass.spec if nodeclass is not None else AKSNodeClassSpec(),
-        kube_reserved=kube_reserved(sku.vcpus, sku.memory_gib),
+        nodeclass=spec,
+        kube_reserved=node_kube_reserved(sku, SizeImageFamily(spec.image_family)),
         gpu_manufacturer=sku.gpu_manufacturer if sku.gpu_count > 0 else None,
         gpu_name=size.accelerator if size is not None else None,
         local_dns=nodeclass is not None and nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
@@ -187,7 +202,7 @@ def node_labels(request: BootstrapRequest) -> dict[str, str]:
         NODE_IMAGE_VERSION_LABEL: request.node_image_version,
         LOCAL_DNS_STATE_LABEL: "enabled" if request.local_dns else "disabled",
     }
-    if spec.fips_mode is FIPSMode.FIPS:
+    if spec.fips_enabled:
         found[labels.AKS_FIPS_ENABLED] = "true"
     if spec.artifact_streaming_enabled:
         found[ARTIFACT_STREAMING_LABEL] = "true"
@@ -218,22 +233,36 @@ def custom_kubelet_flags(kubelet: KubeletConfiguration) -> list[str]:
     return flags
 
 
-def kubelet_flags(request: BootstrapRequest) -> str:
-    """The kubelet's command-line flags: the base flags, the node's labels, max pods, reservations and taints,
-    then the AKSNodeClass's kubelet block."""
+def _labels_text(request: BootstrapRequest) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(node_labels(request).items()))
+
+
+def kubelet_arguments(request: BootstrapRequest) -> list[str]:
+    """The kubelet's flags but `--node-labels`: the OS's base flags, max pods, reservations, the hard eviction
+    thresholds (none on Windows) and taints, then the AKSNodeClass's kubelet block."""
     launch = request.launch
-    flags = [
-        *BASE_KUBELET_FLAGS,
-        "--node-labels=" + ",".join(f"{key}={value}" for key, value in sorted(node_labels(request).items())),
-        f"--max-pods={request.max_pods}",
-    ]
+    flags = [*(WINDOWS_BASE_KUBELET_FLAGS if request.windows else BASE_KUBELET_FLAGS)]
+    flags.append(f"--max-pods={request.max_pods}")
     if request.kube_reserved:
         reserved = format_resources(request.kube_reserved)
         flags.append("--kube-reserved=" + ",".join(f"{name}={amount}" for name, amount in reserved.items()))
-    flags.append(f"--eviction-hard=memory.available<{format_bytes(EVICTION_MEMORY_AVAILABLE)}")
+    family = SizeImageFamily(request.nodeclass.image_family)
+    thresholds = [
+        f"memory.available<{format_bytes(amount)}" for amount in eviction_threshold(family).values()
+    ]
+    flags.append("--eviction-hard=" + (",".join(thresholds) or '""'))
     if launch.taints:
         flags.append("--register-with-taints=" + ",".join(_taint(taint) for taint in launch.taints))
     flags.extend(custom_kubelet_flags(request.nodeclass.kubelet or KubeletConfiguration()))
+    return flags
+
+
+def kubelet_flags(request: BootstrapRequest) -> str:
+    """The kubelet's command line (`KUBELET_FLAGS`): the base flags, the node's labels, then the rest of
+    `kubelet_arguments`."""
+    flags = kubelet_arguments(request)
+    base = len(WINDOWS_BASE_KUBELET_FLAGS if request.windows else BASE_KUBELET_FLAGS)
+    flags.insert(base, f"--node-labels={_labels_text(request)}")
     return " ".join(flags)
 
 
@@ -328,6 +357,44 @@ def gpu_driver_type(gpu_name: str | None) -> str:
     return "grid" if gpu_name == "A10" else "cuda"
 
 
+def render(request: BootstrapRequest, api_server: str, token: str) -> str:
+    """The node's bootstrap for its OS: PowerShell on Windows, bash elsewhere. It holds the token."""
+    return (render_windows_script if request.windows else render_script)(request, api_server, token)
+
+
+def _powershell(value: str) -> str:
+    """A PowerShell single-quoted string (nothing in it is expanded; a quote is doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def render_windows_script(request: BootstrapRequest, api_server: str, token: str) -> str:
+    """The Windows bootstrap (custom data before base64), as AKS's: a PowerShell script that the
+    CustomScriptExtension copies out of `C:\\AzureData\\CustomData.bin` and runs. It sets the node's
+    variables (the API server, Kubernetes version, node image, TLS bootstrap token, the kubelet's labels and
+    arguments, FIPS and the GPU driver) and runs the provisioning the node image ships. It holds the token:
+    never log or return it."""
+    gpu_node = request.gpu_manufacturer is not None
+    variables = {
+        "MasterIP": api_server,
+        "KubeBinariesVersion": request.kubernetes_version.removeprefix("v"),
+        "NodeImageVersion": request.node_image_version,
+        "TLSBootstrapToken": token,
+        "KubeletNodeLabels": _labels_text(request),
+        "EnableFIPS": _bool(request.nodeclass.fips_enabled),
+        "ConfigGPUDriverIfNeeded": _bool(gpu_node and request.nodeclass.gpu_mode is GPUMode.DRIVER),
+    }
+    lines = [
+        'param([string]$CSEResultFilePath = "$env:SystemDrive\\AzureData\\provision.complete")',
+        "$ErrorActionPreference = 'Stop'",
+        *(f"$global:{name} = {_powershell(value)}" for name, value in variables.items()),
+        "$global:KubeletConfigArgs = @("
+        + ", ".join(_powershell(flag) for flag in kubelet_arguments(request))
+        + ")",
+        f'. "{WINDOWS_PROVISION_SCRIPT}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_script(request: BootstrapRequest, api_server: str, token: str) -> str:
     """The bootstrap script (custom data before base64). It holds the token: never log or return it."""
     variables = {
@@ -336,7 +403,7 @@ def render_script(request: BootstrapRequest, api_server: str, token: str) -> str
         "NODE_IMAGE_VERSION": request.node_image_version,
         "TLS_BOOTSTRAP_TOKEN": token,
         "KUBELET_FLAGS": kubelet_flags(request),
-        "KUBELET_NODE_LABELS": ",".join(f"{k}={v}" for k, v in sorted(node_labels(request).items())),
+        "KUBELET_NODE_LABELS": _labels_text(request),
         **nodeclass_variables(request),
     }
     lines = [
@@ -378,4 +445,4 @@ class ClusterBootstrap:
         if secret is None:
             # Retryable: the launch succeeds once the Secret exists again.
             raise TransientError(f"the bootstrap token Secret {where} does not exist", code="SecretNotFound")
-        return render_script(request, self._api_server, token_from(secret, where))
+        return render(request, self._api_server, token_from(secret, where))

@@ -26,6 +26,7 @@ from temporalio import activity
 from activities.azure.bootstrap import ClusterBootstrap
 from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.provider import AzureCloudProvider, AzureSettings
+from activities.azure.windows import ClusterWindowsAdmin
 from activities.catalog_source import CatalogSource
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
@@ -80,6 +81,7 @@ async def azure_cloud_provider(
             catalog=catalog,
             node_class=ClusterNodeClasses(cluster),
             heartbeat=activity_heartbeat,
+            windows_admin=ClusterWindowsAdmin(cluster, settings.windows_admin_secret),
         )
 
 

@@ -23,6 +23,12 @@ NodeClaim's `status.imageID`).
 The bootstrap (the VM's custom data, which carries a cluster join token) is fetched through the injected
 `bootstrap` callable during the launch and exists only inside it: it is never logged, returned, or put in an
 error message (messages are scrubbed of it).
+
+A Windows node (an AKSNodeClass of a Windows image family) is made as AKS makes one (`activities.azure.windows`):
+its VM gets the admin account from the injected `windows_admin` (read from the operator's Secret, kept out of
+logs and messages as the bootstrap is), a computer name of at most 15 characters, and once it is made the
+CustomScriptExtension that runs its bootstrap. A create that outlives the launch gets its extension when a
+later look finds the VM made (the adoption of a retry, or registration's `create_failure`).
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from http import HTTPStatus
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.polling import AsyncLROPoller
 from azure.mgmt.compute.aio import ComputeManagementClient
-from azure.mgmt.compute.models import VirtualMachine
+from azure.mgmt.compute.models import VirtualMachine, VirtualMachineExtension
 from azure.mgmt.network.aio import NetworkManagementClient
 from azure.mgmt.network.models import NetworkInterface
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -50,11 +56,14 @@ from activities.azure.errors import ArmError, arm_error, capacity_failure, class
 from activities.azure.names import NodeNames, nic_id, nodeclaim_of, provider_id
 from activities.azure.unavailable import UnavailableOfferings
 from activities.azure.vm import (
+    BILLING_LINUX,
+    BILLING_WINDOWS,
     CLUSTER_TAG,
     NODECLAIM_TAG,
     PRIORITY_SPOT,
     Json,
     Security,
+    WindowsOS,
     image_id_of,
     image_reference,
     image_reference_for,
@@ -62,6 +71,14 @@ from activities.azure.vm import (
     node_image_version,
     node_tags,
     vm_body,
+)
+from activities.azure.windows import (
+    BOOTSTRAP_EXTENSION,
+    LICENSE_NONE,
+    LICENSE_WINDOWS_SERVER,
+    WindowsAdmin,
+    computer_name,
+    extension_body,
 )
 from activities.catalog_source import CatalogSource
 from activities.errors import NOT_OWNED
@@ -92,6 +109,8 @@ Bootstrap = Callable[[BootstrapRequest], Awaitable[str]]
 NodeClassLookup = Callable[[LaunchRequest], Awaitable[AKSNodeClass | None]]
 """The AKSNodeClass of the launch's NodePool (None: the defaults)."""
 Heartbeat = Callable[[str], None]
+WindowsAdminLookup = Callable[[], Awaitable[WindowsAdmin]]
+"""The admin account of Windows nodes (`activities.azure.windows.ClusterWindowsAdmin`)."""
 
 _SUBNET_ID = (
     r"(?i)^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+"
@@ -140,7 +159,15 @@ class AzureSettings(BaseModel):
     node_identities: tuple[str, ...] = ()
     """More user-assigned identity resource IDs to attach to every VM."""
     image_gallery_subscription_id: str | None = None
-    """AKS's Shared Image Gallery subscription (managed AKS); without it, images come from the Community Gallery."""
+    """AKS's Shared Image Gallery subscription (managed AKS); without it, images come from the Community Gallery
+    (which has no Windows images)."""
+    windows_admin_secret: str | None = Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+    )
+    """`<namespace>/<name>` of the `kubernetes.io/basic-auth` Secret with Windows nodes' admin account (AKS's
+    `windowsProfile`); Windows launches fail without it."""
+    windows_license_type: Literal["None", "Windows_Server"] = LICENSE_NONE
+    """AKS's `windowsProfile.licenseType`: None, or Windows_Server for Azure Hybrid Benefit."""
     additional_tags: dict[str, str] = Field(default_factory=dict)
     network_plugin: NetworkPlugin = NetworkPlugin.AZURE
     network_plugin_mode: NetworkPluginMode = NetworkPluginMode.OVERLAY
@@ -199,6 +226,7 @@ class AzureCloudProvider:
         node_class: NodeClassLookup | None = None,
         unavailable: UnavailableOfferings | None = None,
         heartbeat: Heartbeat | None = None,
+        windows_admin: WindowsAdminLookup | None = None,
     ) -> None:
         self.compute = compute_client
         self.network = network_client
@@ -211,6 +239,7 @@ class AzureCloudProvider:
         self._bootstrap = bootstrap
         self._node_class = node_class
         self._heartbeat = heartbeat or (lambda _detail: None)
+        self._windows_admin = windows_admin
 
     @property
     def catalog(self) -> AzureCatalog:
@@ -244,8 +273,16 @@ class AzureCloudProvider:
             )
         )
         custom_data = base64.b64encode(script.encode()).decode()
-        secrets = (script, custom_data)
-        nic, vm_request = self._bodies(request, names, sku, spec, custom_data, image_reference_for(image_id))
+        secrets: tuple[str, ...] = (script, custom_data)
+        windows = None
+        if spec.image_family.is_windows:
+            windows = WindowsOS(
+                computer_name(names.vm, request.name), await self._windows_account(), self._license_type
+            )
+            secrets = (*secrets, windows.admin.password)
+        nic, vm_request = self._bodies(
+            request, names, sku, spec, custom_data, image_reference_for(image_id), windows
+        )
         logger.info(
             "creating VM %s (%s, zone %s, %s)", names.vm, sku.name, request.zone, request.capacity_type
         )
@@ -269,6 +306,8 @@ class AzureCloudProvider:
                 f"creating VM {names.vm}",
                 settings.create_wait,
             )
+            if vm is not None and windows is not None:
+                await self._bootstrap_extension(names.vm, vm_request["tags"])
         except AzureError as error:
             failure = self._launch_failure(error, sku, offering, secrets)
             if _settles_launch(error, failure):
@@ -301,7 +340,10 @@ class AzureCloudProvider:
         vm = await self._find_vm(vm_name)
         if vm is None or not self._owned(vm):
             return NotFoundError(f"VM {vm_name} is gone before its node registered", code="ResourceNotFound")
-        return await self._failed_create(vm) if _state(vm) == FAILED else None
+        if _state(vm) == FAILED:
+            return await self._failed_create(vm)
+        await self._complete(vm)
+        return None
 
     async def get(self, name: str) -> Instance:
         """The NodeClaim's VM; `NotFoundError` when there is none (or it is not this cluster's)."""
@@ -360,9 +402,52 @@ class AzureCloudProvider:
         if isinstance(chosen, str):
             return chosen, version
         reference = image_reference(
-            chosen, settings.node_image_version, settings.image_gallery_subscription_id
+            chosen, chosen.version or settings.node_image_version, settings.image_gallery_subscription_id
         )
         return image_id_of(reference), version
+
+    @property
+    def _license_type(self) -> str:
+        return (
+            LICENSE_WINDOWS_SERVER
+            if self.settings.windows_license_type == LICENSE_WINDOWS_SERVER
+            else LICENSE_NONE
+        )
+
+    async def _windows_account(self) -> WindowsAdmin:
+        if self._windows_admin is None:
+            raise InvalidError(
+                "this provider has no Windows admin account to give Windows nodes", code="WindowsAdminNotSet"
+            )
+        return await self._windows_admin()
+
+    async def _complete(self, vm: VirtualMachine) -> None:
+        """What a made VM still needs: a Windows VM its bootstrap extension."""
+        if _state(vm) in _RUNNING and _os_type(vm) == "windows":
+            try:
+                await self._bootstrap_extension(vm.name or "", dict(vm.tags or {}))
+            except AzureError as error:
+                raise classify(error) from error
+
+    async def _bootstrap_extension(self, vm_name: str, tags: Mapping[str, str]) -> None:
+        """Install the CustomScriptExtension that runs a Windows VM's bootstrap, unless it is there."""
+        group = self.settings.resource_group
+        try:
+            await self.compute.virtual_machine_extensions.get(group, vm_name, BOOTSTRAP_EXTENSION)
+            return
+        except ResourceNotFoundError:
+            pass
+        logger.info("installing the bootstrap extension of VM %s", vm_name)
+        await self._wait(
+            await self.compute.virtual_machine_extensions.begin_create_or_update(
+                group,
+                vm_name,
+                BOOTSTRAP_EXTENSION,
+                VirtualMachineExtension(extension_body(self.settings.location, tags)),
+                polling_interval=self._poll_seconds,
+            ),
+            f"installing extension {BOOTSTRAP_EXTENSION} on VM {vm_name}",
+        )
 
     def _bodies(
         self,
@@ -372,6 +457,7 @@ class AzureCloudProvider:
         spec: AKSNodeClassSpec,
         custom_data: str,
         image: Json,
+        windows: WindowsOS | None = None,
     ) -> tuple[Json, Json]:
         """The NIC and VM create bodies of a launch."""
         settings = self.settings
@@ -383,6 +469,7 @@ class AzureCloudProvider:
             settings.additional_tags,
             spec.tags,
             request.tags,
+            billing=BILLING_LINUX if windows is None else BILLING_WINDOWS,
         )
         nic = nic_body(
             name=names.nic,
@@ -409,6 +496,7 @@ class AzureCloudProvider:
             tags=tags,
             identities=settings.identities,
             security=security,
+            windows=windows,
         )
         return nic, vm
 
@@ -477,6 +565,7 @@ class AzureCloudProvider:
                 f"VM {names.vm} is being deleted; launch again once it is gone", code="Deleting"
             )
         if state != FAILED:
+            await self._complete(vm)
             return self._instance(vm)
         await self._failed_create(vm)
         await self._clean_up(names)
@@ -674,6 +763,13 @@ def _text(value: object) -> str:
     if value is None:
         return ""
     return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+def _os_type(vm: VirtualMachine) -> str:
+    """The VM's OS (`linux`, `windows`), from its OS disk."""
+    storage = vm.properties.storage_profile if vm.properties else None
+    disk = storage.os_disk if storage else None
+    return _text(disk.os_type if disk else None).lower()
 
 
 def _state(vm: VirtualMachine) -> str:

@@ -3,8 +3,11 @@
 They follow the AKS provider (research sections 2.6, 3.1 to 3.4): the VM is placed in the offering's zone
 (none for the regional zone "0"), boots the AKS node image for the image family and the cluster's Kubernetes
 version, gets an ephemeral OS disk when the size can hold one of the requested size, and is a spot VM
-(eviction policy Delete, no price cap) for spot offerings. Bodies are ARM JSON in the REST shape (camelCase,
-nested `properties`), which the SDK sends as they are.
+(eviction policy Delete, no price cap) for spot offerings. A Windows node is made as AKS makes one: a Windows OS
+disk, a computer name of at most 15 characters, the admin account instead of an SSH key, automatic updates off
+(the node image carries them), the license type of the cluster, and billing tag `windows`
+(`activities.azure.windows`). Bodies are ARM JSON in the REST shape (camelCase, nested `properties`), which the
+SDK sends as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from activities.azure.names import NodeNames
+from activities.azure.windows import LICENSE_NONE, WindowsAdmin
 from core import labels
 from core.errors import InvalidError
 from core.instancetypes.azure import REGIONAL_ZONE, ephemeral_os_max_size_gb
@@ -30,6 +34,7 @@ NODEPOOL_TAG = "karpenter.sh_nodepool"
 NODECLAIM_TAG = "karpenter.sh_nodeclaim"
 BILLING_TAG = "compute.aks.billing"
 BILLING_LINUX = "linux"
+BILLING_WINDOWS = "windows"
 
 PRIORITY_SPOT = "Spot"
 PRIORITY_REGULAR = "Regular"
@@ -74,14 +79,14 @@ def ephemeral_os_disk(sku: AzureSku) -> EphemeralOSDisk | None:
     return EphemeralOSDisk(max_size_gb, placement)
 
 
-def os_disk(name: str, sku: AzureSku, size_gb: int) -> Json:
+def os_disk(name: str, sku: AzureSku, size_gb: int, os_type: str = "Linux") -> Json:
     """The OS disk: ephemeral (local, read-only cache) when the size can hold `size_gb`, else a managed disk.
 
     Either way it goes when the VM goes (`deleteOption` Delete).
     """
     disk: Json = {
         "name": name,
-        "osType": "Linux",
+        "osType": os_type,
         "createOption": "FromImage",
         "diskSizeGB": size_gb,
         "deleteOption": DELETE,
@@ -100,8 +105,16 @@ def image_reference(
     definition: ImageDefinition, version: str, gallery_subscription_id: str | None = None
 ) -> Json:
     """The image version's reference: in AKS's Shared Image Gallery when its subscription is given (managed
-    AKS), else in the public Community Gallery (self-hosted)."""
+    AKS), else in the public Community Gallery (self-hosted); `InvalidError` for a gallery AKS publishes in its
+    Shared Image Gallery only (Windows) when no subscription is given."""
     gallery = definition.gallery
+    if not gallery_subscription_id and gallery.community_name is None:
+        raise InvalidError(
+            f"{gallery.name} images ({definition.name}) are published only in AKS's Shared Image Gallery: set "
+            "the gallery subscription (NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID), or give the AKSNodeClass "
+            "status.images",
+            code="UnsupportedImage",
+        )
     if gallery_subscription_id:
         return {
             "id": (
@@ -140,7 +153,12 @@ def node_image_version(image_id: str) -> str:
     if match is None:
         return image_id
     gallery = match["gallery"].split("-")[0]
-    return f"{gallery}-{match['definition']}-{match['version']}"
+    # AKS drops the Windows definitions' `windows-` prefix: AKSWindows-2022-containerd-gen2-20348.4529.251212.
+    definition = match["definition"].removeprefix(_WINDOWS_DEFINITION_PREFIX)
+    return f"{gallery}-{definition}-{match['version']}"
+
+
+_WINDOWS_DEFINITION_PREFIX = "windows-"
 
 
 # --- tags, zones, NIC and VM ---------------------------------------------------------------------------
@@ -156,14 +174,15 @@ def node_tags(
     nodepool: str,
     nodeclaim: str,
     *sources: Mapping[str, str],
+    billing: str = BILLING_LINUX,
 ) -> dict[str, str]:
     """The tags of a node's VM and NIC: `sources` merged in order (later wins), then the managed tags, which
-    always win: cluster, billing, NodePool and NodeClaim."""
+    always win: cluster, billing (`linux` or `windows`), NodePool and NodeClaim."""
     tags = {tag_key(key): value for source in sources for key, value in source.items()}
     tags.update(
         {
             CLUSTER_TAG: cluster_name,
-            BILLING_TAG: BILLING_LINUX,
+            BILLING_TAG: billing,
             NODEPOOL_TAG: nodepool,
             NODECLAIM_TAG: nodeclaim,
         }
@@ -225,6 +244,42 @@ def nic_body(
 
 
 @dataclass(frozen=True, slots=True)
+class WindowsOS:
+    """How a Windows VM differs: its computer name, admin account and license type."""
+
+    computer_name: str
+    admin: WindowsAdmin
+    license_type: str = LICENSE_NONE
+
+
+def os_profile(
+    computer_name: str, admin_username: str, ssh_public_key: str, custom_data: str, windows: WindowsOS | None
+) -> Json:
+    """The OS profile: a Linux admin with an SSH key and no password, or the Windows admin account."""
+    if windows is not None:
+        return {
+            "computerName": windows.computer_name,
+            "adminUsername": windows.admin.username,
+            "adminPassword": windows.admin.password,
+            "customData": custom_data,
+            "windowsConfiguration": {"enableAutomaticUpdates": False, "provisionVMAgent": True},
+        }
+    return {
+        "computerName": computer_name,
+        "adminUsername": admin_username,
+        "customData": custom_data,
+        "linuxConfiguration": {
+            "disablePasswordAuthentication": True,
+            "ssh": {
+                "publicKeys": [
+                    {"path": f"/home/{admin_username}/.ssh/authorized_keys", "keyData": ssh_public_key}
+                ]
+            },
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class Security:
     """The VM security settings of an AKSNodeClass."""
 
@@ -253,29 +308,22 @@ def vm_body(
     tags: Mapping[str, str],
     identities: Sequence[str] = (),
     security: Security = Security(),
+    windows: WindowsOS | None = None,
 ) -> Json:
-    """The VM create body. `custom_data` is the base64 bootstrap; the body must never be logged."""
+    """The VM create body (a Windows VM's with `windows`). `custom_data` is the base64 bootstrap and a Windows
+    body holds the admin password: the body must never be logged."""
+    disk = os_disk(names.os_disk, sku, os_disk_size_gb, "Linux" if windows is None else "Windows")
     properties: Json = {
         "hardwareProfile": {"vmSize": sku.name},
-        "storageProfile": {"imageReference": image, "osDisk": os_disk(names.os_disk, sku, os_disk_size_gb)},
+        "storageProfile": {"imageReference": image, "osDisk": disk},
         "networkProfile": {
             "networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": DELETE}}]
         },
-        "osProfile": {
-            "computerName": names.vm,
-            "adminUsername": admin_username,
-            "customData": custom_data,
-            "linuxConfiguration": {
-                "disablePasswordAuthentication": True,
-                "ssh": {
-                    "publicKeys": [
-                        {"path": f"/home/{admin_username}/.ssh/authorized_keys", "keyData": ssh_public_key}
-                    ]
-                },
-            },
-        },
+        "osProfile": os_profile(names.vm, admin_username, ssh_public_key, custom_data, windows),
         "priority": PRIORITY_REGULAR,
     }
+    if windows is not None and windows.license_type != LICENSE_NONE:
+        properties["licenseType"] = windows.license_type
     if capacity_type == labels.CAPACITY_TYPE_SPOT:
         properties["priority"] = PRIORITY_SPOT
         properties["evictionPolicy"] = DELETE

@@ -5,7 +5,7 @@ every resource type shares, and the long-running operations that create and dele
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -59,6 +59,8 @@ class Resource:
     """The operation in progress on it, if any."""
     failure: Json | None = None
     """The error its last create ended with; Azure shows it in the instance view of a failed VM."""
+    extensions: dict[str, Json] = field(default_factory=dict)
+    """A VM's extensions by lower-cased name, as PUT (protected settings included, which no GET shows)."""
 
     @property
     def id(self) -> str:

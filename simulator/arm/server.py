@@ -65,6 +65,8 @@ class _Route:
     """A POST action on the resource (`simulateEviction`)."""
     vnet: str | None = None
     """The virtual network of a subnet (`name`)."""
+    extension: str | None = None
+    """An extension of the VM `name` (`virtualMachines/<vm>/extensions/<extension>`)."""
 
     @property
     def resource(self) -> str:
@@ -72,6 +74,8 @@ class _Route:
             return "operations"
         if self.vnet is not None:
             return "subnets"
+        if self.extension is not None:
+            return "extensions"
         if self.skus:
             return "skus"
         return self.resource_type.short if self.resource_type else ""
@@ -124,6 +128,15 @@ def _route(request: web.Request) -> _Route:
             rest[3],
             namespace=namespace,
             action=_VM_ACTIONS[rest_lower[4]],
+        )
+    if (
+        resource_group is not None
+        and resource_type is ResourceType.VIRTUAL_MACHINE
+        and len(rest) == 6
+        and rest_lower[4] == "extensions"
+    ):
+        return _Route(
+            subscription, resource_group, resource_type, rest[3], namespace=namespace, extension=rest[5]
         )
     if resource_type is None or len(rest) > 4:
         raise ArmError(
@@ -250,6 +263,8 @@ class _Arm:
         return route, body
 
     def _call(self, method: str, route: _Route, body: Json | None) -> Call:
+        if route.extension is not None:
+            return Call(method, route.resource, route.extension)
         if route.resource_type is ResourceType.VIRTUAL_MACHINE and route.name is not None:
             if body is None and route.resource_group is not None:
                 stored = self.state.resource(route.resource_type, route.name, route.resource_group)
@@ -285,6 +300,8 @@ class _Arm:
                 404, "NotFound", f"No HTTP resource was found that matches the request URI '{request.path}'."
             )
         group, name = route.resource_group, route.name
+        if route.extension is not None:
+            return self._extension(method, group, name, route.extension, body)
         if route.action == "simulateEviction":
             _allow(method, "POST")
             state.simulate_eviction(group, name)
@@ -315,6 +332,19 @@ class _Arm:
                     base, resource_type, deleting, api_version
                 )
             return web.Response(status=202, headers=headers)
+        raise _method_not_allowed(method)
+
+    def _extension(self, method: str, group: str, vm_name: str, name: str, body: Json | None) -> web.Response:
+        """A VM extension's PUT (done at once), GET or DELETE."""
+        state = self.state
+        if method == "PUT":
+            assert body is not None
+            status, view = state.put_extension(group, vm_name, name, body)
+            return web.json_response(view, status=status)
+        if method == "GET":
+            return web.json_response(state.get_extension(group, vm_name, name))
+        if method == "DELETE":
+            return web.Response(status=200 if state.delete_extension(group, vm_name, name) else 204)
         raise _method_not_allowed(method)
 
     def _retry_after(self) -> dict[str, str]:

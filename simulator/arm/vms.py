@@ -1,6 +1,8 @@
 """Virtual machines: create or update (PUT) with Azure's validation (size, zones, NICs, accelerated networking,
-ephemeral OS disk, custom data), the managed OS disk they make, and what their create and delete do to NICs
-and disks."""
+ephemeral OS disk, custom data, and for Windows VMs the computer name, admin account and license type), the
+managed OS disk they make, what their create and delete do to NICs and disks, and their extensions (PUT, GET and
+DELETE of `virtualMachines/<vm>/extensions/<name>`, answered at once: an extension's handler is not run, but the
+node agent reads what a Windows VM's CustomScriptExtension would run)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,16 @@ from simulator.arm.skus import GIB
 
 CUSTOM_DATA_MAX_CHARS = 87_380
 """Azure's limit on `osProfile.customData` (base64 characters)."""
+WINDOWS_COMPUTER_NAME_MAX = 15
+WINDOWS_LICENSE_TYPES = frozenset({"Windows_Server", "Windows_Client", "None"})
+_RESERVED_ADMIN_NAMES = frozenset(
+    {
+        "administrator", "admin", "user", "user1", "test", "user2", "test1", "user3", "admin1", "1", "123", "a",
+        "actuser", "adm", "admin2", "aspnet", "backup", "console", "david", "guest", "john", "owner", "root",
+        "server", "sql", "support", "support_388945a0", "sys", "test2", "test3", "user4", "user5",
+    }
+)  # fmt: skip
+_COMPUTER_NAME_FORBIDDEN = frozenset("`~!@#$%^&*()=+_[]{}\\|;:.'\",<>/?")
 
 
 class VirtualMachines(Operations):
@@ -62,6 +74,8 @@ class VirtualMachines(Operations):
         self._check_ephemeral_os_disk(sku, os_disk_of(body))
         if custom_data is not None:
             check_custom_data(custom_data)
+        if is_windows(body):
+            check_windows(properties, os_profile)
 
         vm_id = self.resource_id(resource_type, resource_group, name)
         stored = copy.deepcopy(body)
@@ -202,7 +216,7 @@ class VirtualMachines(Operations):
             "managedBy": vm["id"],
             "sku": {"name": managed["storageAccountType"]},
             "properties": {
-                "osType": "Linux",
+                "osType": os_disk.get("osType", "Linux"),
                 "diskSizeGB": int(os_disk.get("diskSizeGB") or 30),
                 "diskState": "Attached",
                 "provisioningState": ProvisioningState.SUCCEEDED.value,
@@ -250,6 +264,144 @@ class VirtualMachines(Operations):
             else:
                 disk.body.pop("managedBy", None)
                 disk.properties["diskState"] = "Unattached"
+
+    # --- extensions ----------------------------------------------------------------------------------------
+
+    def put_extension(self, resource_group: str, vm_name: str, name: str, body: Json) -> tuple[int, Json]:
+        """Create or update an extension of a made VM: 201 (200 for an update), Succeeded at once."""
+        vm = self.get(ResourceType.VIRTUAL_MACHINE, resource_group, vm_name)
+        if vm.provisioning_state not in (ProvisioningState.SUCCEEDED, ProvisioningState.UPDATING):
+            raise ArmError(
+                409,
+                "OperationNotAllowed",
+                f"Operation 'PUT extension' is not allowed on VM '{vm.name}' in provisioning state "
+                f"'{vm.provisioning_state}'.",
+            )
+        check_tags(body)
+        properties = json_object(body.get("properties", {}), "properties")
+        for required in ("publisher", "type", "typeHandlerVersion"):
+            if not isinstance(properties.get(required), str) or not properties[required]:
+                raise ArmError(
+                    400,
+                    "InvalidParameter",
+                    f"Required parameter '{required}' is missing (null).",
+                    target=required,
+                )
+        handler = f"{properties['publisher']}.{properties['type']}"
+        if handler in _LINUX_ONLY_HANDLERS and is_windows(vm.body):
+            raise ArmError(
+                400, "OperationNotAllowed", f"The extension {handler} is not supported on a Windows VM."
+            )
+        key = name.lower()
+        status = 200 if key in vm.extensions else 201
+        stored = copy.deepcopy(body)
+        stored.update(id=f"{vm.id}/extensions/{name}", name=name, type=f"{vm.type.value}/extensions")
+        stored.setdefault("location", vm.body.get("location"))
+        stored["properties"]["provisioningState"] = ProvisioningState.SUCCEEDED.value
+        vm.extensions[key] = stored
+        vm.body["resources"] = [extension_view(extension) for extension in vm.extensions.values()]
+        return status, extension_view(stored)
+
+    def get_extension(self, resource_group: str, vm_name: str, name: str) -> Json:
+        vm = self.get(ResourceType.VIRTUAL_MACHINE, resource_group, vm_name)
+        extension = vm.extensions.get(name.lower())
+        if extension is None:
+            raise ArmError(
+                404,
+                "NotFound",
+                f"The entity was not found in this Azure location. (extension '{name}' of VM '{vm.name}')",
+            )
+        return extension_view(extension)
+
+    def delete_extension(self, resource_group: str, vm_name: str, name: str) -> bool:
+        """Remove it; False when there was none."""
+        vm = self.get(ResourceType.VIRTUAL_MACHINE, resource_group, vm_name)
+        removed = vm.extensions.pop(name.lower(), None) is not None
+        vm.body["resources"] = [extension_view(extension) for extension in vm.extensions.values()]
+        return removed
+
+
+_LINUX_ONLY_HANDLERS = frozenset({"Microsoft.Azure.Extensions.CustomScript"})
+
+
+def extension_view(extension: Json) -> Json:
+    """An extension as GET shows it: without its protected settings."""
+    view = copy.deepcopy(extension)
+    view.get("properties", {}).pop("protectedSettings", None)
+    return view
+
+
+def is_windows(vm: Json) -> bool:
+    """Whether a VM body is a Windows VM's (its OS disk, or its Windows configuration, says so)."""
+    properties = vm.get("properties") or {}
+    os_profile = properties.get("osProfile") or {}
+    return os_disk_of(vm).get("osType") == "Windows" or "windowsConfiguration" in os_profile
+
+
+def check_windows(properties: Json, os_profile: Json) -> None:
+    """What Azure checks of a Windows VM: computer name, admin account, license type."""
+    name = str(os_profile.get("computerName") or "")
+    if (
+        not name
+        or len(name) > WINDOWS_COMPUTER_NAME_MAX
+        or name.isdigit()
+        or set(name) & _COMPUTER_NAME_FORBIDDEN
+    ):
+        raise ArmError(
+            400,
+            "InvalidParameter",
+            f"Windows computer name cannot be more than {WINDOWS_COMPUTER_NAME_MAX} characters long, be entirely "
+            "numeric, or contain the following characters: ` ~ ! @ # $ % ^ & * ( ) = + _ [ ] { } \\ | ; : . ' \" "
+            ", < > / ?.",
+            target="computerName",
+        )
+    username = str(os_profile.get("adminUsername") or "")
+    if not username or username.lower() in _RESERVED_ADMIN_NAMES or len(username) > 20:
+        raise ArmError(
+            400, "InvalidParameter", "The Admin Username specified is not allowed.", target="adminUsername"
+        )
+    password = os_profile.get("adminPassword")
+    if not isinstance(password, str):
+        raise ArmError(
+            400,
+            "InvalidParameter",
+            "Required parameter 'adminPassword' is missing (null).",
+            target="adminPassword",
+        )
+    classes = sum(
+        (
+            any(c.isupper() for c in password),
+            any(c.islower() for c in password),
+            any(c.isdigit() for c in password),
+            any(not c.isalnum() for c in password),
+        )
+    )
+    if not 8 <= len(password) <= 123 or classes < 3:
+        raise ArmError(
+            400,
+            "InvalidParameter",
+            "The supplied password must be between 8-123 characters long and must satisfy at least 3 of password "
+            "complexity requirements from the following: 1) Contains an uppercase character 2) Contains a "
+            "lowercase character 3) Contains a numeric digit 4) Contains a special character 5) Control "
+            "characters are not allowed",
+            target="adminPassword",
+        )
+    if "linuxConfiguration" in os_profile:
+        raise ArmError(
+            400,
+            "InvalidParameter",
+            "Linux configuration cannot be specified for a Windows virtual machine.",
+            target="linuxConfiguration",
+        )
+    license_type = properties.get("licenseType")
+    if license_type is not None and license_type not in WINDOWS_LICENSE_TYPES:
+        raise ArmError(
+            400,
+            "InvalidParameter",
+            f"The value '{license_type}' of parameter 'licenseType' is not allowed. Allowed values are "
+            f"'{', '.join(sorted(WINDOWS_LICENSE_TYPES))}'.",
+            target="licenseType",
+        )
 
 
 def nic_references(vm: Json) -> list[Json]:

@@ -99,6 +99,38 @@ class BootstrapToken:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class WindowsAdmin:
+    """The admin account of the cluster's Windows nodes (AKS's `windowsProfile`), as the operator keeps it in a
+    `kubernetes.io/basic-auth` Secret for nodewright (`NODEWRIGHT_WINDOWS_ADMIN_SECRET`)."""
+
+    username: str
+    password: str = field(repr=False)
+    secret_name: str = "nodewright-windows-admin"
+
+    @classmethod
+    def generate(cls) -> WindowsAdmin:
+        """`azureuser` with a random password that meets AKS's rules (every character class, 24 characters)."""
+        classes = (string.ascii_lowercase, string.ascii_uppercase, string.digits, "!#%+-.:=@^_~")
+        chosen = [secrets.choice(alphabet) for alphabet in classes]
+        chosen += [secrets.choice("".join(classes)) for _ in range(24 - len(chosen))]
+        secrets.SystemRandom().shuffle(chosen)
+        return cls("azureuser", "".join(chosen))
+
+    @property
+    def reference(self) -> str:
+        return f"{BOOTSTRAP_NAMESPACE}/{self.secret_name}"
+
+    def secret(self) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": self.secret_name, "namespace": BOOTSTRAP_NAMESPACE},
+            "type": "kubernetes.io/basic-auth",
+            "stringData": {"username": self.username, "password": self.password},
+        }
+
+
 def _binding(name: str, role: str, group: str) -> dict[str, object]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -138,6 +170,8 @@ class ControlPlane:
     kubeconfig: Path
     admin_token: str = field(repr=False)
     bootstrap_token: BootstrapToken
+    windows_admin: WindowsAdmin = field(default_factory=WindowsAdmin.generate)
+    """The Windows nodes' admin account, in a Secret made with the bootstrap token's."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
     """How each process was started (`start_process` starts one again)."""
@@ -442,7 +476,7 @@ def _launch(
 
 
 def _bootstrap(plane: ControlPlane, crds: Path | None, timeout: float) -> None:
-    plane.apply([plane.bootstrap_token.secret(), *BOOTSTRAP_BINDINGS])
+    plane.apply([plane.bootstrap_token.secret(), plane.windows_admin.secret(), *BOOTSTRAP_BINDINGS])
     if crds is not None and crds.is_dir() and any(crds.glob("*.yaml")):
         plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
 
