@@ -270,6 +270,32 @@ def test_pods_run_locked_down_with_probes_and_a_writable_tmp(helm: Helm, value_s
         assert "checksum/serviceaccount" in deployment["spec"]["template"]["metadata"]["annotations"]
 
 
+def test_the_windows_admin_secret_is_passed_and_readable_alone(helm: Helm) -> None:
+    rendered = helm.render(
+        [REQUIRED_VALUES],
+        "settings.azure.windows.adminSecret=kube-system/windows-admin",
+        "settings.azure.windows.licenseType=Windows_Server",
+    )
+    for deployment in deployments(rendered).values():
+        env = environment(deployment)
+        assert env["NODEWRIGHT_WINDOWS_ADMIN_SECRET"] == "kube-system/windows-admin"
+        assert env["NODEWRIGHT_WINDOWS_LICENSE_TYPE"] == "Windows_Server"
+    [role] = [
+        item for item in by_kind(rendered, "Role") if item["metadata"]["name"].endswith("-windows-admin")
+    ]
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["windows-admin"], "verbs": ["get"]}
+    ]
+    [binding] = [
+        b for b in by_kind(rendered, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]
+    ]
+    assert binding["metadata"]["namespace"] == "kube-system"
+    without = helm.render([REQUIRED_VALUES])
+    assert not [item for item in without if item["metadata"]["name"].endswith("-windows-admin")]
+    assert all("NODEWRIGHT_WINDOWS_ADMIN_SECRET" not in environment(d) for d in deployments(without).values())
+
+
 def test_pods_stay_off_the_nodes_nodewright_manages_and_spread_over_hosts_and_zones(helm: Helm) -> None:
     rendered = deployments(helm.render([REQUIRED_VALUES]))
     for component, deployment in rendered.items():

@@ -125,6 +125,16 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
 - name: NODEWRIGHT_KUBELET_IDENTITY_ID
   value: {{ . | quote }}
 {{- end }}
+{{- with $azure.imageGallerySubscriptionId }}
+- name: NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID
+  value: {{ . | quote }}
+{{- end }}
+{{- with $azure.windows.adminSecret }}
+- name: NODEWRIGHT_WINDOWS_ADMIN_SECRET
+  value: {{ . | quote }}
+{{- end }}
+- name: NODEWRIGHT_WINDOWS_LICENSE_TYPE
+  value: {{ $azure.windows.licenseType | quote }}
 {{- end -}}
 
 {{/* What only the controller reads: leader election on a Lease in the release's namespace. */}}
