@@ -7,6 +7,7 @@ has its own copy, refreshed only by the refresh activities that run on that work
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
@@ -35,9 +36,13 @@ class CatalogSource:
         self._version = 0
 
     @classmethod
-    def shipped(cls, region: str) -> CatalogSource:
-        """The shipped snapshot of the region, until a refresh replaces it."""
-        return cls(load_shipped_catalog(region))
+    def shipped(cls, region: str, windows_license_included: bool = True) -> CatalogSource:
+        """The shipped snapshot of the region, until a refresh replaces it; Windows nodes at the Linux rate unless
+        `windows_license_included` (the cluster's license type, `AzureCatalog.windows_license_included`)."""
+        catalog = load_shipped_catalog(region)
+        if not windows_license_included:
+            catalog = dataclasses.replace(catalog, windows_license_included=False)
+        return cls(catalog)
 
     @classmethod
     def of(cls, catalog: AzureCatalog | CatalogSource) -> CatalogSource:

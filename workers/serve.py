@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
+from activities.azure.windows import LICENSE_NONE as WINDOWS_LICENSE_NONE
 from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
 from core.errors import CloudError
 from core.messages import ProvisionerInput
@@ -150,7 +151,9 @@ async def serve_worker(
     async with cluster, serve_probes(settings.health_probe_port, readiness):
         client = await connections.connect_temporal()
         await ensure_search_attributes(client)
-        catalogs = CatalogSource.shipped(azure.settings.location)
+        catalogs = CatalogSource.shipped(
+            azure.settings.location, azure.settings.windows_license_type == WINDOWS_LICENSE_NONE
+        )
         prices = price_settings(azure)
         async with cloud_provider(cluster, azure, catalogs) as cloud:
             worker = build_worker(

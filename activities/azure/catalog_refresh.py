@@ -28,12 +28,17 @@ logger = logging.getLogger(__name__)
 
 
 def live_catalog(
-    zones: tuple[str, ...], region: str, skus: tuple[AzureSku, ...], prices: LivePrices
+    zones: tuple[str, ...],
+    region: str,
+    skus: tuple[AzureSku, ...],
+    prices: LivePrices,
+    windows_license_included: bool = True,
 ) -> AzureCatalog:
     """The live sizes at their live prices; each size without a live price keeps the price it came with."""
     return AzureCatalog(
         region=region,
         zones=zones,
+        windows_license_included=windows_license_included,
         skus=tuple(
             dataclasses.replace(
                 sku,
@@ -88,7 +93,8 @@ class CatalogRefreshActivities:
             )
             return self._result(region, refreshed=False, failure=failure)
         assert isinstance(skus, tuple) and isinstance(prices, LivePrices)
-        catalog = live_catalog(shipped.zones, region, skus, prices)
+        included = self.catalogs.current.windows_license_included
+        catalog = live_catalog(shipped.zones, region, skus, prices, included)
         self.catalogs.replace(catalog, self._clock())
         for kind, count in (("on-demand", len(prices.on_demand)), ("spot", len(prices.spot))):
             logger.info(

@@ -145,9 +145,6 @@ class NodeClassSettings:
     fips: bool = False
     """Whether nodes run in FIPS mode (`fipsMode` FIPS, or Windows Server 2025): they carry
     `kubernetes.azure.com/fips_enabled=true`."""
-    windows_license_included: bool = True
-    """The cluster's Windows license type: None (the license is paid with the VM, at the Windows rate) unless
-    Azure Hybrid Benefit (`Windows_Server`) brings it, when a Windows VM costs the Linux rate."""
     memory_overhead_percent: float = 0.075
     """The operator option `VM_MEMORY_OVERHEAD_PERCENT`: memory the hypervisor keeps from the VM."""
 
@@ -461,7 +458,8 @@ def offerings(
     Sizes missing from the provider's known-SKU list, and sizes without a price, cost the 999 $/h penalty.
     Spot is available only for low-priority-capable sizes with a spot price: no spot price is invented,
     so a size without one keeps an unavailable spot offering at the penalty price. Windows nodes cost the
-    Windows rate (`core.instancetypes.windows`) unless the cluster brings its license.
+    Windows rate (`core.instancetypes.windows`) unless the cluster brings its license
+    (`AzureCatalog.windows_license_included`).
     """
     blocked = frozenset(unavailable)
 
@@ -471,7 +469,7 @@ def offerings(
         return price_micros
 
     on_demand_price, spot_price = priced(sku.on_demand_price_micros), priced(sku.spot_price_micros)
-    if settings.image_family.os == OS_WINDOWS and settings.windows_license_included:
+    if settings.image_family.os == OS_WINDOWS and catalog.windows_license_included:
         on_demand_price = priced(windows_on_demand_price(sku))
         spot_price = priced(windows_spot_price(sku))
     spot_possible = sku.low_priority_capable is True and sku.spot_price_micros is not None

@@ -91,6 +91,10 @@ class AzureCatalog:
     zones: tuple[str, ...]
     """Logical availability zones of the region (`("1", "2", "3")`); empty for a region without zones."""
     skus: tuple[AzureSku, ...]
+    windows_license_included: bool = True
+    """How the cluster licenses Windows nodes (AKS's `windowsProfile.licenseType`): None, the license paid with the
+    VM, so Windows nodes cost the Windows rate; or Azure Hybrid Benefit (`Windows_Server`, False here), the
+    customer's own license, so they cost the Linux rate."""
 
     def sku(self, name: str) -> AzureSku:
         """The size with this name (raises `KeyError` when the catalog does not have it)."""

@@ -14,7 +14,7 @@ the difference between the Windows and Linux pay-as-you-go meters in eastus and 
 the same rate in both regions; `core/instancetypes/data/README.md` has the figures). Spot VMs are derived the same
 way (the license is not discounted with the capacity): an upper bound of the Windows spot meter, which replaces
 it once read. A cluster with Azure Hybrid Benefit (license type `Windows_Server`) brings its own license and pays
-the Linux rate (`NodeClassSettings.windows_license_included`).
+the Linux rate (`AzureCatalog.windows_license_included`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from activities.catalog_source import CatalogSource
+from core.instancetypes.azure import ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
 
 SHIPPED = load_shipped_catalog("eastus")
@@ -26,3 +27,15 @@ def test_a_derived_value_is_built_once_per_catalog() -> None:
     source.replace(smaller, datetime(2026, 11, 22, tzinfo=UTC))
     assert skus() == skus() == 3
     assert built == [SHIPPED, smaller]
+
+
+def test_a_cluster_with_azure_hybrid_benefit_prices_windows_at_the_linux_rate() -> None:
+    windows = NodeClassSettings(image_family=ImageFamily.WINDOWS_2022)
+
+    def on_demand(source: CatalogSource) -> int:
+        [d4] = [it for it in azure_instance_types(source.current, windows) if it.name == "Standard_D4s_v5"]
+        return next(o.price_micros for o in d4.offerings if o.capacity_type == "on-demand")
+
+    linux_price = SHIPPED.sku("Standard_D4s_v5").on_demand_price_micros
+    assert on_demand(CatalogSource.shipped("eastus", windows_license_included=False)) == linux_price
+    assert on_demand(CatalogSource.shipped("eastus")) == linux_price + 4 * 46_000  # type: ignore[operator]

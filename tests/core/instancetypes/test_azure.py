@@ -595,8 +595,8 @@ def test_windows_nodes_cost_the_windows_rate() -> None:
     assert prices("Standard_D4as_v5") == {"on-demand": 356_000, "spot": 90_000}
     # The burstable B-series' license is a tenth of that.
     assert prices("Standard_B4s_v2")["on-demand"] == 166_400 + 18_400
-    hybrid = NodeClassSettings(image_family=ImageFamily.WINDOWS_2022, windows_license_included=False)
-    [brought] = azure_instance_types(catalog(plain), hybrid)
+    hybrid = AzureCatalog(region="eastus", zones=("1",), skus=(plain,), windows_license_included=False)
+    [brought] = azure_instance_types(hybrid, WINDOWS_2022)
     assert {o.price_micros for o in brought.offerings if o.capacity_type == "on-demand"} == {192_000}
 
 
