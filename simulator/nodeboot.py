@@ -202,22 +202,36 @@ def _taints(text: str) -> tuple[Taint, ...]:
 _REGISTRATION_FLAGS = frozenset({"node-labels", "register-with-taints"})
 
 
-def _windows_bootstrap(script: str) -> NodeBootstrap:
-    found, arguments = powershell_variables(script)
-    token = found.get(WINDOWS_TOKEN_VARIABLE)
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """Where a bootstrap script keeps the token, the versions and the API server."""
+
+    token: str
+    kubernetes_version: str
+    node_image_version: str
+    api_server: str
+
+
+_BASH = _Names(TOKEN_VARIABLE, "KUBERNETES_VERSION", "NODE_IMAGE_VERSION", "API_SERVER_NAME")
+_POWERSHELL = _Names(WINDOWS_TOKEN_VARIABLE, "KubeBinariesVersion", "NodeImageVersion", "MasterIP")
+
+
+def _bootstrap(
+    found: dict[str, str], flags: dict[str, str], node_labels: str, node: dict[str, str], names: _Names
+) -> NodeBootstrap:
+    token = found.get(names.token)
     if not token:
-        raise BootstrapError(f"the custom data sets no {WINDOWS_TOKEN_VARIABLE}")
-    flags = _flag_words(arguments)
+        raise BootstrapError(f"the custom data sets no {names.token}")
     return NodeBootstrap(
         token=token,
-        labels=_labels(found.get("KubeletNodeLabels", "")),
+        labels=_labels(node_labels),
         taints=_taints(flags.get("register-with-taints", "")),
-        kubernetes_version=found.get("KubeBinariesVersion", ""),
-        node_image_version=found.get("NodeImageVersion", ""),
-        api_server=found.get("MasterIP", ""),
+        kubernetes_version=found.get(names.kubernetes_version, ""),
+        node_image_version=found.get(names.node_image_version, ""),
+        api_server=found.get(names.api_server, ""),
         kubelet={name: value for name, value in flags.items() if name not in _REGISTRATION_FLAGS},
-        node={name: found[name] for name in WINDOWS_NODE_VARIABLES if name in found},
-        windows=True,
+        node=node,
+        windows=names is _POWERSHELL,
     )
 
 
@@ -229,19 +243,11 @@ def read_custom_data(custom_data: str) -> NodeBootstrap:
     except (binascii.Error, UnicodeDecodeError):
         raise BootstrapError("the custom data is not base64 text") from None
     if f"$global:{WINDOWS_TOKEN_VARIABLE}" in script:
-        return _windows_bootstrap(script)
+        found, arguments = powershell_variables(script)
+        node = {name: found[name] for name in WINDOWS_NODE_VARIABLES if name in found}
+        return _bootstrap(
+            found, _flag_words(arguments), found.get("KubeletNodeLabels", ""), node, _POWERSHELL
+        )
     found = variables(script)
-    token = found.get(TOKEN_VARIABLE)
-    if not token:
-        raise BootstrapError(f"the custom data sets no {TOKEN_VARIABLE}")
     flags = _flags(found.get("KUBELET_FLAGS", ""))
-    return NodeBootstrap(
-        token=token,
-        labels=_labels(flags.get("node-labels", "")),
-        taints=_taints(flags.get("register-with-taints", "")),
-        kubernetes_version=found.get("KUBERNETES_VERSION", ""),
-        node_image_version=found.get("NODE_IMAGE_VERSION", ""),
-        api_server=found.get("API_SERVER_NAME", ""),
-        kubelet={name: value for name, value in flags.items() if name not in _REGISTRATION_FLAGS},
-        node=_node_variables(found),
-    )
+    return _bootstrap(found, flags, flags.get("node-labels", ""), _node_variables(found), _BASH)

@@ -132,7 +132,7 @@ _W = WINDOWS_GALLERY
 WINDOWS_2022_VERSION = "20348.4529.251212"
 WINDOWS_2025_VERSION = "26100.7462.251212"
 """The AKS Windows node image release of 2025-12-12 (OS build, update revision, release date), the newest in the
-AKS provider's NodeImageVersions snapshot (`core/instancetypes/data/README.md`)."""
+AKS provider's NodeImageVersions snapshot (`docs/windows.md` has the sources)."""
 _IMAGES: dict[tuple[str, _Variant], tuple[ImageDefinition, ...]] = {
     ("Ubuntu2004", _Variant.FIPS): _definitions(_U, "2004gen2fipscontainerd", "2004fipscontainerd", None),
     ("Ubuntu2204", _Variant.PLAIN): _definitions(

@@ -38,18 +38,16 @@ def license_price(sku: AzureSku) -> int:
 def windows_on_demand_price(sku: AzureSku) -> int | None:
     """The Windows pay-as-you-go price: the Windows meter read, else the Linux price plus the license; None when
     the size has no price at all."""
-    if sku.windows_on_demand_price_micros is not None:
-        return sku.windows_on_demand_price_micros
-    if sku.on_demand_price_micros is None:
-        return None
-    return sku.on_demand_price_micros + license_price(sku)
+    return _windows_price(sku, sku.windows_on_demand_price_micros, sku.on_demand_price_micros)
 
 
 def windows_spot_price(sku: AzureSku) -> int | None:
     """The Windows spot price: the Windows spot meter read, else the Linux spot price plus the license; None
     when the size has no spot price."""
-    if sku.windows_spot_price_micros is not None:
-        return sku.windows_spot_price_micros
-    if sku.spot_price_micros is None:
-        return None
-    return sku.spot_price_micros + license_price(sku)
+    return _windows_price(sku, sku.windows_spot_price_micros, sku.spot_price_micros)
+
+
+def _windows_price(sku: AzureSku, windows: int | None, linux: int | None) -> int | None:
+    if windows is not None:
+        return windows
+    return None if linux is None else linux + license_price(sku)

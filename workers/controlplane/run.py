@@ -84,19 +84,28 @@ class BootstrapToken:
         return f"{BOOTSTRAP_NAMESPACE}/{self.secret_name}"
 
     def secret(self) -> dict[str, object]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": self.secret_name, "namespace": BOOTSTRAP_NAMESPACE},
-            "type": "bootstrap.kubernetes.io/token",
-            "stringData": {
+        return _secret(
+            self.secret_name,
+            "bootstrap.kubernetes.io/token",
+            {
                 "token-id": self.token_id,
                 "token-secret": self.token_secret,
                 "usage-bootstrap-authentication": "true",
                 "usage-bootstrap-signing": "true",
                 "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
             },
-        }
+        )
+
+
+def _secret(name: str, kind: str, data: dict[str, str]) -> dict[str, object]:
+    """A Secret of `kind` in the bootstrap namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": BOOTSTRAP_NAMESPACE},
+        "type": kind,
+        "stringData": data,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,13 +131,11 @@ class WindowsAdmin:
         return f"{BOOTSTRAP_NAMESPACE}/{self.secret_name}"
 
     def secret(self) -> dict[str, object]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": self.secret_name, "namespace": BOOTSTRAP_NAMESPACE},
-            "type": "kubernetes.io/basic-auth",
-            "stringData": {"username": self.username, "password": self.password},
-        }
+        return _secret(
+            self.secret_name,
+            "kubernetes.io/basic-auth",
+            {"username": self.username, "password": self.password},
+        )
 
 
 def _binding(name: str, role: str, group: str) -> dict[str, object]:
