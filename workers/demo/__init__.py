@@ -9,8 +9,9 @@ then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-d
 unconstrained `inflate-wide` up; scales them down and lets consolidation, then emptiness, remove nodes; ships a
 newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
 NodeClaim's workflow drains and terminates; a dry-run manual consolidation; a static NodePool; a CapacityWindow
-(nodewright's extension) that scales the static pool up ahead of a window and back after it; and a NodeOverlay that
-moves the same pod to a cheaper family. Karpenter-style log
+(nodewright's extension) that scales the static pool up ahead of a window and back after it; a NodeOverlay that
+moves the same pod to a cheaper family; and a Windows deployment on a Windows node, which a newer Windows image then
+drifts. Karpenter-style log
 lines and real `kubectl get nodeclaims` output show progress; the Temporal UI keeps every workflow's history.
 """
 
@@ -57,6 +58,7 @@ from workers.demo.overlay import overlay_step
 from workers.demo.static import static_step
 from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.demo.window import window_finish, window_start
+from workers.demo.windows import windows_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
@@ -116,8 +118,9 @@ async def walk_through(self: Walkthrough) -> None:
     opens = await window_start(self, 12)
     await overlay_step(self, 13)
     await window_finish(self, 14, opens)
+    await windows_step(self, 15)
 
-    self.say("15. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("16. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
