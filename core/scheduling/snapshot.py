@@ -319,12 +319,16 @@ def build_snapshot(
     ]
 
     all_types = {it.name: it for types in snapshot.listed_instance_types.values() for it in types}
+    pool_types = {
+        pool: {it.name: it for it in types} for pool, types in snapshot.listed_instance_types.items()
+    }
     for claim in manifests.nodeclaims:
         if claim.status.node_name and claim.status.node_name in known_nodes:
             continue
         if reschedule_deleting and claim.metadata.deletion_timestamp is not None:
             continue
-        launching = _launching(claim, all_types)
+        # Its own NodePool's types: one size is a Linux and a Windows type with different overheads.
+        launching = _launching(claim, pool_types.get(claim.nodepool_name or "", all_types))
         if launching is None:
             snapshot.notes.append(
                 f"NodeClaim {claim.name}: no allocatable known yet, not counted as capacity"

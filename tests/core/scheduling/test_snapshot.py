@@ -5,6 +5,7 @@ capacity launches while the node drains; DaemonSet pods, finished pods and pods 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.kube import Pod
@@ -141,3 +142,34 @@ def test_a_nodepool_whose_ready_is_false_is_not_used_for_new_nodes_and_says_why(
     assert "NodePool broken: not Ready (NodeClassNotReady: NodeClassReady=False), not used for new nodes" in (
         snapshot.notes
     )
+
+
+def launching_claim(name: str, nodepool: str, nodeclass: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": nodepool}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": nodeclass},
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["Standard_D4s_v5"]}
+            ],
+        },
+    }
+
+
+def test_a_launching_nodeclaim_counts_the_allocatable_its_own_nodepool_gives_its_size() -> None:
+    documents = [
+        *load_yaml((EXAMPLES / "nodepool.yaml").read_text(), "nodepool.yaml"),
+        *load_yaml((EXAMPLES / "windows.yaml").read_text(), "windows.yaml"),
+        launching_claim("default-a1b2c", "default", "default"),
+        launching_claim("windows-x7k2p", "windows", "windows"),
+    ]
+    snapshot = build_snapshot(parse_manifests(documents, "test"), azure_provider(CATALOG))
+
+    nodes = {node.name: node for node in snapshot.nodes}
+    for claim, pool in (("default-a1b2c", "default"), ("windows-x7k2p", "windows")):
+        [size] = [t for t in snapshot.listed_instance_types[pool] if t.name == "Standard_D4s_v5"]
+        assert nodes[claim].allocatable == size.allocatable()
+    # A Linux and a Windows node of one size differ (Windows keeps 2 GiB more and has no eviction threshold).
+    assert nodes["default-a1b2c"].allocatable != nodes["windows-x7k2p"].allocatable
