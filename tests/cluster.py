@@ -127,9 +127,18 @@ SCHEDULING_TIMEOUT = 30.0
 """How long kube-scheduler may take to try a new pod (it tries at once; this is for a loaded machine)."""
 
 
-async def apply_examples(kube: KubernetesCluster) -> None:
-    """`deploy/examples/`, with the AKSNodeClass status the image controller would write."""
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+WINDOWS_EXAMPLE = "windows.yaml"
+
+
+def example_paths(windows: bool = False) -> list[Path]:
+    """deploy/examples' files: a Linux cluster's, and with `windows` its Windows NodePool, AKSNodeClass and
+    deployment too (`docs/windows.md`)."""
+    return [path for path in sorted(EXAMPLES.glob("*.yaml")) if windows or path.name != WINDOWS_EXAMPLE]
+
+
+async def apply_examples(kube: KubernetesCluster, windows: bool = False) -> None:
+    """`deploy/examples/` (`example_paths`), with the AKSNodeClass status the image controller would write."""
+    for path in example_paths(windows):
         await kube.apply(path.read_text())
 
 

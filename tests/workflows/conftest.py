@@ -48,7 +48,7 @@ from core.messages import (
 )
 from simulator.aks import AksSettings
 from simulator.aks_client import AksEmulatorClient
-from tests.cluster import EXAMPLES, events, eventually, fresh_aks, unschedulable
+from tests.cluster import events, eventually, example_paths, fresh_aks, unschedulable
 from workers.azure import cloud_provider
 from workers.controller import Controller, lifecycle_adoption
 from workers.controlplane.run import ControlPlane
@@ -120,11 +120,12 @@ def pinned(instance_type: str = INSTANCE_TYPE) -> dict[str, str]:
     return {labels.INSTANCE_TYPE: instance_type, labels.CAPACITY_TYPE: labels.CAPACITY_TYPE_ON_DEMAND}
 
 
-def example_manifests(**nodepool_template_spec: Any) -> str:
-    """`deploy/examples/` as one YAML text; keyword arguments are added to the NodePool's template spec."""
+def example_manifests(windows: bool = False, **nodepool_template_spec: Any) -> str:
+    """`deploy/examples/` as one YAML text (its Windows NodePool too with `windows`: `tests.cluster.example_paths`);
+    keyword arguments are added to every NodePool's template spec."""
     documents = [
         document
-        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for path in example_paths(windows)
         for document in yaml.safe_load_all(path.read_text())
         if document
     ]

@@ -20,7 +20,9 @@ WINDOWS_REPLICAS = 2
 
 def mixed_cluster() -> list[dict[str, Any]]:
     """deploy/examples with the Windows deployment scaled up and no node expiring."""
-    documents: list[dict[str, Any]] = list(yaml.safe_load_all(example_manifests(expireAfter="Never")))
+    documents: list[dict[str, Any]] = list(
+        yaml.safe_load_all(example_manifests(windows=True, expireAfter="Never"))
+    )
     for document in documents:
         if document["kind"] == "Deployment" and document["metadata"]["name"] == "windows-web":
             document["spec"]["replicas"] = WINDOWS_REPLICAS
