@@ -8,8 +8,12 @@ and its NodePools show `NodeClassReady=False` with the same reason and message.
   subnet in the AKS-managed VNet or outside the cluster's VNet is `SubnetIDInvalid`; one Azure does not have is
   `SubnetNotFound`; another failure reading it is `SubnetUnknownError`. The ID checks are here
   (`subnet_id_problem`); the read is the caller's.
-- ImagesReady and KubernetesVersionReady are True: nodewright boots the images and version of the status when
-  they are there, and otherwise resolves them from the image family and the cluster's version.
+- KubernetesVersionReady is True, and so is ImagesReady: nodewright boots the images and version of the status
+  when they are there, and otherwise resolves them from the image family and the cluster's version. Unless that
+  resolves to no image (`images_problem`): a Windows family without status images and without AKS's Shared Image
+  Gallery, where AKS publishes Windows images only, is `SIGRequiredForWindows` (as the provider says
+  `SIGRequiredForFIPS`); a family the cluster's Kubernetes version has no image of (Windows2025 before 1.32) is
+  `ImagesNotFound`.
 - ValidationSucceeded is True (nodewright takes no disk encryption set whose access the provider would check).
 - LocalDNSReady is True: `localDNSState` is resolved as soon as the controller sees the NodeClass
   (`AKSNodeClass.resolved_local_dns_state`).
@@ -22,9 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from core.api.aksnodeclass import AKSNodeClassConditionType
+from core.api.aksnodeclass import AKSNodeClass, AKSNodeClassConditionType
 from core.api.condition_set import ConditionSet
 from core.api.nodepool import StatusCondition
+from core.errors import InvalidError
+from core.instancetypes.images import AMD64, GEN1, GEN2, NodeImages, SizeShape
 
 NODECLASS_DEPENDENTS = (
     AKSNodeClassConditionType.IMAGES_READY,
@@ -34,6 +40,8 @@ NODECLASS_DEPENDENTS = (
     AKSNodeClassConditionType.LOCAL_DNS_READY,
 )
 
+SIG_REQUIRED_FOR_WINDOWS = "SIGRequiredForWindows"
+IMAGES_NOT_FOUND = "ImagesNotFound"
 SUBNET_NOT_FOUND = "SubnetNotFound"
 SUBNET_ID_INVALID = "SubnetIDInvalid"
 SUBNET_UNKNOWN_ERROR = "SubnetUnknownError"
@@ -118,18 +126,49 @@ def subnet_unknown_error(error: str) -> tuple[str, str]:
     return SUBNET_UNKNOWN_ERROR, f"unknown error getting subnet: {error}"
 
 
+def images_problem(
+    nodeclass: AKSNodeClass, kubernetes_version: str, shared_gallery: bool
+) -> tuple[str, str] | None:
+    """ImagesReady's reason and message when no image would boot the AKSNodeClass's nodes (None: one would):
+    `kubernetes_version` is the cluster's, for a status without one; `shared_gallery` whether images may come from
+    AKS's Shared Image Gallery."""
+    images = NodeImages.of(nodeclass)
+    if images.status:
+        return None
+    try:
+        definition = images.image(_ANY_SIZE, images.kubernetes_version or kubernetes_version)
+    except InvalidError as error:
+        return IMAGES_NOT_FOUND, str(error)
+    if isinstance(definition, str) or shared_gallery or definition.gallery.community_name is not None:
+        return None
+    return (
+        SIG_REQUIRED_FOR_WINDOWS,
+        f"{definition.gallery.name} images are published only in AKS's Shared Image Gallery: set "
+        "NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID, or give the AKSNodeClass status.images",
+    )
+
+
+_ANY_SIZE = SizeShape("any", AMD64, (GEN1, GEN2))
+"""A size every family has an image for, when the family has one at all."""
+
+
 def nodeclass_conditions(
     current: Sequence[StatusCondition],
     generation: int | None,
     created: datetime | None,
     subnet_problem: tuple[str, str] | None,
     now: datetime,
+    images: tuple[str, str] | None = None,
 ) -> list[StatusCondition]:
     """The AKSNodeClass's conditions after a status reconcile; `subnet_problem` is the SubnetsReady reason and
-    message when the subnet is not usable (None: it is)."""
+    message when the subnet is not usable (None: it is), `images` ImagesReady's when no image would boot its nodes
+    (`images_problem`)."""
     conditions = ConditionSet(current, NODECLASS_DEPENDENTS, generation, created, now)
     conditions.set_true(AKSNodeClassConditionType.KUBERNETES_VERSION_READY)
-    conditions.set_true(AKSNodeClassConditionType.IMAGES_READY)
+    if images is None:
+        conditions.set_true(AKSNodeClassConditionType.IMAGES_READY)
+    else:
+        conditions.set_false(AKSNodeClassConditionType.IMAGES_READY, *images)
     if subnet_problem is None:
         conditions.set_true(AKSNodeClassConditionType.SUBNETS_READY)
     else:

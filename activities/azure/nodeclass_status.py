@@ -24,6 +24,7 @@ from core.api.nodepool import ConditionStatus
 from core.errors import CloudError, NotFoundError
 from core.messages import MaintenanceActivity, NodeClassStatusInput, NodeClassStatusResult
 from core.nodeclass_status import (
+    images_problem,
     nodeclass_conditions,
     parse_subnet_id,
     subnet_id_problem,
@@ -94,8 +95,11 @@ class NodeClassStatusActivities:
             subnets[subnet_id] = await self._subnet_problem(subnet_id)
         created = nodeclass.metadata.creation_timestamp
         current = raw.get("status") or {}
+        images = images_problem(
+            nodeclass, settings.kubernetes_version, bool(settings.image_gallery_subscription_id)
+        )
         conditions = nodeclass_conditions(
-            readable_conditions(current), metadata.get("generation"), created, subnets[subnet_id], now
+            readable_conditions(current), metadata.get("generation"), created, subnets[subnet_id], now, images
         )
         status: dict[str, Any] = {"conditions": conditions_json(conditions)}
         ready = next(c for c in conditions if c.type == "Ready")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from core.api.aksnodeclass import AKSNodeClass
 from core.nodeclass_status import (
     SubnetID,
+    images_problem,
     nodeclass_conditions,
     parse_subnet_id,
     subnet_id_problem,
@@ -75,3 +77,31 @@ def test_a_nodeclass_with_its_subnet_is_ready_and_recomputing_changes_nothing() 
         "LocalDNSReady": "True",
     }
     assert nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC)) == conditions
+
+
+def nodeclass(family: str, **status: object) -> AKSNodeClass:
+    return AKSNodeClass.parse({"metadata": {"name": "n"}, "spec": {"imageFamily": family}, "status": status})
+
+
+def test_a_windows_nodeclass_without_an_image_it_can_boot_has_images_not_ready() -> None:
+    sig = images_problem(nodeclass("Windows2022"), "1.33.5", shared_gallery=False)
+    assert sig is not None and sig[0] == "SIGRequiredForWindows"
+    assert "AKSWindows images are published only in AKS's Shared Image Gallery" in sig[1]
+    assert images_problem(nodeclass("Windows2022"), "1.33.5", shared_gallery=True) is None
+    status_image = {"id": "/subscriptions/s/resourceGroups/AKS-Windows/providers/x/images/y/versions/z"}
+    assert (
+        images_problem(nodeclass("Windows2022", images=[status_image]), "1.33.5", shared_gallery=False)
+        is None
+    )
+    assert images_problem(nodeclass("Ubuntu2204"), "1.33.5", shared_gallery=False) is None
+    too_old = images_problem(
+        nodeclass("Windows2025", kubernetesVersion="1.31.4"), "1.33.5", shared_gallery=True
+    )
+    assert too_old == (
+        "ImagesNotFound",
+        "AKSNodeClass n: image family Windows2025 needs Kubernetes 1.32 or later (the cluster runs 1.31)",
+    )
+
+    found = {c.type: (c.status.value, c.reason) for c in nodeclass_conditions([], 1, NOW, None, NOW, sig)}
+    assert found["ImagesReady"] == ("False", "SIGRequiredForWindows")
+    assert found["Ready"] == ("False", "UnhealthyDependents")

@@ -42,7 +42,12 @@ async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> No
         return None
 
     provider: Any = SimpleNamespace(
-        settings=SimpleNamespace(subnet_id=SUBNET, resource_group="MC_rg"),
+        settings=SimpleNamespace(
+            subnet_id=SUBNET,
+            resource_group="MC_rg",
+            kubernetes_version="1.33.5",
+            image_gallery_subscription_id=None,
+        ),
         network=SimpleNamespace(subnets=SimpleNamespace(get=subnet)),
     )
     store = RacingStore()
