@@ -351,6 +351,24 @@ class Metrics:
             "The time from pod creation until the pod is running (Ready).",
             registry=registry,
         )
+        self.nodepools_cost = Gauge(
+            "karpenter_nodepools_cost_total",
+            "What a NodePool's launched NodeClaims cost per hour at their offerings' prices (US dollars, NodeOverlay "
+            "price adjustments included), as of the last automatic disruption pass. Not a bill.",
+            ["nodepool"],
+            registry=registry,
+        )
+        self.bootstrap_token_rotations = Counter(
+            "nodewright_bootstrap_token_rotations_total",
+            "Node bootstrap tokens created by the rotation.",
+            registry=registry,
+        )
+        self.bootstrap_token_expiration = Gauge(
+            "nodewright_bootstrap_token_expiration_timestamp_seconds",
+            "When the bootstrap token new nodes join with expires (Unix time; +Inf when it never does), as of the "
+            "last rotation step this process ran.",
+            registry=registry,
+        )
         self.build_info = Gauge(
             "karpenter_build_info",
             "Always 1; the version label says which nodewright is running.",

@@ -108,7 +108,7 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
             await until(f"NodeClaim {claim.name} deleted", gone)
             info = await aks.emulator.cluster_info()
             namespace, _, name = info.bootstrap_token_secret.partition("/")
-            secret = await kube.get_secret(namespace, name)
+            secret = await kube.read_secret(namespace, name)
             await asyncio.sleep(1)  # the last activity results land in the histories
             histories = await record_histories(await connect(temporal.target), tmp_path / "histories")
     finally:
@@ -116,8 +116,8 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
         root.setLevel(level)
 
     assert secret is not None
-    token_secret = secret["token-secret"]
-    token = f"{secret['token-id']}.{token_secret}"
+    token_secret = secret.data["token-secret"]
+    token = f"{secret.data['token-id']}.{token_secret}"
     assert token in base64.b64decode(custom_data).decode(), "the VM's custom data carries the token"
     assert {path.name.split("-")[0] for path in histories} >= {"NodeClaim", "Provisioner"}
     assert capture.lines, "logging was captured"
