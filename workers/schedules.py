@@ -38,7 +38,7 @@ from activities.azure.garbage import GarbageCollectionActivities
 from activities.azure.nodeclass_status import NodeClassStatusActivities
 from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider
-from activities.bootstrap_tokens import BootstrapTokenActivities
+from activities.bootstrap_tokens import BootstrapTokenActivities, rotation_grace
 from activities.catalog_source import CatalogSource
 from core import summaries
 from core.bootstrap_token_messages import BootstrapTokenRotationInput
@@ -195,6 +195,19 @@ async def _ensure_rotation(
             timedelta(seconds=rotation.period_seconds),
             summaries.bootstrap_token_rotation_summary(cluster),
         ),
+    )
+
+
+def bootstrap_token_rotation(
+    cluster: str, period_seconds: float, registration_ttl_seconds: float, launch_timeout_seconds: float
+) -> BootstrapTokenRotationInput | None:
+    """The rotation's Schedule action for these settings (None: a period of 0 turns rotation off)."""
+    if period_seconds <= 0:
+        return None
+    return BootstrapTokenRotationInput(
+        cluster=cluster,
+        period_seconds=period_seconds,
+        grace_seconds=rotation_grace(registration_ttl_seconds, launch_timeout_seconds),
     )
 
 
