@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Metric
@@ -406,6 +406,12 @@ class Metrics:
             limit = status.limit
             allowed = UNLIMITED if limit.limit is None else limit.limit
             self.allowed_disruptions.labels(nodepool=limit.nodepool, reason=limit.reason.value).set(allowed)
+
+    def set_nodepool_costs(self, costs: Mapping[str, int]) -> None:
+        """Replace the gauge with one plan's costs per NodePool (micro-dollars an hour; NodePools gone drop out)."""
+        self.nodepools_cost.clear()
+        for nodepool, micros in costs.items():
+            self.nodepools_cost.labels(nodepool=nodepool).set(micros / 1_000_000)
 
     def disruption_decided(self, decision: str, reason: str, method: str) -> None:
         self.disruption_decisions.labels(
