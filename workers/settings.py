@@ -205,6 +205,13 @@ class Settings(BaseSettings):
         """The feature gates in force: Karpenter v1.14's defaults with `feature_gates` applied."""
         return parse_feature_gates(self.feature_gates)
 
+    @field_validator("bootstrap_token_rotation_seconds")
+    @classmethod
+    def _rotation_interval(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("0 (off) or at least 1 (a Temporal Schedule's shortest interval)")
+        return value
+
     @field_validator("temporal_address")
     @classmethod
     def _host_and_port(cls, value: str) -> str:
