@@ -14,7 +14,6 @@ own `CatalogSource`, and a worker that did not run the refresh keeps planning wi
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from datetime import timedelta
 from typing import Any
@@ -31,7 +30,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.azure.catalog_refresh import CatalogRefreshActivities
 from activities.azure.garbage import GarbageCollectionActivities
@@ -173,16 +172,20 @@ async def ensure_schedules(
             summaries.garbage_collection_summary(cluster),
         ),
     )
-    await _ensure_rotation(client, cluster, task_queue, bootstrap_token_rotation)
+    await ensure_bootstrap_token_rotation(client, cluster, task_queue, bootstrap_token_rotation)
 
 
-async def _ensure_rotation(
+async def ensure_bootstrap_token_rotation(
     client: Client, cluster: str, task_queue: str, rotation: BootstrapTokenRotationInput | None
 ) -> None:
+    """Create or update the cluster's rotation schedule; without `rotation`, delete it if there is one."""
     schedule_id = bootstrap_token_rotation_id(cluster)
     if rotation is None:
-        with contextlib.suppress(RPCError):  # none to delete
+        try:
             await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
         return
     await ensure_schedule(
         client,

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, ScheduleActionStartWorkflow, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -31,6 +33,7 @@ from simulator.kubeapi import KubeApi, KubeCredential
 from tests.activities.azure.test_bootstrap import request
 from tests.cluster import eventually
 from tests.workflows.conftest import TIMER, step_summaries
+from workers.schedules import bootstrap_token_rotation, ensure_bootstrap_token_rotation
 from workers.simulated_aks import SimulatedAks
 from workflows.bootstrap_tokens import BootstrapTokenRotationWorkflow, bootstrap_token_rotation_id
 
@@ -194,3 +197,24 @@ async def test_a_rotation_whose_create_is_retried_after_it_landed_makes_one_toke
     assert rotation.metrics.bootstrap_token_rotations._value.get() == 0, (
         "the attempt that created it lost its answer, and its count; the retry found the token"
     )
+
+
+async def test_the_schedule_runs_every_period_and_goes_when_rotation_is_turned_off(
+    temporal_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client, cluster = temporal_env.client, f"c-{uuid.uuid4().hex[:8]}"
+    assert bootstrap_token_rotation(cluster, 0, 900, 300) is None, "a period of 0 turns rotation off"
+    rotation = bootstrap_token_rotation(cluster, 3600, 900, 300)
+    assert rotation is not None and rotation.grace_seconds == 900 + 300 + 2
+
+    await ensure_bootstrap_token_rotation(client, cluster, task_queue, rotation)
+    handle = client.get_schedule_handle(bootstrap_token_rotation_id(cluster))
+    schedule = (await handle.describe()).schedule
+    assert [interval.every for interval in schedule.spec.intervals] == [timedelta(hours=1)]
+    assert isinstance(schedule.action, ScheduleActionStartWorkflow)
+    assert schedule.action.workflow == "BootstrapTokenRotation"
+
+    await ensure_bootstrap_token_rotation(client, cluster, task_queue, None)
+    with pytest.raises(RPCError):
+        await handle.describe()
+    await ensure_bootstrap_token_rotation(client, cluster, task_queue, None)  # none left to delete: no error
