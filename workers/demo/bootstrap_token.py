@@ -56,6 +56,16 @@ async def token_rotation_step(walk: Walkthrough, number: int) -> None:
         "-o=custom-columns=REASON:.reason,MESSAGE:.message",
     )
 
+    async def settled() -> bool:
+        """None of the static pool's NodeClaims is being deleted (the window's last may be): its node limit counts
+        them, and a scale-up would wait for the pool's next periodic check."""
+        return all(
+            claim.metadata.deletion_timestamp is None
+            for claim in await walk.sim.list_nodeclaims()
+            if claim.labels.get(labels.NODEPOOL) == STATIC_POOL
+        )
+
+    await walk.until(f"NodePool {STATIC_POOL} settled", settled)
     claims = {claim.name for claim in await walk.sim.list_nodeclaims()}
     pool = await walk.sim.get_object("NodePool", STATIC_POOL) or {}
     replicas = int(pool.get("spec", {}).get("replicas") or 0) + 1
