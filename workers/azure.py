@@ -188,14 +188,20 @@ def price_settings(config: AzureConfig) -> PriceSettings:
 
 @contextlib.asynccontextmanager
 async def cloud_provider(
-    cluster: ClusterAPI, config: AzureConfig, catalog: AzureCatalog | CatalogSource | None = None
+    cluster: ClusterAPI,
+    config: AzureConfig,
+    catalog: AzureCatalog | CatalogSource | None = None,
+    rotated_tokens: bool = True,
 ) -> AsyncIterator[AzureCloudProvider]:
-    """The provider for the block, with `DefaultAzureCredential` on Azure and a static token on an emulator."""
+    """The provider for the block, with `DefaultAzureCredential` on Azure and a static token on an emulator;
+    launches join with rotated bootstrap tokens too unless rotation is off (`rotated_tokens`)."""
     credential: AsyncTokenCredential = (
         StaticTokenCredential() if config.endpoint is not None else DefaultAzureCredential()
     )
     async with (
         credential,
-        azure_cloud_provider(cluster, config.settings, credential, config.endpoint, catalog) as provider,
+        azure_cloud_provider(
+            cluster, config.settings, credential, config.endpoint, catalog, rotated_tokens
+        ) as provider,
     ):
         yield provider

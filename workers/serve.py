@@ -127,7 +127,7 @@ async def serve_worker(
 ) -> None:
     from activities.catalog_source import CatalogSource
     from workers.azure import cloud_provider, price_settings
-    from workers.schedules import ensure_schedules, refresh_in_process
+    from workers.schedules import bootstrap_token_rotation, ensure_schedules, refresh_in_process
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker
 
@@ -152,7 +152,8 @@ async def serve_worker(
         await ensure_search_attributes(client)
         catalogs = CatalogSource.shipped(azure.settings.location)
         prices = price_settings(azure)
-        async with cloud_provider(cluster, azure, catalogs) as cloud:
+        rotating = settings.bootstrap_token_rotation_seconds > 0
+        async with cloud_provider(cluster, azure, catalogs, rotated_tokens=rotating) as cloud:
             worker = build_worker(
                 client,
                 settings.task_queue,
@@ -172,6 +173,12 @@ async def serve_worker(
                 settings.task_queue,
                 catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
                 gc_every=timedelta(seconds=settings.garbage_collection_seconds),
+                bootstrap_token_rotation=bootstrap_token_rotation(
+                    azure.settings.cluster_name,
+                    settings.bootstrap_token_rotation_seconds,
+                    settings.registration_ttl_seconds,
+                    settings.launch_timeout_seconds,
+                ),
             )
             if role.runs_activities:  # the local activities a workflows-only worker runs read no catalog
                 await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)

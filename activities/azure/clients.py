@@ -52,8 +52,10 @@ async def azure_cloud_provider(
     credential: AsyncTokenCredential,
     endpoint: ArmEndpoint | None = None,
     catalog: AzureCatalog | CatalogSource | None = None,
+    rotated_tokens: bool = True,
 ) -> AsyncIterator[AzureCloudProvider]:
-    """The provider for the block; its clients (and their connections) close afterwards."""
+    """The provider for the block; its clients (and their connections) close afterwards. Launches join with the
+    newest of the configured and (with `rotated_tokens`) the rotated bootstrap tokens."""
     async with contextlib.AsyncExitStack() as stack:
         session = await stack.enter_async_context(_session(endpoint))
 
@@ -76,7 +78,9 @@ async def azure_cloud_provider(
             compute,
             network,
             settings,
-            ClusterBootstrap(cluster, settings.bootstrap_token_secret, settings.cluster_endpoint),
+            ClusterBootstrap(
+                cluster, settings.bootstrap_token_secret, settings.cluster_endpoint, rotated=rotated_tokens
+            ),
             catalog=catalog,
             node_class=ClusterNodeClasses(cluster),
             heartbeat=activity_heartbeat,

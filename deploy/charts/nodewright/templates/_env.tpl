@@ -103,6 +103,8 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.catalogRefreshSeconds | quote }}
 - name: NODEWRIGHT_GARBAGE_COLLECTION_SECONDS
   value: {{ $settings.garbageCollectionSeconds | quote }}
+- name: NODEWRIGHT_BOOTSTRAP_TOKEN_ROTATION_SECONDS
+  value: {{ $settings.bootstrapTokenRotationSeconds | quote }}
 - name: NODEWRIGHT_KUBE_QPS
   value: {{ $settings.kubeClientQps | quote }}
 - name: NODEWRIGHT_KUBE_BURST
