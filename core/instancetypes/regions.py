@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 from core.instancetypes.types import usd_to_micros
 
@@ -51,9 +52,7 @@ class RegionPrices:
     def describe(self) -> str:
         """For log lines: `the shipped westeurope prices of 2026-06-18`, or the fallback's, naming it."""
         if self.fallback:
-            return (
-                f"the shipped {self.priced_as} prices of {PRICES_GENERATED} (the table has none for {self.region})"
-            )
+            return f"the shipped {self.priced_as} prices of {PRICES_GENERATED} (the table has none for {self.region})"
         return f"the shipped {self.region} prices of {PRICES_GENERATED}"
 
 
@@ -99,7 +98,9 @@ def _price_table() -> dict[str, dict[str, int]]:
     for row in rows:
         size, prices = row[0], row[1:]
         if len(prices) != len(regions):
-            raise ValueError(f"{_PRICES_FILE}: row {size!r} has {len(prices)} prices for {len(regions)} regions")
+            raise ValueError(
+                f"{_PRICES_FILE}: row {size!r} has {len(prices)} prices for {len(regions)} regions"
+            )
         for region, price in zip(regions, prices, strict=True):
             if price:
                 table[region][size] = usd_to_micros(price)
@@ -107,7 +108,7 @@ def _price_table() -> dict[str, dict[str, int]]:
 
 
 @cache
-def _regions() -> dict[str, dict[str, object]]:
+def _regions() -> dict[str, dict[str, Any]]:
     text = files(_DATA_PACKAGE).joinpath(_DATA_DIR, _REGIONS_FILE).read_text(encoding="utf-8")
-    regions: dict[str, dict[str, object]] = json.loads(text)["regions"]
+    regions: dict[str, dict[str, Any]] = json.loads(text)["regions"]
     return regions

@@ -128,7 +128,7 @@ class ArmStore:
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.settings = settings or ArmSettings()
-        self.catalog: AzureCatalog = load_shipped_catalog(self.settings.region)
+        self.catalog: AzureCatalog = load_shipped_catalog(self.settings.region, fallback=True)
         self.counters = Counters()
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10_000)
         self.on_change: Callable[[], None] = lambda: None

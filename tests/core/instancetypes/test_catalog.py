@@ -96,7 +96,9 @@ def test_a_region_without_zones_and_one_that_prices_fewer_sizes() -> None:
 
 
 def test_a_region_the_table_lacks_is_refused_or_gets_the_fallback_catalog() -> None:
-    with pytest.raises(UnknownRegionError, match=r"'westeuropa': the shipped price table covers 57 public regions"):
+    with pytest.raises(
+        UnknownRegionError, match=r"'westeuropa': the shipped price table covers 57 public regions"
+    ):
         load_shipped_catalog("westeuropa")
     gov = load_shipped_catalog("usgovvirginia", fallback=True)
     eastus = load_shipped_catalog("eastus")

@@ -27,7 +27,9 @@ def test_a_region_the_table_lacks_is_priced_as_the_fallback_region_and_says_so()
     prices = region_prices("usgovvirginia")
     assert (prices.priced_as, prices.fallback) == (PRICE_FALLBACK_REGION, True)
     assert prices.on_demand is region_prices("eastus").on_demand
-    assert prices.describe() == "the shipped eastus prices of 2026-06-18 (the table has none for usgovvirginia)"
+    assert (
+        prices.describe() == "the shipped eastus prices of 2026-06-18 (the table has none for usgovvirginia)"
+    )
 
 
 def test_zones_come_from_the_providers_location_list() -> None:
