@@ -264,11 +264,12 @@ async def cloud_provider(
     config: AzureConfig,
     catalog: AzureCatalog | CatalogSource | None = None,
     resolver: AbstractResolver | None = None,
+    ca_file: str | None = None,
 ) -> AsyncIterator[AzureCloudProvider]:
     """The provider for the block, signed in as `config.credential` says (a static token on an emulator by
-    default), in its cloud. `resolver` resolves Azure's host names (tests serve a cloud's names from an
-    emulator)."""
-    ca_file = config.endpoint.ca_file if config.endpoint else None
+    default), in its cloud. `resolver` resolves Azure's host names and `ca_file` is a CA to trust besides the
+    endpoint's: tests serve a cloud's own host names from an emulator with both."""
+    ca_file = ca_file or (config.endpoint.ca_file if config.endpoint else None)
     async with azure_session(ca_file, resolver) as session:
         credential: AsyncTokenCredential = (
             StaticTokenCredential()

@@ -16,6 +16,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -72,12 +73,12 @@ async def azure_cloud_provider(
     async with contextlib.AsyncExitStack() as stack:
         if session is None:
             session = await stack.enter_async_context(azure_session(endpoint.ca_file if endpoint else None))
-        options: dict[str, object] = {
+        options: dict[str, Any] = {
             "base_url": endpoint.url if endpoint is not None else cloud.resource_manager,
             "credential_scopes": [cloud.scope],
         }
 
-        def with_transport() -> dict[str, object]:
+        def with_transport() -> dict[str, Any]:
             """Each client's own transport, over the shared connection pool when there is one."""
             own = transport(session)
             return options if own is None else {**options, "transport": own}
@@ -110,6 +111,6 @@ async def azure_session(
         yield None
         return
     context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
-    connector = aiohttp.TCPConnector(ssl=context, **({"resolver": resolver} if resolver else {}))
+    connector = aiohttp.TCPConnector(ssl=context, resolver=resolver)
     async with aiohttp.ClientSession(connector=connector) as session:
         yield session

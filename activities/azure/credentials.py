@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.core.pipeline.transport import AsyncHttpTransport
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.identity.aio import (
     CertificateCredential,
     ClientSecretCredential,
@@ -57,10 +58,10 @@ class CredentialSettings:
 
 
 def make_credential(
-    settings: CredentialSettings, cloud: AzureCloud, transport: AsyncHttpTransport | None = None
+    settings: CredentialSettings, cloud: AzureCloud, transport: AioHttpTransport | None = None
 ) -> AsyncTokenCredential:
     """The async credential of `settings`, asking the cloud's authority for tokens."""
-    options: dict[str, object] = {"authority": cloud.authority_host}
+    options: dict[str, Any] = {"authority": cloud.authority_host}
     if transport is not None:
         options["transport"] = transport
     if settings.kind is CredentialKind.MANAGED_IDENTITY:
