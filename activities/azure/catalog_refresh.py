@@ -6,7 +6,9 @@ The two reads are independent, as the AKS provider's instance-type and pricing c
 - Sizes listed: the catalog becomes them (`activities.azure.skus`); otherwise it keeps the sizes it has.
 - Each size is priced at its live price when this refresh read one, else at the price the catalog had for it (an
   earlier live price, or the shipped one), else at the shipped table's (`core.instancetypes.regions`, the
-  fallback region's where the table lacks the region).
+  fallback region's where the table lacks the region). Spot prices read live replace all others: a size the
+  Retail Prices API lists no spot price for has none (the provider prices it at 999 $/h; here its spot offering
+  is unavailable), where the shipped table's stand-in (spot as on-demand) stood before.
 - A cloud without the Retail Prices API (the sovereign clouds: the provider reads live prices in the public cloud
   only) keeps the shipped prices for good, and, as the provider's static prices do, a size without a spot price
   is offered as spot at its on-demand price.
@@ -45,15 +47,17 @@ def priced_catalog(
     spot_as_on_demand: bool = False,
 ) -> AzureCatalog:
     """The sizes at their live prices, else at the prices `previous` had for them, else at the prices they came
-    with; `spot_as_on_demand` offers a size without a spot price as spot at its on-demand price."""
+    with (live spot prices, when read, are the only ones); `spot_as_on_demand` offers a size without a spot price
+    as spot at its on-demand price."""
     before = {sku.name: sku for sku in previous.skus}
 
     def price(sku: AzureSku) -> AzureSku:
         kept = before.get(sku.name, sku)
-        on_demand = live.on_demand.get(sku.name) if live else None
-        spot = live.spot.get(sku.name) if live else None
-        on_demand = on_demand if on_demand is not None else kept.on_demand_price_micros
-        spot = spot if spot is not None else kept.spot_price_micros
+        on_demand, spot = kept.on_demand_price_micros, kept.spot_price_micros
+        if live is not None:
+            # Live spot prices replace the shipped ones wholesale, as the provider's do: a size without a live
+            # spot price has none (it has no spot meter), where the shipped one may stand in for on-demand's.
+            on_demand, spot = live.on_demand.get(sku.name, on_demand), live.spot.get(sku.name)
         if spot is None and spot_as_on_demand:
             spot = on_demand
         return dataclasses.replace(sku, on_demand_price_micros=on_demand, spot_price_micros=spot)

@@ -4,8 +4,8 @@ A catalog holds one region: its logical availability zones and, per VM size, the
 Karpenter reads (vCPUs, memory, architecture, GPUs, disks, Hyper-V generations, zones, spot eligibility)
 plus its Linux prices. Two snapshots ship as package data, eastus and southcentralus (see `data/README.md` for
 where every value comes from). Every other region the shipped price table covers (`core.instancetypes.regions`)
-gets the eastus snapshot's sizes that have a price in that region, at that price, with the region's zones and
-no spot price (the table has none). The worker builds the same `AzureCatalog` from the Resource SKUs and Retail
+gets the eastus snapshot's sizes that have a price in that region, at that price, with the region's zones; the
+table has no spot prices, so spot is priced as on-demand, as the AKS provider prices it until it reads live prices. The worker builds the same `AzureCatalog` from the Resource SKUs and Retail
 Prices APIs (`activities.azure`), starting from these records.
 """
 
@@ -150,7 +150,7 @@ def _derived(region: str) -> AzureCatalog:
         base = load_shipped_catalog(prices.priced_as)
         return AzureCatalog(region=region, zones=region_zones(region), skus=base.skus)
     skus = tuple(
-        dataclasses.replace(sku, on_demand_price_micros=price, spot_price_micros=None, zones=None)
+        dataclasses.replace(sku, on_demand_price_micros=price, spot_price_micros=price, zones=None)
         for sku in _load(SIZE_FACTS_REGION).skus
         if (price := prices.on_demand.get(sku.name)) is not None
     )
