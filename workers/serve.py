@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -68,6 +69,27 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
     return cluster
 
 
+def retrying_while(
+    error: type[BaseException],
+    failed: Callable[[BaseException, float], None],
+    multiplier: float,
+    max_wait_seconds: float,
+) -> AsyncRetrying:
+    """Attempts repeated with jittered exponential backoff while they raise `error` (any other error ends them);
+    `failed(error, seconds to the next try)` before each wait."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        exception = state.outcome.exception() if state.outcome else None
+        failed(exception or error(), state.next_action.sleep if state.next_action else 0.0)
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(error),
+        wait=wait_random_exponential(multiplier=multiplier, max=max_wait_seconds),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
 @dataclass
 class Connections:
     """What readiness looks at: the API server, Temporal once connected, and the process's own part."""
@@ -104,17 +126,11 @@ class Connections:
         """Connect, trying again with jittered backoff while Temporal cannot be reached; each failure is
         logged and `/readyz` shows the last one."""
 
-        def failed(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
+        def failed(error: BaseException, wait: float) -> None:
             self.temporal_error = str(error)
             logger.warning("waiting for Temporal: %s", error)
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(TemporalUnreachableError),
-            wait=wait_random_exponential(multiplier=0.5, max=max_wait_seconds),
-            before_sleep=failed,
-            reraise=True,
-        )
+        retrying = retrying_while(TemporalUnreachableError, failed, 0.5, max_wait_seconds)
         async for attempt in retrying:
             with attempt:
                 self.client = await connect_configured(self.temporal)
@@ -141,10 +157,8 @@ class CatalogStart:
         """List the region's sizes (and read its prices), trying again with jittered backoff while the Resource
         SKUs API cannot be listed; each failure is logged and `/readyz` shows the last one."""
 
-        def failed(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
+        def failed(error: BaseException, wait: float) -> None:
             self.error = str(error)
-            wait = state.next_action.sleep if state.next_action else 0.0
             logger.warning(
                 "waiting for Azure to list instance types for region %s, trying again in %.1f s: %s",
                 self.region,
@@ -152,12 +166,7 @@ class CatalogStart:
                 error,
             )
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(SkuListError),
-            wait=wait_random_exponential(multiplier=1.0, max=max_wait_seconds),
-            before_sleep=failed,
-            reraise=True,
-        )
+        retrying = retrying_while(SkuListError, failed, 1.0, max_wait_seconds)
         async for attempt in retrying:
             with attempt:
                 await refresh.refresh(required=True)
