@@ -5,8 +5,9 @@ Karpenter reads (vCPUs, memory, architecture, GPUs, disks, Hyper-V generations, 
 plus its Linux prices. Two snapshots ship as package data, eastus and southcentralus (see `data/README.md` for
 where every value comes from). Every other region the shipped price table covers (`core.instancetypes.regions`)
 gets the eastus snapshot's sizes that have a price in that region, at that price, with the region's zones; the
-table has no spot prices, so spot is priced as on-demand, as the AKS provider prices it until it reads live prices. The worker builds the same `AzureCatalog` from the Resource SKUs and Retail
-Prices APIs (`activities.azure`), starting from these records.
+table has no spot prices, so spot is priced as on-demand, as the AKS provider prices it until it reads live
+prices. The worker builds the same `AzureCatalog` from the Resource SKUs and Retail Prices APIs
+(`activities.azure`), starting from these records.
 """
 
 from __future__ import annotations
