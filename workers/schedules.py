@@ -68,6 +68,15 @@ def maintenance_workflows() -> list[type]:
     ]
 
 
+def catalog_refresh(
+    provider: AzureCloudProvider, catalogs: CatalogSource, prices: PriceSettings | None = None
+) -> CatalogRefreshActivities:
+    """The refresh of `catalogs` through the provider's clients: its Retail Prices client (the cloud's, or none in a
+    sovereign cloud), unless `prices` says where else to read them."""
+    retail = RetailPricesClient(prices) if prices is not None else provider.retail_prices
+    return CatalogRefreshActivities(catalogs, provider.compute, retail)
+
+
 def maintenance_activities(
     cluster: ClusterAPI,
     provider: AzureCloudProvider,
@@ -77,7 +86,7 @@ def maintenance_activities(
     """The maintenance activities of one worker. The provider reads `catalogs` from now on, as the planning
     and lifecycle activities given the same source do."""
     provider.catalogs = catalogs
-    refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
+    refresh = catalog_refresh(provider, catalogs, prices)
     garbage = GarbageCollectionActivities(cluster, provider)
     statuses = NodeClassStatusActivities(cluster, provider)  # type: ignore[arg-type]
     tokens = BootstrapTokenActivities(cluster, provider.settings.bootstrap_token_secret)  # type: ignore[arg-type]
@@ -224,12 +233,3 @@ async def rotate_bootstrap_token_now(client: Client, cluster: str) -> None:
 async def refresh_catalog_now(client: Client, cluster: str) -> None:
     """Run the catalog refresh once now (a worker start), rather than wait for the schedule's next turn."""
     await client.get_schedule_handle(catalog_refresh_id(cluster)).trigger()
-
-
-async def refresh_in_process(
-    cluster: str, provider: AzureCloudProvider, catalogs: CatalogSource, prices: PriceSettings | None = None
-) -> None:
-    """Refresh this worker's own catalog now, outside Temporal: a worker starts with live prices even when the
-    scheduled refreshes land on other workers (each worker holds its own catalog)."""
-    refresh = CatalogRefreshActivities(catalogs, provider.compute, RetailPricesClient(prices))
-    await refresh.refresh_catalog(CatalogRefreshInput(cluster=cluster))

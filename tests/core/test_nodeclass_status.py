@@ -75,3 +75,16 @@ def test_a_nodeclass_with_its_subnet_is_ready_and_recomputing_changes_nothing() 
         "LocalDNSReady": "True",
     }
     assert nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC)) == conditions
+
+
+def test_prices_of_another_region_are_a_condition_outside_ready_that_goes_when_they_do() -> None:
+    conditions = nodeclass_conditions([], 1, NOW, None, NOW, "priced as eastus")
+    fallback = next(c for c in conditions if c.type == "PricingFallback")
+    assert (fallback.status.value, fallback.reason, fallback.message) == (
+        "True",
+        "RegionNotInPriceTable",
+        "priced as eastus",
+    )
+    assert next(c for c in conditions if c.type == "Ready").status.value == "True"
+    later = nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC))
+    assert "PricingFallback" not in {c.type for c in later}
