@@ -263,6 +263,7 @@ async def cloud_provider(
     cluster: ClusterAPI,
     config: AzureConfig,
     catalog: AzureCatalog | CatalogSource | None = None,
+    *,
     rotated_tokens: bool = True,
     resolver: AbstractResolver | None = None,
     ca_file: str | None = None,

@@ -71,7 +71,9 @@ async def worker(arm: RunningArm, config: AzureConfig) -> AsyncIterator[Worker]:
     """The worker's provider over the cloud's host names, resolved to the emulator."""
     catalogs = CatalogSource.shipped(config.settings.location)
     resolver = arm.resolver(config.cloud.host_names)
-    async with cloud_provider(SecretOnly(), config, catalogs, resolver, str(arm.ca_pem)) as provider:  # type: ignore[arg-type]
+    async with cloud_provider(
+        SecretOnly(), config, catalogs, resolver=resolver, ca_file=str(arm.ca_pem)
+    ) as provider:  # type: ignore[arg-type]
         yield Worker(provider, catalogs)
 
 
