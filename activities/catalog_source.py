@@ -3,6 +3,10 @@
 Activities hold a `CatalogSource` instead of a fixed `AzureCatalog` and read `current` at each call, so a
 refreshed catalog takes effect at the next plan or launch. The holder lives in one worker process: each worker
 has its own copy, refreshed only by the refresh activities that run on that worker.
+
+It also says where the catalog's sizes and its prices came from: the sizes from the shipped catalog or the
+Resource SKUs API (`refreshed_at`), the prices from the shipped table (the region's, or the fallback region's
+when the table lacks it) or the Retail Prices API (`prices_refreshed_at`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
+from core.instancetypes.regions import region_prices
 from core.messages import CatalogOrigin
 
 SHIPPED_SNAPSHOT_DATE = "2026-06-18"
@@ -33,13 +38,17 @@ class CatalogSource:
         self._catalog = catalog
         self._origin = origin
         self._refreshed_at = refreshed_at
+        self._prices_refreshed_at: datetime | None = None
         self._version = 0
+        self.live_prices = True
+        """Whether the cloud has a Retail Prices API to refresh prices from (sovereign clouds have none)."""
 
     @classmethod
     def shipped(cls, region: str, windows_license_included: bool = True) -> CatalogSource:
-        """The shipped snapshot of the region, until a refresh replaces it; Windows nodes at the Linux rate unless
-        `windows_license_included` (the cluster's license type, `AzureCatalog.windows_license_included`)."""
-        catalog = load_shipped_catalog(region)
+        """The shipped catalog of the region (the fallback region's prices for a region the table lacks), until a
+        refresh replaces it; Windows nodes at the Linux rate unless `windows_license_included` (the cluster's
+        license type, `AzureCatalog.windows_license_included`)."""
+        catalog = load_shipped_catalog(region, fallback=True)
         if not windows_license_included:
             catalog = dataclasses.replace(catalog, windows_license_included=False)
         return cls(catalog)
@@ -61,6 +70,11 @@ class CatalogSource:
     def refreshed_at(self) -> datetime | None:
         """When the current catalog was built from live data; None for the shipped snapshot."""
         return self._refreshed_at
+
+    @property
+    def prices_refreshed_at(self) -> datetime | None:
+        """When the current prices were read from the Retail Prices API; None for the shipped ones."""
+        return self._prices_refreshed_at
 
     @property
     def version(self) -> int:
@@ -87,13 +101,46 @@ class CatalogSource:
             return f"the shipped {region} snapshot of {SHIPPED_SNAPSHOT_DATE}"
         return f"the live {region} catalog of {self._refreshed_at.isoformat(timespec='seconds')}"
 
-    def replace(self, catalog: AzureCatalog, refreshed_at: datetime) -> None:
-        """Make a live catalog current."""
+    def describe_prices(self) -> str:
+        """For log lines: `the live westeurope prices of <time>`, or the shipped prices in use (naming the fallback
+        region's)."""
+        region = self._catalog.region
+        if self._prices_refreshed_at is not None:
+            return f"the live {region} prices of {self._prices_refreshed_at.isoformat(timespec='seconds')}"
+        return region_prices(region).describe()
+
+    def price_fallback(self) -> str | None:
+        """Why the catalog's prices are another region's, when they are: the shipped table lacks the region and no
+        live prices replaced its fallback's (None otherwise)."""
+        shipped = region_prices(self._catalog.region)
+        if not shipped.fallback or self._prices_refreshed_at is not None:
+            return None
+        until = (
+            "until prices are read from the Retail Prices API"
+            if self.live_prices
+            else "for good: this cloud has no Retail Prices API to read them from"
+        )
+        return (
+            f"the shipped price table has no prices for {shipped.region}: instance types are priced with the "
+            f"{shipped.priced_as} prices (the AKS provider's fallback) {until}"
+        )
+
+    def replace(
+        self,
+        catalog: AzureCatalog,
+        refreshed_at: datetime | None,
+        prices_refreshed_at: datetime | None = None,
+    ) -> None:
+        """Make a refreshed catalog current: its sizes listed live at `refreshed_at` (None: the sizes in use were
+        kept), its prices read live at `prices_refreshed_at` (None: the prices in use were kept)."""
         if catalog.region != self._catalog.region:
             raise ValueError(
                 f"a catalog for region {catalog.region!r} cannot replace the {self._catalog.region!r} catalog"
             )
         self._catalog = catalog
-        self._origin = CatalogOrigin.LIVE
-        self._refreshed_at = refreshed_at
+        if refreshed_at is not None:
+            self._origin = CatalogOrigin.LIVE
+            self._refreshed_at = refreshed_at
+        if prices_refreshed_at is not None:
+            self._prices_refreshed_at = prices_refreshed_at
         self._version += 1

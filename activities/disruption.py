@@ -262,6 +262,7 @@ class DisruptionActivities:
                 await write_nodeoverlay_statuses(self.cluster, snapshot.nodeoverlays, plan.overlays, now)
         if automatic:
             self.metrics.set_allowed_disruptions(plan.budgets)
+            self.metrics.set_nodepool_costs(plan.costs)
         return pass_record(plan, now, request.previous_fingerprint)
 
     async def _mark_nodeclaims(self, changes: list[ConditionChange]) -> None:

@@ -67,6 +67,7 @@ from core.api.kube import (
     Pod,
     PodTemplate,
     ReplicaSet,
+    Secret,
     StatefulSet,
     VolumeAttachment,
 )
@@ -1010,9 +1011,9 @@ class KubernetesCluster:
         raw = await self._get(self._core.read_namespaced_persistent_volume_claim, name, namespace)
         return None if raw is None else PersistentVolumeClaim.model_validate(raw)
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
-        """The Secret's data, base64-decoded; `InvalidError` (naming the Secret and key, never a value) when a
-        value is not text."""
+    async def read_secret(self, namespace: str, name: str) -> Secret | None:
+        """The Secret with its data base64-decoded; `InvalidError` (naming the Secret and key, never a value) when
+        a value is not text."""
         raw = await self._get(self._core.read_namespaced_secret, name, namespace)
         if raw is None:
             return None
@@ -1024,7 +1025,27 @@ class KubernetesCluster:
                 raise InvalidError(
                     f"Secret {namespace}/{name}: data.{key} is not base64-encoded text", code="Invalid"
                 ) from None
-        return data
+        return Secret.model_validate({**raw, "data": data})
+
+    async def create_secret(self, secret: Mapping[str, Any]) -> Secret:
+        """Create the Secret (`stringData` is stored base64-encoded, as the API server does); `ConflictError`
+        (AlreadyExists) when one of its name exists."""
+        namespace = secret["metadata"]["namespace"]
+        created: dict[str, Any] = await self._call(
+            self._core.create_namespaced_secret, namespace, dict(secret)
+        )
+        return Secret.model_validate({**created, "data": {}})
+
+    async def delete_secret(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the Secret if it is still the one with this uid; False when it is gone or was replaced by
+        another of the same name (which is left alone)."""
+        try:
+            await self._call(
+                self._core.delete_namespaced_secret, name, namespace, body={"preconditions": {"uid": uid}}
+            )
+        except (NotFoundError, ConflictError):
+            return False
+        return True
 
     async def get_nodepool(self, name: str) -> NodePool | None:
         raw = await self._get(self._custom.get_cluster_custom_object, *NODEPOOL.custom, name)

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Metric
@@ -351,6 +351,24 @@ class Metrics:
             "The time from pod creation until the pod is running (Ready).",
             registry=registry,
         )
+        self.nodepools_cost = Gauge(
+            "karpenter_nodepools_cost_total",
+            "What a NodePool's launched NodeClaims cost per hour at their offerings' prices (US dollars, NodeOverlay "
+            "price adjustments included), as of the last automatic disruption pass. Not a bill.",
+            ["nodepool"],
+            registry=registry,
+        )
+        self.bootstrap_token_rotations = Counter(
+            "nodewright_bootstrap_token_rotations_total",
+            "Node bootstrap tokens created by the rotation.",
+            registry=registry,
+        )
+        self.bootstrap_token_expiration = Gauge(
+            "nodewright_bootstrap_token_expiration_timestamp_seconds",
+            "When the bootstrap token new nodes join with expires (Unix time; +Inf when it never does), as of the "
+            "last rotation step this process ran.",
+            registry=registry,
+        )
         self.build_info = Gauge(
             "karpenter_build_info",
             "Always 1; the version label says which nodewright is running.",
@@ -388,6 +406,12 @@ class Metrics:
             limit = status.limit
             allowed = UNLIMITED if limit.limit is None else limit.limit
             self.allowed_disruptions.labels(nodepool=limit.nodepool, reason=limit.reason.value).set(allowed)
+
+    def set_nodepool_costs(self, costs: Mapping[str, int]) -> None:
+        """Replace the gauge with one plan's costs per NodePool (micro-dollars an hour; NodePools gone drop out)."""
+        self.nodepools_cost.clear()
+        for nodepool, micros in costs.items():
+            self.nodepools_cost.labels(nodepool=nodepool).set(micros / 1_000_000)
 
     def disruption_decided(self, decision: str, reason: str, method: str) -> None:
         self.disruption_decisions.labels(

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import Event, Node, PersistentVolumeClaim, Pod, VolumeAttachment
+from core.api.kube import Event, Node, PersistentVolumeClaim, Pod, Secret, VolumeAttachment
 from core.api.manifests import Manifests
 from core.api.meta import OwnerReference, Taint
 from core.api.nodeclaim import NodeClaim
@@ -129,8 +129,8 @@ class ClusterAPI(Protocol):
         """Changes after resource version `since`, forever."""
         ...
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
-        """The Secret's data, base64-decoded (None when there is none). Callers keep the values out of every
+    async def read_secret(self, namespace: str, name: str) -> Secret | None:
+        """The Secret with its data base64-decoded (None when there is none). Callers keep the values out of every
         log line, error message and workflow payload."""
         ...
 

@@ -728,7 +728,8 @@ class CatalogRefreshInput(BaseModel):
 
 
 class CatalogRefreshResult(BaseModel):
-    """What one refresh did: replaced the catalog with live data, or kept the one in use and why."""
+    """What one refresh did: replaced the catalog's sizes (`refreshed`) and prices (`prices_refreshed`) with live
+    ones, or kept those in use and why."""
 
     region: str
     refreshed: bool
@@ -741,7 +742,11 @@ class CatalogRefreshResult(BaseModel):
     live_on_demand_prices: int = 0
     live_spot_prices: int = 0
     failure: str | None = None
-    """What failed, when the refresh kept the catalog in use."""
+    """What failed, when the refresh kept the sizes or prices in use."""
+    prices_refreshed: bool = False
+    """Whether live prices were read (never in a cloud without the Retail Prices API)."""
+    prices: str = ""
+    """The prices in use after the refresh, e.g. `the shipped westeurope prices of 2026-06-18`."""
 
 
 class GarbageCollectionInput(BaseModel):

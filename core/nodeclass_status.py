@@ -17,6 +17,11 @@ and its NodePools show `NodeClassReady=False` with the same reason and message.
 - ValidationSucceeded is True (nodewright takes no disk encryption set whose access the provider would check).
 - LocalDNSReady is True: `localDNSState` is resolved as soon as the controller sees the NodeClass
   (`AKSNodeClass.resolved_local_dns_state`).
+
+One more condition is nodewright's and no dependent of `Ready` (launches go on): `PricingFallback`, True with
+reason `RegionNotInPriceTable` while the region's instance types are priced with another region's prices (the
+shipped price table lacks the region, as it lacks every sovereign cloud's, and no live prices replaced the AKS
+provider's fallback), and absent otherwise, as Karpenter's `Drifted` is.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ NODECLASS_DEPENDENTS = (
 
 SIG_REQUIRED_FOR_WINDOWS = "SIGRequiredForWindows"
 IMAGES_NOT_FOUND = "ImagesNotFound"
+
+PRICING_FALLBACK = "PricingFallback"
+REGION_NOT_IN_PRICE_TABLE = "RegionNotInPriceTable"
+
 SUBNET_NOT_FOUND = "SubnetNotFound"
 SUBNET_ID_INVALID = "SubnetIDInvalid"
 SUBNET_UNKNOWN_ERROR = "SubnetUnknownError"
@@ -158,11 +167,13 @@ def nodeclass_conditions(
     created: datetime | None,
     subnet_problem: tuple[str, str] | None,
     now: datetime,
+    *,
+    price_fallback: str | None = None,
     images: tuple[str, str] | None = None,
 ) -> list[StatusCondition]:
     """The AKSNodeClass's conditions after a status reconcile; `subnet_problem` is the SubnetsReady reason and
-    message when the subnet is not usable (None: it is), `images` ImagesReady's when no image would boot its nodes
-    (`images_problem`)."""
+    message when the subnet is not usable (None: it is), `price_fallback` why prices are another region's when
+    they are, `images` ImagesReady's reason and message when no image would boot its nodes (`images_problem`)."""
     conditions = ConditionSet(current, NODECLASS_DEPENDENTS, generation, created, now)
     conditions.set_true(AKSNodeClassConditionType.KUBERNETES_VERSION_READY)
     if images is None:
@@ -175,4 +186,8 @@ def nodeclass_conditions(
         conditions.set_false(AKSNodeClassConditionType.SUBNETS_READY, *subnet_problem)
     conditions.set_true(AKSNodeClassConditionType.VALIDATION_SUCCEEDED)
     conditions.set_true(AKSNodeClassConditionType.LOCAL_DNS_READY)
+    if price_fallback is None:
+        conditions.clear(PRICING_FALLBACK)
+    else:
+        conditions.set_true(PRICING_FALLBACK, REGION_NOT_IN_PRICE_TABLE, price_fallback)
     return conditions.conditions

@@ -197,6 +197,10 @@ def garbage_collection_summary(cluster: str) -> str:
     return f"garbage collection for cluster {cluster}"
 
 
+def bootstrap_token_rotation_summary(cluster: str) -> str:
+    return f"bootstrap token rotation for cluster {cluster}"
+
+
 def nodeclass_status_summary(cluster: str) -> str:
     return f"AKSNodeClass status for cluster {cluster}"
 

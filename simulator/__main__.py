@@ -61,12 +61,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ca-dir", type=Path, help="where the ARM emulator's CA certificate goes")
     parser.add_argument("--cluster-name", default=AksSettings().cluster_name)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--region", default="eastus", help="the Azure region it plays (any; default eastus)")
     parser.add_argument(
         "--instant", action="store_true", help="no boot, registration or startup-taint delays"
     )
     args = parser.parse_args(argv)
     settings = AksSettings.instant(args.seed) if args.instant else AksSettings(seed=args.seed)
     settings.cluster_name = args.cluster_name
+    settings.arm.region = args.region
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(

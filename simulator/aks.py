@@ -88,6 +88,7 @@ FIXED_SETTINGS = (
     ("arm", "resource_group"),
     ("arm", "resource_groups"),
     ("arm", "region"),
+    ("arm", "cloud"),
     ("arm", "token"),
     ("arm", "seed"),
 )

@@ -147,7 +147,7 @@ _WINDOWS_IMAGE_VERSION = re.compile(r"-(?P<build>\d+)\.(?P<revision>\d+)\.\d+$")
 @functools.cache
 def shipped_instance_types(region: str) -> dict[str, InstanceType]:
     """The VM sizes of the shipped catalog of a region, by lower-cased name (built once per region)."""
-    catalog = load_shipped_catalog(region)
+    catalog = load_shipped_catalog(region, fallback=True)
     return {instance_type.name.lower(): instance_type for instance_type in azure_instance_types(catalog)}
 
 

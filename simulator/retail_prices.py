@@ -36,7 +36,12 @@ LOW_PRIORITY_FACTOR = 0.8
 
 Json = dict[str, Any]
 
-_REGION_NAMES = {"eastus": "US East", "southcentralus": "US South Central", "westeurope": "EU West"}
+_REGION_NAMES = {
+    "eastus": "US East",
+    "southcentralus": "US South Central",
+    "westeurope": "EU West",
+    "uksouth": "UK South",
+}
 _FIELDS = {
     "armRegionName": "armRegionName",
     "armSkuName": "armSkuName",
@@ -76,6 +81,8 @@ class RetailPrices:
     fault_times: int | None = None
     """How many more requests fail (None: all, while `fault_status` is set)."""
     requests: int = 0
+    hosts: list[str] = field(default_factory=list)
+    """The host each request was sent to (its `Host` header)."""
 
     def fail(self, status: int = 503, times: int | None = None) -> None:
         self.fault_status, self.fault_times = status, times
@@ -145,6 +152,7 @@ class RetailPrices:
     async def handle(self, request: web.Request) -> web.Response:
         """`GET /api/retail/prices`: one page of the filtered items."""
         self.requests += 1
+        self.hosts.append(request.host)
         status = self.fault_status
         if status is not None:
             if self.fault_times is not None:

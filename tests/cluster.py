@@ -1,8 +1,9 @@
 """Helpers for tests that share one real control plane per test process: wipe what a test made, so the next one
-starts from an empty cluster (no NodePools, NodeClaims, Nodes, or workloads), give it an emulated Azure of its
-own, apply `deploy/examples/`, wait until kube-scheduler has marked pods unschedulable (as the controller waits
-for before it signals the provisioner), read the events Karpenter recorded, and run activities under a workflow
-run id of their own (NodeClaim names derive from it; events outlive a test on the shared API server)."""
+starts from an empty cluster (no NodePools, NodeClaims, Nodes, workloads or rotated bootstrap tokens), give it an
+emulated Azure of its own, apply `deploy/examples/`, wait until kube-scheduler has marked pods unschedulable (as
+the controller waits for before it signals the provisioner), read the events Karpenter recorded, and run
+activities under a workflow run id of their own (NodeClaim names derive from it; events outlive a test on the
+shared API server)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.kubeclient import KubernetesCluster
 from core.api.kube import Pod
+from core.bootstrap_tokens import MANAGED_BY, MANAGED_BY_LABEL
+from core.bootstrap_tokens import NAMESPACE as TOKEN_NAMESPACE
 from simulator.aks import AksSettings
 from workers.controlplane.run import ControlPlane
 from workers.simulated_aks import SimulatedAks, simulated_aks
@@ -90,6 +93,9 @@ async def reset_cluster(kube: KubernetesCluster, timeout: float = 30.0) -> None:
     for kind in CLUSTER_KINDS:
         for item in await kube.list_objects(kind):
             await kube.delete_object(kind, item["metadata"]["name"])
+    rotated = f"{MANAGED_BY_LABEL}={MANAGED_BY}"  # launches would join with a rotated bootstrap token
+    for item in await kube.list_objects("Secret", TOKEN_NAMESPACE, label_selector=rotated):
+        await kube.delete_object("Secret", item["metadata"]["name"], TOKEN_NAMESPACE)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         pods = [pod for namespace in WORKLOAD_NAMESPACES for pod in await kube.list_pods(namespace)]

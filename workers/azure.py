@@ -6,11 +6,14 @@ resource group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWR
 `NODEWRIGHT_SSH_PUBLIC_KEY`, `NODEWRIGHT_KUBELET_IDENTITY_ID` (optional), `NODEWRIGHT_CLUSTER_ENDPOINT`,
 `NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` and `NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS`
 (optional), for Windows nodes `NODEWRIGHT_WINDOWS_ADMIN_SECRET`, `NODEWRIGHT_WINDOWS_LICENSE_TYPE` and
-`NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID` (optional), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use
-an ARM emulator instead of Azure. On Azure the credential is `DefaultAzureCredential`, which in the cluster uses
-workload identity, so `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set; the
-emulator takes a static token. Whatever is missing or invalid is reported in one message that names every variable
-(`AzureSettingsError`).
+`NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID` (optional), `NODEWRIGHT_AZURE_CLOUD` (the cloud: `AzurePublicCloud`,
+`AzureUSGovernment`, `AzureChinaCloud`, as the AKS provider's `ARM_CLOUD` names them), and
+`NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of the cloud's ARM.
+`NODEWRIGHT_AZURE_CREDENTIAL` says what signs in (`activities.azure.credentials`): `workloadIdentity` (the default
+on Azure: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set), `servicePrincipal`
+(`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_CLIENT_SECRET` or `AZURE_CLIENT_CERTIFICATE_PATH`) or
+`managedIdentity` (optionally `AZURE_CLIENT_ID`); against an emulator it defaults to a static token. Whatever is
+missing or invalid is reported in one message that names every variable (`AzureSettingsError`).
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from aiohttp.abc import AbstractResolver
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.identity.aio import DefaultAzureCredential
 
 from activities.azure import AzureCloudProvider, AzureSettings, AzureSettingsError
-from activities.azure.clients import ArmEndpoint, azure_cloud_provider
+from activities.azure.clients import ArmEndpoint, azure_cloud_provider, azure_session, transport
+from activities.azure.credentials import CredentialKind, CredentialSettings, make_credential
 from activities.azure.prices import PriceSettings
 from activities.catalog_source import CatalogSource
+from core.clouds import AZURE_PUBLIC_CLOUD, AzureCloud, UnknownCloudError, cloud_named
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 from simulator.aks import ClusterInfo
@@ -61,17 +66,27 @@ SECONDS_VARIABLES = {POLL_VARIABLE: "poll_interval", CREATE_WAIT_VARIABLE: "crea
 """Optional AzureSettings durations and their variables (after `NODEWRIGHT_`), in seconds."""
 ARM_ENDPOINT_VARIABLE = "ARM_ENDPOINT"
 ARM_CA_FILE_VARIABLE = "ARM_CA_FILE"
+CLOUD_VARIABLE = "AZURE_CLOUD"
+CREDENTIAL_VARIABLE = "AZURE_CREDENTIAL"
 WORKLOAD_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE")
+SERVICE_PRINCIPAL_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID")
+CLIENT_SECRET_VARIABLE = "AZURE_CLIENT_SECRET"
+CERTIFICATE_VARIABLE = "AZURE_CLIENT_CERTIFICATE_PATH"
+CERTIFICATE_PASSWORD_VARIABLE = "AZURE_CLIENT_CERTIFICATE_PASSWORD"
 EMULATOR_SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEmulatorKeyForTheSimulatedAKSOnly nodewright"
 """A placeholder public key for VMs of the simulated AKS (nobody logs in to them)."""
 
 
 @dataclass(frozen=True, slots=True)
 class AzureConfig:
-    """How the worker reaches Azure: the provider's settings, and the emulator's endpoint when not Azure."""
+    """How the worker reaches Azure: the provider's settings, its cloud, what signs in, and the emulator's endpoint
+    when not the cloud's ARM."""
 
     settings: AzureSettings
     endpoint: ArmEndpoint | None = None
+    cloud: AzureCloud = AZURE_PUBLIC_CLOUD
+    credential: CredentialSettings | None = None
+    """None: a static token, against an emulator."""
 
 
 def _variable(field: str) -> str:
@@ -105,10 +120,8 @@ def load_azure(settings: Settings, environ: Mapping[str, str] | None = None) -> 
                 f"invalid Azure setting {ENV_PREFIX}{variable}: not a number of seconds (0 or more)"
             )
     endpoint = _endpoint(env, problems)
-    if endpoint is None:
-        missing = [name for name in WORKLOAD_IDENTITY_VARIABLES if not env.get(name)]
-        if missing:
-            problems.append(f"missing workload identity variables: {', '.join(missing)}")
+    cloud = _cloud(env, problems)
+    credential = _credential(env, endpoint is not None, problems)
     try:
         azure = AzureSettings.load(values, name=_variable)
     except AzureSettingsError as error:
@@ -116,7 +129,62 @@ def load_azure(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         raise AzureSettingsError("; ".join(problems)) from None
     if problems:
         raise AzureSettingsError("; ".join(problems))
-    return AzureConfig(azure, endpoint)
+    return AzureConfig(azure, endpoint, cloud, credential)
+
+
+def _cloud(env: Mapping[str, str], problems: list[str]) -> AzureCloud:
+    name = env.get(ENV_PREFIX + CLOUD_VARIABLE)
+    if not name:
+        return AZURE_PUBLIC_CLOUD
+    try:
+        return cloud_named(name)
+    except UnknownCloudError as error:
+        problems.append(f"invalid Azure setting {ENV_PREFIX}{CLOUD_VARIABLE}: {error}")
+        return AZURE_PUBLIC_CLOUD
+
+
+def _credential(env: Mapping[str, str], emulator: bool, problems: list[str]) -> CredentialSettings | None:
+    """What signs in, with every variable it needs, or None (a static token) against an emulator by default."""
+    variable = ENV_PREFIX + CREDENTIAL_VARIABLE
+    raw = env.get(variable)
+    if not raw and emulator:
+        return None
+    kinds = {kind.value.lower(): kind for kind in CredentialKind}
+    kind = kinds.get((raw or CredentialKind.WORKLOAD_IDENTITY.value).strip().lower())
+    if kind is None:
+        problems.append(
+            f"invalid Azure setting {variable}: {raw!r} is not one of {', '.join(k.value for k in CredentialKind)}"
+        )
+        return None
+
+    def value(name: str) -> str | None:
+        return env.get(name) or None
+
+    if kind is CredentialKind.WORKLOAD_IDENTITY:
+        missing = [name for name in WORKLOAD_IDENTITY_VARIABLES if not env.get(name)]
+        if missing:
+            problems.append(f"missing workload identity variables: {', '.join(missing)}")
+    if kind is CredentialKind.SERVICE_PRINCIPAL:
+        missing = [name for name in SERVICE_PRINCIPAL_VARIABLES if not env.get(name)]
+        if missing:
+            problems.append(f"missing service principal variables: {', '.join(missing)}")
+        certificate = value(CERTIFICATE_VARIABLE)
+        if not value(CLIENT_SECRET_VARIABLE) and not certificate:
+            problems.append(
+                f"a service principal needs {CLIENT_SECRET_VARIABLE} or {CERTIFICATE_VARIABLE} (a PEM file with "
+                "the certificate and its private key)"
+            )
+        if certificate and not os.path.isfile(certificate):
+            problems.append(f"invalid Azure setting {CERTIFICATE_VARIABLE}: no file {certificate}")
+    return CredentialSettings(
+        kind=kind,
+        client_id=value("AZURE_CLIENT_ID"),
+        tenant_id=value("AZURE_TENANT_ID"),
+        federated_token_file=value("AZURE_FEDERATED_TOKEN_FILE"),
+        client_secret=value(CLIENT_SECRET_VARIABLE) if kind is CredentialKind.SERVICE_PRINCIPAL else None,
+        certificate_path=value(CERTIFICATE_VARIABLE) if kind is CredentialKind.SERVICE_PRINCIPAL else None,
+        certificate_password=value(CERTIFICATE_PASSWORD_VARIABLE),
+    )
 
 
 def _endpoint(env: Mapping[str, str], problems: list[str]) -> ArmEndpoint | None:
@@ -186,23 +254,49 @@ def emulator_environment(info: ClusterInfo, poll_seconds: float = 0.1) -> dict[s
 
 
 def price_settings(config: AzureConfig) -> PriceSettings:
-    """Where the worker reads live prices: Azure's public Retail Prices API, or the emulator's copy of it."""
+    """Where the worker reads live prices: the cloud's Retail Prices API (none but the public cloud has one), or,
+    in the public cloud, the emulator's copy of it."""
+    if config.cloud.retail_prices is None:
+        return PriceSettings(url=None)
     if config.endpoint is None:
-        return PriceSettings()
+        return PriceSettings(url=config.cloud.retail_prices)
     ca_file = Path(config.endpoint.ca_file) if config.endpoint.ca_file else None
     return PriceSettings(url=f"{config.endpoint.url}/api/retail/prices", ca_file=ca_file)
 
 
 @contextlib.asynccontextmanager
 async def cloud_provider(
-    cluster: ClusterAPI, config: AzureConfig, catalog: AzureCatalog | CatalogSource | None = None
+    cluster: ClusterAPI,
+    config: AzureConfig,
+    catalog: AzureCatalog | CatalogSource | None = None,
+    *,
+    rotated_tokens: bool = True,
+    resolver: AbstractResolver | None = None,
+    ca_file: str | None = None,
 ) -> AsyncIterator[AzureCloudProvider]:
-    """The provider for the block, with `DefaultAzureCredential` on Azure and a static token on an emulator."""
-    credential: AsyncTokenCredential = (
-        StaticTokenCredential() if config.endpoint is not None else DefaultAzureCredential()
-    )
-    async with (
-        credential,
-        azure_cloud_provider(cluster, config.settings, credential, config.endpoint, catalog) as provider,
-    ):
-        yield provider
+    """The provider for the block, signed in as `config.credential` says (a static token on an emulator by
+    default), in its cloud; launches join with rotated bootstrap tokens too unless rotation is off
+    (`rotated_tokens`). `resolver` resolves Azure's host names and `ca_file` is a CA to trust besides the
+    endpoint's: tests serve a cloud's own host names from an emulator with both."""
+    ca_file = ca_file or (config.endpoint.ca_file if config.endpoint else None)
+    async with azure_session(ca_file, resolver) as session:
+        credential: AsyncTokenCredential = (
+            StaticTokenCredential()
+            if config.credential is None
+            else make_credential(config.credential, config.cloud, transport(session))
+        )
+        async with (
+            credential,
+            azure_cloud_provider(
+                cluster,
+                config.settings,
+                credential,
+                config.endpoint,
+                catalog,
+                rotated_tokens=rotated_tokens,
+                cloud=config.cloud,
+                session=session,
+                prices=price_settings(config),
+            ) as provider,
+        ):
+            yield provider

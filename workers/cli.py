@@ -25,8 +25,9 @@ from core.disruption.options import DisruptionOptions
 from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
 from core.features import FeatureGates, MinValuesPolicy
-from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
+from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, snapshot_regions
 from core.instancetypes.custom import custom_instance_types
+from core.instancetypes.regions import normalize_region
 from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import (
@@ -113,6 +114,13 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
     past, are reported on `err`."""
     manifests = read_manifests(args.filename)
     provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    if args.catalog is None and normalize_region(args.region) not in snapshot_regions():
+        print(
+            f"warning: {normalize_region(args.region)} is planned with the AKS provider's shipped on-demand prices; "
+            "they have no spot prices, so spot is priced as on-demand, as the provider does until it reads live "
+            "prices (a worker reads them from the Retail Prices API)",
+            file=err,
+        )
     gates = karpenter_settings()[0]
     if manifests.nodeoverlays and not gates.node_overlay:
         manifests.ignore_node_overlays()
@@ -374,10 +382,11 @@ def cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.settings import load_settings
 
     settings = load_settings()
+    region = normalize_region(args.region or settings.region)
     options = ClusterOptions(
         directory=Path(args.dir) if args.dir else None,
         cluster_name=settings.cluster_name,
-        region=settings.region,
+        region=region,
         arm_port=args.arm_port,
         seed=args.seed,
     )
@@ -392,7 +401,10 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--region", default="eastus", help=f"shipped Azure catalog: {', '.join(shipped_regions())}"
+        "--region",
+        default="eastus",
+        help="the Azure region whose shipped catalog to plan with: any of the 57 public regions of the AKS "
+        "provider's price table (default eastus; see docs/cli.md)",
     )
     source.add_argument("--catalog", help="your own instance-type catalog (YAML or JSON; see docs/cli.md)")
     parser.add_argument(
@@ -545,6 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument("--dir", help="where state, logs and the kubeconfig go (default: the cache directory)")
     local.add_argument("--arm-port", type=int, default=0, help="the ARM emulator's port (default: any free)")
+    local.add_argument(
+        "--region",
+        help="the Azure region the emulator plays: its VM sizes, zones and prices (default NODEWRIGHT_REGION, "
+        "else eastus)",
+    )
     local.add_argument("--seed", type=int, default=7)
     local.set_defaults(handler=cluster)
     return parser

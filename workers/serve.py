@@ -5,10 +5,13 @@ Both check the Kubernetes API server first (a kubeconfig that cannot be used sto
 code 2), serve their health probes, then wait for Temporal: in a cluster it may start after them, so an
 unreachable Temporal is retried with backoff while `/readyz` says why the process is not ready. Then:
 
-- the worker registers the search attributes and schedules, refreshes its catalog (unless it runs workflows
-  only) and polls its task queue for the tasks of its role (`WorkerRole`). On SIGTERM it stops polling, lets
-  running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then cancels the rest (Temporal retries
-  them on another worker) and exits 0. Ready: API server and Temporal answer, and the worker polls.
+- the worker registers the search attributes and schedules, builds its catalog from the Resource SKUs API of its
+  region, priced from the shipped table and the Retail Prices API (unless it runs workflows only: their local
+  activities read no catalog), and polls its task queue for the tasks of its role (`WorkerRole`). Azure that
+  cannot be reached at start is retried with jittered backoff, each failure logged, while `/readyz` says why.
+  On SIGTERM it stops polling, lets running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then
+  cancels the rest (Temporal retries them on another worker) and exits 0. Ready: API server and Temporal answer,
+  the worker has its catalog, and it polls.
 - the controller waits for the leader Lease (`workers.leader`), then watches and signals until SIGTERM, when it
   stops watching, releases the Lease and exits 0; a Lease it could not renew ends it with exit code 1, for
   Kubernetes to restart it. Ready: API server and Temporal answer, and it leads or stands by having read the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -28,6 +32,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
+from activities.azure.skus import SkuListError
 from activities.azure.windows import LICENSE_NONE as WINDOWS_LICENSE_NONE
 from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
 from core.errors import CloudError
@@ -37,6 +42,8 @@ from workers.settings import Settings, TemporalConnection
 from workers.worker import TemporalUnreachableError, WorkerRole, connect_configured
 
 if TYPE_CHECKING:
+    from activities.azure.catalog_refresh import CatalogRefreshActivities
+    from activities.catalog_source import CatalogSource
     from workers.azure import AzureConfig
     from workers.leader import LeaderElector
 
@@ -61,6 +68,27 @@ def connect_cluster(settings: Settings, part: str, threads: int | None = None) -
     cluster.node_overlays = settings.gates.node_overlay
     cluster.capacity_buffers = settings.gates.capacity_buffer
     return cluster
+
+
+def retrying_while(
+    error: type[BaseException],
+    failed: Callable[[BaseException, float], None],
+    multiplier: float,
+    max_wait_seconds: float,
+) -> AsyncRetrying:
+    """Attempts repeated with jittered exponential backoff while they raise `error` (any other error ends them);
+    `failed(error, seconds to the next try)` before each wait."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        exception = state.outcome.exception() if state.outcome else None
+        failed(exception or error(), state.next_action.sleep if state.next_action else 0.0)
+
+    return AsyncRetrying(
+        retry=retry_if_exception_type(error),
+        wait=wait_random_exponential(multiplier=multiplier, max=max_wait_seconds),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
 
 
 @dataclass
@@ -99,17 +127,11 @@ class Connections:
         """Connect, trying again with jittered backoff while Temporal cannot be reached; each failure is
         logged and `/readyz` shows the last one."""
 
-        def failed(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
+        def failed(error: BaseException, wait: float) -> None:
             self.temporal_error = str(error)
             logger.warning("waiting for Temporal: %s", error)
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(TemporalUnreachableError),
-            wait=wait_random_exponential(multiplier=0.5, max=max_wait_seconds),
-            before_sleep=failed,
-            reraise=True,
-        )
+        retrying = retrying_while(TemporalUnreachableError, failed, 0.5, max_wait_seconds)
         async for attempt in retrying:
             with attempt:
                 self.client = await connect_configured(self.temporal)
@@ -120,6 +142,52 @@ class Connections:
 # --- the worker ------------------------------------------------------------------------------------------
 
 
+@dataclass
+class CatalogStart:
+    """A worker's first catalog, built from Azure before it takes activities; readiness reads `error`."""
+
+    region: str
+    error: str | None = "not listed yet"
+
+    async def ready(self) -> str | None:
+        if self.error is None:
+            return None
+        return f"no instance types for region {self.region} yet: {self.error}"
+
+    async def build(self, refresh: CatalogRefreshActivities, max_wait_seconds: float = 30.0) -> None:
+        """List the region's sizes (and read its prices), trying again with jittered backoff while the Resource
+        SKUs API cannot be listed; each failure is logged and `/readyz` shows the last one."""
+
+        def failed(error: BaseException, wait: float) -> None:
+            self.error = str(error)
+            logger.warning(
+                "waiting for Azure to list instance types for region %s, trying again in %.1f s: %s",
+                self.region,
+                wait,
+                error,
+            )
+
+        retrying = retrying_while(SkuListError, failed, 1.0, max_wait_seconds)
+        async for attempt in retrying:
+            with attempt:
+                await refresh.refresh(required=True)
+        self.error = None
+        announce_prices(refresh.catalogs)
+
+
+def announce_prices(catalogs: CatalogSource) -> None:
+    """Say once at start where the prices come from, when they are not the region's own: a log line (the
+    AKSNodeClass status says it too, `PricingFallback`)."""
+    fallback = catalogs.price_fallback()
+    if fallback is not None:
+        logger.warning(fallback)
+    elif not catalogs.live_prices:
+        logger.info(
+            "this cloud has no Retail Prices API: instance types stay priced with %s",
+            catalogs.describe_prices(),
+        )
+
+
 async def serve_worker(
     settings: Settings,
     azure: AzureConfig,
@@ -127,8 +195,8 @@ async def serve_worker(
     role: WorkerRole = WorkerRole.ALL,
 ) -> None:
     from activities.catalog_source import CatalogSource
-    from workers.azure import cloud_provider, price_settings
-    from workers.schedules import ensure_schedules, refresh_in_process
+    from workers.azure import cloud_provider
+    from workers.schedules import bootstrap_token_rotation, catalog_refresh, ensure_schedules
     from workers.temporal_server import ensure_search_attributes
     from workers.worker import build_worker
 
@@ -147,22 +215,27 @@ async def serve_worker(
             return f"not polling task queue {settings.task_queue} for {role} tasks yet"
         return None
 
-    readiness = Readiness([*connections.checks(), Check("the worker", polling)])
+    start = CatalogStart(azure.settings.location, None if not role.runs_activities else "not listed yet")
+    readiness = Readiness(
+        [*connections.checks(), Check("the catalog", start.ready), Check("the worker", polling)]
+    )
     async with cluster, serve_probes(settings.health_probe_port, readiness):
         client = await connections.connect_temporal()
         await ensure_search_attributes(client)
         catalogs = CatalogSource.shipped(
             azure.settings.location, azure.settings.windows_license_type == WINDOWS_LICENSE_NONE
         )
-        prices = price_settings(azure)
-        async with cloud_provider(cluster, azure, catalogs) as cloud:
+        rotating = settings.bootstrap_token_rotation_seconds > 0
+        async with cloud_provider(cluster, azure, catalogs, rotated_tokens=rotating) as cloud:
+            if role.runs_activities:  # the local activities a workflows-only worker runs read no catalog
+                await start.build(catalog_refresh(cloud, catalogs))
             worker = build_worker(
                 client,
                 settings.task_queue,
                 cluster,
                 cloud,
                 catalogs,
-                prices,
+                None,
                 settings.shutdown_grace,
                 role,
                 settings.worker_workflow_tasks,
@@ -175,9 +248,13 @@ async def serve_worker(
                 settings.task_queue,
                 catalog_every=timedelta(seconds=settings.catalog_refresh_seconds),
                 gc_every=timedelta(seconds=settings.garbage_collection_seconds),
+                bootstrap_token_rotation=bootstrap_token_rotation(
+                    azure.settings.cluster_name,
+                    settings.bootstrap_token_rotation_seconds,
+                    settings.registration_ttl_seconds,
+                    settings.launch_timeout_seconds,
+                ),
             )
-            if role.runs_activities:  # the local activities a workflows-only worker runs read no catalog
-                await refresh_in_process(azure.settings.cluster_name, cloud, catalogs, prices)
             running = asyncio.create_task(worker.run())
             try:
                 await asyncio.shield(running)

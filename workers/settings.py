@@ -17,6 +17,7 @@ from typing import Any, Self
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.bootstrap_token_messages import ROTATION_PERIOD_SECONDS
 from core.features import FeatureGates, MinValuesPolicy, parse_feature_gates
 
 ENV_PREFIX = "NODEWRIGHT_"
@@ -145,6 +146,9 @@ class Settings(BaseSettings):
     """Between refreshes of the instance types and prices from the Resource SKUs and Retail Prices APIs."""
     garbage_collection_seconds: float = Field(default=120.0, gt=0)
     """Between garbage collections of VMs and NICs without a NodeClaim (and NodeClaims without a VM)."""
+    bootstrap_token_rotation_seconds: float = Field(default=ROTATION_PERIOD_SECONDS, ge=0)
+    """Between rotations of the node bootstrap token (12 hours: each token is valid for two periods, kubeadm's 24
+    hours); 0 turns rotation off, and launches join with the configured token alone."""
     metrics_port: int = Field(default=8080, ge=0, le=65535)
     """Where this process serves `/metrics` (Karpenter's 8080); 0: not at all."""
     health_probe_port: int = Field(default=8081, ge=0, le=65535)
@@ -200,6 +204,13 @@ class Settings(BaseSettings):
     def gates(self) -> FeatureGates:
         """The feature gates in force: Karpenter v1.14's defaults with `feature_gates` applied."""
         return parse_feature_gates(self.feature_gates)
+
+    @field_validator("bootstrap_token_rotation_seconds")
+    @classmethod
+    def _rotation_interval(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("0 (off) or at least 1 (a Temporal Schedule's shortest interval)")
+        return value
 
     @field_validator("temporal_address")
     @classmethod

@@ -73,6 +73,8 @@ async def local_aks(
     (`nodewright demo` and `nodewright cluster`)."""
     settings = AksSettings(seed=seed, cluster_name=cluster_name)
     settings.arm.region = region
+    # AKS names the node resource group after the region (MC_<group>_<cluster>_<region>).
+    settings.arm.resource_group = f"MC_nodewright_nodewright_{region}"
     plane = await asyncio.to_thread(start_control_plane, directory)
     try:
         async with simulated_aks(plane, settings, arm_port=arm_port) as aks:

@@ -20,19 +20,21 @@ node, under the names AKS's node bootstrapping uses:
 - LocalDNS: `SHOULD_ENABLE_LOCALDNS` and `LOCALDNS_GENERATED_COREFILE` (base64 of the Corefile the node-local
   DNS proxy runs, from the zone overrides).
 
-The token comes from a kubeadm-style Secret (`kube-system/bootstrap-token-<id>`: `token-id`, `token-secret`)
-read through the ClusterAPI on every launch, so a rotated token is used at once. It exists only in the rendered
+The token comes from a kubeadm-style Secret (`kube-system/bootstrap-token-<id>`: `token-id`, `token-secret`):
+the newest valid one of the configured Secret and the rotated ones (`activities.bootstrap_tokens`), read through
+the ClusterAPI every few seconds at most, so a rotated token is used at once. It exists only in the rendered
 script: errors name the Secret and the key, never a value, and nothing here logs.
 """
 
 from __future__ import annotations
 
 import base64
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from activities.bootstrap_tokens import launch_token, parse_secret_reference, read_tokens
 from activities.recent import READS_KEPT_SECONDS, Recent
 from core import labels
 from core.api.aksnodeclass import (
@@ -53,7 +55,6 @@ from core.api.meta import Taint
 from core.api.nodepool import duration_timedelta
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
-from core.errors import InvalidError, TransientError
 from core.instancetypes.azure import ImageFamily as SizeImageFamily
 from core.instancetypes.azure import eviction_threshold, node_kube_reserved, parse_size_name
 from core.instancetypes.catalog import AzureSku
@@ -65,9 +66,6 @@ NODE_IMAGE_VERSION_LABEL = "kubernetes.azure.com/node-image-version"
 LOCAL_DNS_STATE_LABEL = "kubernetes.azure.com/localdns-state"
 ARTIFACT_STREAMING_LABEL = "kubernetes.azure.com/artifactstreaming-enabled"
 ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
-_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
-_TOKEN_ID = re.compile(r"^[a-z0-9]{6}$")
-_TOKEN_SECRET = re.compile(r"^[a-z0-9]{16}$")
 BASE_KUBELET_FLAGS = (
     "--cgroup-driver=systemd",
     "--rotate-certificates=true",
@@ -175,14 +173,6 @@ def bootstrap_request(
         gpu_name=size.accelerator if size is not None else None,
         local_dns=nodeclass is not None and nodeclass.resolved_local_dns_state() is LocalDNSState.ENABLED,
     )
-
-
-def parse_secret_reference(value: str) -> tuple[str, str]:
-    """`<namespace>/<name>` as a pair; ValueError says what is wrong."""
-    if not _SECRET_NAME.match(value):
-        raise ValueError(f"{value!r} is not <namespace>/<name>, e.g. kube-system/bootstrap-token-abcdef")
-    namespace, _, name = value.partition("/")
-    return namespace, name
 
 
 def _taint(taint: Taint) -> str:
@@ -416,33 +406,26 @@ def render_script(request: BootstrapRequest, api_server: str, token: str) -> str
     return "\n".join(lines) + "\n"
 
 
-def token_from(secret: Mapping[str, str], where: str) -> str:
-    """`<token-id>.<token-secret>` from a bootstrap token Secret's decoded data; `InvalidError` naming the key."""
-    token_id, token_secret = secret.get("token-id", ""), secret.get("token-secret", "")
-    if not _TOKEN_ID.match(token_id):
-        raise InvalidError(f"Secret {where}: data.token-id is missing or not 6 of [a-z0-9]", code="Invalid")
-    if not _TOKEN_SECRET.match(token_secret):
-        raise InvalidError(
-            f"Secret {where}: data.token-secret is missing or not 16 of [a-z0-9]", code="Invalid"
-        )
-    return f"{token_id}.{token_secret}"
-
-
 class ClusterBootstrap:
-    """The provider's `Bootstrap`: the script for a launch, with the token read from the cluster's Secret."""
+    """The provider's `Bootstrap`: the script for a launch, with the newest valid token of the cluster's (the
+    configured Secret's, or with `rotated` a rotation's)."""
 
     def __init__(
-        self, cluster: ClusterAPI, secret: str, api_server: str, keep_seconds: float = READS_KEPT_SECONDS
+        self,
+        cluster: ClusterAPI,
+        secret: str,
+        api_server: str,
+        keep_seconds: float = READS_KEPT_SECONDS,
+        rotated: bool = True,
     ) -> None:
-        self._namespace, self._name = parse_secret_reference(secret)
+        self._secret = secret
+        self._seed = parse_secret_reference(secret)
         self._api_server = api_server
+        self._rotated = rotated
         # Read once every `keep_seconds` for all launches: a rotated token is used that much later at most.
-        self._secret = Recent(lambda key: cluster.get_secret(*key), keep_seconds)
+        self._read = Recent(lambda key: cluster.read_secret(*key), keep_seconds)
 
     async def __call__(self, request: BootstrapRequest) -> str:
-        where = f"{self._namespace}/{self._name}"
-        secret = await self._secret((self._namespace, self._name))
-        if secret is None:
-            # Retryable: the launch succeeds once the Secret exists again.
-            raise TransientError(f"the bootstrap token Secret {where} does not exist", code="SecretNotFound")
-        return render(request, self._api_server, token_from(secret, where))
+        tokens = await read_tokens(self._read, self._seed, self._rotated)
+        token = launch_token(tokens, datetime.now(UTC), self._secret)
+        return render(request, self._api_server, token.value)

@@ -1,9 +1,20 @@
-"""The catalog refresh: live VM sizes and prices replace the worker's catalog, or it is kept with one log line.
+"""The catalog refresh: the region's VM sizes from the Resource SKUs API, priced from the Retail Prices API where
+the cloud has one, replace the worker's catalog; what fails keeps what the worker had, with one log line each.
 
-Both APIs are read together. With both answers, the catalog becomes the live sizes at their live prices; a size
-without a live price keeps the shipped one (a size the snapshot does not know has none, and is offered at
-the missing price). If either read fails, nothing changes: the worker keeps the catalog it has (the shipped
-snapshot until a refresh succeeds) and one warning says what failed and which catalog stays in use.
+The two reads are independent, as the AKS provider's instance-type and pricing controllers are:
+
+- Sizes listed: the catalog becomes them (`activities.azure.skus`); otherwise it keeps the sizes it has.
+- Each size is priced at its live price when this refresh read one, else at the price the catalog had for it (an
+  earlier live price, or the shipped one), else at the shipped table's (`core.instancetypes.regions`, the
+  fallback region's where the table lacks the region). Spot prices read live replace all others: a size the
+  Retail Prices API lists no spot price for has none (the provider prices it at 999 $/h; here its spot offering
+  is unavailable), where the shipped table's stand-in (spot as on-demand) stood before.
+- A cloud without the Retail Prices API (the sovereign clouds: the provider reads live prices in the public cloud
+  only) keeps the shipped prices for good, and, as the provider's static prices do, a size without a spot price
+  is offered as spot at its on-demand price.
+
+`CatalogRefreshActivities.refresh` is what a starting worker calls (and retries while the sizes cannot be listed,
+`workers.serve`); the scheduled activity calls it too.
 """
 
 from __future__ import annotations
@@ -11,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from azure.mgmt.compute.aio import ComputeManagementClient
@@ -22,35 +33,50 @@ from activities.azure.skus import SkuListError, list_skus
 from activities.catalog_source import CatalogSource
 from activities.heartbeat import heartbeats
 from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
+from core.instancetypes.regions import region_zones
 from core.messages import CatalogRefreshInput, CatalogRefreshResult, MaintenanceActivity
 
 logger = logging.getLogger(__name__)
 
 
-def live_catalog(
-    zones: tuple[str, ...],
+def priced_catalog(
     region: str,
-    skus: tuple[AzureSku, ...],
-    prices: LivePrices,
-    windows_license_included: bool = True,
+    skus: Iterable[AzureSku],
+    live: LivePrices | None,
+    previous: AzureCatalog,
+    spot_as_on_demand: bool = False,
 ) -> AzureCatalog:
-    """The live sizes at their live prices; each size without a live price keeps the price it came with."""
+    """The sizes at their live prices, else at the prices `previous` had for them, else at the prices they came
+    with (live spot prices, when read, are the only ones); `spot_as_on_demand` offers a size without a spot price
+    as spot at its on-demand price. Windows meters read live are kept as the sizes' Windows prices, by the same
+    rules; a size without one is priced as Linux plus the license (`core.instancetypes.windows`)."""
+    before = {sku.name: sku for sku in previous.skus}
+
+    def price(sku: AzureSku) -> AzureSku:
+        kept = before.get(sku.name, sku)
+        on_demand, spot = kept.on_demand_price_micros, kept.spot_price_micros
+        windows_on_demand, windows_spot = kept.windows_on_demand_price_micros, kept.windows_spot_price_micros
+        if live is not None:
+            # Live spot prices replace the shipped ones wholesale, as the provider's do: a size without a live
+            # spot price has none (it has no spot meter), where the shipped one may stand in for on-demand's.
+            on_demand, spot = live.on_demand.get(sku.name, on_demand), live.spot.get(sku.name)
+            windows_on_demand = live.windows_on_demand.get(sku.name, windows_on_demand)
+            windows_spot = live.windows_spot.get(sku.name)
+        if spot is None and spot_as_on_demand:
+            spot = on_demand
+        return dataclasses.replace(
+            sku,
+            on_demand_price_micros=on_demand,
+            spot_price_micros=spot,
+            windows_on_demand_price_micros=windows_on_demand,
+            windows_spot_price_micros=windows_spot,
+        )
+
     return AzureCatalog(
         region=region,
-        zones=zones,
-        windows_license_included=windows_license_included,
-        skus=tuple(
-            dataclasses.replace(
-                sku,
-                on_demand_price_micros=prices.on_demand.get(sku.name, sku.on_demand_price_micros),
-                spot_price_micros=prices.spot.get(sku.name, sku.spot_price_micros),
-                windows_on_demand_price_micros=prices.windows_on_demand.get(
-                    sku.name, sku.windows_on_demand_price_micros
-                ),
-                windows_spot_price_micros=prices.windows_spot.get(sku.name, sku.windows_spot_price_micros),
-            )
-            for sku in skus
-        ),
+        zones=region_zones(region),
+        skus=tuple(price(sku) for sku in skus),
+        windows_license_included=previous.windows_license_included,
     )
 
 
@@ -68,55 +94,81 @@ class CatalogRefreshActivities:
         self.compute = compute
         self.prices = prices
         self._clock = clock
+        catalogs.live_prices = prices.available
 
     @activity.defn(name=MaintenanceActivity.REFRESH_CATALOG)
     @heartbeats
     async def refresh_catalog(self, request: CatalogRefreshInput) -> CatalogRefreshResult:
-        """Replace the catalog with live data, or keep it and say why."""
-        region = self.catalogs.current.region
-        shipped = load_shipped_catalog(region)
-        skus, prices = await asyncio.gather(
-            list_skus(self.compute, region, shipped), self.prices.fetch(region), return_exceptions=True
-        )
+        """Replace the catalog's sizes and prices with live ones, or keep what cannot be read and say why."""
+        return await self.refresh()
+
+    async def refresh(self, *, required: bool = False) -> CatalogRefreshResult:
+        """Read both APIs and replace what was read. `required` (a worker's start, which cannot take work without
+        sizes from the API): a listing that fails raises `SkuListError` instead, and nothing changes."""
+        catalogs = self.catalogs
+        region = catalogs.current.region
+        shipped = load_shipped_catalog(region, fallback=True)
+        reads: list[asyncio.Future[object]] = [
+            asyncio.ensure_future(list_skus(self.compute, region, shipped))
+        ]
+        if self.prices.available:
+            reads.append(asyncio.ensure_future(self.prices.fetch(region)))
+        outcomes = await asyncio.gather(*reads, return_exceptions=True)
+        skus, live = outcomes[0], outcomes[1] if len(outcomes) > 1 else None
         failures: list[str] = []
-        for outcome in (skus, prices):
+        for outcome in outcomes:
             if isinstance(outcome, SkuListError | PriceFetchError):
                 failures.append(str(outcome))
             elif isinstance(outcome, BaseException):
                 raise outcome
-        if failures:
-            failure = "; ".join(failures)
+        listed = isinstance(skus, tuple)
+        priced = isinstance(live, LivePrices)
+        if required and isinstance(skus, SkuListError):
+            raise skus
+        if not listed:
             logger.warning(
-                f"failed to refresh instance types and pricing for region {region}, "
-                f"using {self.catalogs.describe()}: {failure}",
+                f"failed to refresh instance types for region {region}, using {catalogs.describe()}: {skus}",
                 extra={"karpenter": {}},
             )
-            return self._result(region, refreshed=False, failure=failure)
-        assert isinstance(skus, tuple) and isinstance(prices, LivePrices)
-        included = self.catalogs.current.windows_license_included
-        catalog = live_catalog(shipped.zones, region, skus, prices, included)
-        self.catalogs.replace(catalog, self._clock())
-        for kind, count in (("on-demand", len(prices.on_demand)), ("spot", len(prices.spot))):
-            logger.info(
-                f"updated {kind} pricing for region {region}",
-                extra={"karpenter": {"instance-type-count": count}},
+        if isinstance(live, PriceFetchError):
+            logger.warning(
+                f"failed to refresh pricing for region {region}, using {catalogs.describe_prices()}: {live}",
+                extra={"karpenter": {}},
             )
-        logger.info(
-            f"updated instance types for region {region}",
-            extra={"karpenter": {"instance-type-count": len(catalog.skus)}},
-        )
-        return self._result(region, refreshed=True, prices=prices)
-
-    def _result(
-        self, region: str, refreshed: bool, prices: LivePrices | None = None, failure: str | None = None
-    ) -> CatalogRefreshResult:
+        if listed or priced:
+            now = self._clock()
+            catalogs.replace(
+                priced_catalog(
+                    region,
+                    skus if isinstance(skus, tuple) else catalogs.current.skus,
+                    live if isinstance(live, LivePrices) else None,
+                    catalogs.current,
+                    spot_as_on_demand=not self.prices.available,
+                ),
+                now if listed else None,
+                now if priced else None,
+            )
+        catalog = catalogs.current
+        if isinstance(live, LivePrices):
+            for kind, count in (("on-demand", len(live.on_demand)), ("spot", len(live.spot))):
+                logger.info(
+                    f"updated {kind} pricing for region {region}",
+                    extra={"karpenter": {"instance-type-count": count}},
+                )
+        if listed:
+            logger.info(
+                f"updated instance types for region {region}",
+                extra={"karpenter": {"instance-type-count": len(catalog.skus)}},
+            )
         return CatalogRefreshResult(
             region=region,
-            refreshed=refreshed,
-            origin=self.catalogs.origin,
-            refreshed_at=self.catalogs.refreshed_at,
-            skus=len(self.catalogs.current.skus),
-            live_on_demand_prices=len(prices.on_demand) if prices else 0,
-            live_spot_prices=len(prices.spot) if prices else 0,
-            failure=failure,
+            refreshed=listed,
+            prices_refreshed=priced,
+            origin=catalogs.origin,
+            refreshed_at=catalogs.refreshed_at,
+            skus=len(catalog.skus),
+            live_on_demand_prices=len(live.on_demand) if isinstance(live, LivePrices) else 0,
+            live_spot_prices=len(live.spot) if isinstance(live, LivePrices) else 0,
+            prices=catalogs.describe_prices(),
+            failure="; ".join(failures) or None,
         )

@@ -1,12 +1,13 @@
-"""The AzureCloudProvider as a worker runs it: the async SDK clients on one credential, pointed at Azure or at
-an ARM emulator, the bootstrap and AKSNodeClass lookups over the cluster, and heartbeats into the activity.
+"""The AzureCloudProvider as a worker runs it: the async SDK clients on one credential, pointed at the ARM of
+the worker's cloud (`core.clouds`) or at an ARM emulator, asking for tokens of that cloud's scope, the bootstrap
+and AKSNodeClass lookups over the cluster, and heartbeats into the activity.
 
-On Azure the credential is `DefaultAzureCredential` (workload identity in the cluster, from `AZURE_CLIENT_ID`,
-`AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE`); against an emulator the caller passes a static one and the
-emulator's endpoint and CA file, which the clients verify the emulator's certificate against. The CA goes into
-one TLS context on one connection pool that both clients share: given as `connection_verify=<path>`, azure-core
+The caller passes the credential (`activities.azure.credentials`, or a static one against an emulator). Against
+an emulator, its CA file goes into one TLS context on one connection pool (`azure_session`) that the SDK
+clients, the credential and the Retail Prices client share: given as `connection_verify=<path>`, azure-core
 would build a new context for every request, and aiohttp, which pools connections per context, would open (and
-keep) a new TLS connection for every request, hundreds of megabytes for a few hundred launches.
+keep) a new TLS connection for every request, hundreds of megabytes for a few hundred launches. The same pool
+takes a resolver, which tests use to serve a cloud's host names from the emulator.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.mgmt.compute.aio import ComputeManagementClient
@@ -25,9 +28,11 @@ from temporalio import activity
 
 from activities.azure.bootstrap import ClusterBootstrap
 from activities.azure.nodeclass import ClusterNodeClasses
+from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider, AzureSettings
 from activities.azure.windows import ClusterWindowsAdmin
 from activities.catalog_source import CatalogSource
+from core.clouds import AZURE_PUBLIC_CLOUD, AzureCloud
 from core.cluster import ClusterAPI
 from core.instancetypes.catalog import AzureCatalog
 
@@ -46,6 +51,11 @@ def activity_heartbeat(detail: str) -> None:
         activity.heartbeat(detail)
 
 
+def transport(session: aiohttp.ClientSession | None) -> AioHttpTransport | None:
+    """A transport over the shared connection pool, for one client or credential (None: the SDK's own)."""
+    return None if session is None else AioHttpTransport(session=session, session_owner=False)
+
+
 @contextlib.asynccontextmanager
 async def azure_cloud_provider(
     cluster: ClusterAPI,
@@ -53,44 +63,60 @@ async def azure_cloud_provider(
     credential: AsyncTokenCredential,
     endpoint: ArmEndpoint | None = None,
     catalog: AzureCatalog | CatalogSource | None = None,
+    *,
+    rotated_tokens: bool = True,
+    cloud: AzureCloud = AZURE_PUBLIC_CLOUD,
+    session: aiohttp.ClientSession | None = None,
+    prices: PriceSettings | None = None,
 ) -> AsyncIterator[AzureCloudProvider]:
-    """The provider for the block; its clients (and their connections) close afterwards."""
+    """The provider for the block; its clients (and their connections) close afterwards. Launches join with the
+    newest of the configured and (with `rotated_tokens`) the rotated bootstrap tokens. `session` is the pool to
+    share (else one is opened for an emulator's CA); `prices` where its catalog refresh reads live prices (the
+    cloud's Retail Prices API by default)."""
     async with contextlib.AsyncExitStack() as stack:
-        session = await stack.enter_async_context(_session(endpoint))
+        if session is None:
+            session = await stack.enter_async_context(azure_session(endpoint.ca_file if endpoint else None))
+        options: dict[str, Any] = {
+            "base_url": endpoint.url if endpoint is not None else cloud.resource_manager,
+            "credential_scopes": [cloud.scope],
+        }
 
-        def options() -> dict[str, object]:
+        def with_transport() -> dict[str, Any]:
             """Each client's own transport, over the shared connection pool when there is one."""
-            found: dict[str, object] = {}
-            if endpoint is not None:
-                found["base_url"] = endpoint.url
-            if session is not None:
-                found["transport"] = AioHttpTransport(session=session, session_owner=False)
-            return found
+            own = transport(session)
+            return options if own is None else {**options, "transport": own}
 
         compute = await stack.enter_async_context(
-            ComputeManagementClient(credential, settings.subscription_id, **options())
+            ComputeManagementClient(credential, settings.subscription_id, **with_transport())
         )
         network = await stack.enter_async_context(
-            NetworkManagementClient(credential, settings.subscription_id, **options())
+            NetworkManagementClient(credential, settings.subscription_id, **with_transport())
         )
         yield AzureCloudProvider(
             compute,
             network,
             settings,
-            ClusterBootstrap(cluster, settings.bootstrap_token_secret, settings.cluster_endpoint),
+            ClusterBootstrap(
+                cluster, settings.bootstrap_token_secret, settings.cluster_endpoint, rotated=rotated_tokens
+            ),
             catalog=catalog,
             node_class=ClusterNodeClasses(cluster),
             heartbeat=activity_heartbeat,
             windows_admin=ClusterWindowsAdmin(cluster, settings.windows_admin_secret),
+            retail_prices=RetailPricesClient(prices or PriceSettings(url=cloud.retail_prices), session),
         )
 
 
 @contextlib.asynccontextmanager
-async def _session(endpoint: ArmEndpoint | None) -> AsyncIterator[aiohttp.ClientSession | None]:
-    """A connection pool that trusts the emulator's CA, when there is one to trust; else the SDK's own."""
-    if endpoint is None or not endpoint.ca_file:
+async def azure_session(
+    ca_file: str | None = None, resolver: AbstractResolver | None = None
+) -> AsyncIterator[aiohttp.ClientSession | None]:
+    """A connection pool that trusts `ca_file` (an emulator's CA) and resolves names with `resolver`, when either
+    is given; else None, and each client keeps the SDK's own."""
+    if not ca_file and resolver is None:
         yield None
         return
-    context = ssl.create_default_context(cafile=endpoint.ca_file)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    connector = aiohttp.TCPConnector(ssl=context, resolver=resolver)
+    async with aiohttp.ClientSession(connector=connector) as session:
         yield session

@@ -1,5 +1,6 @@
 """The AKS provider's `nodeclass.status` reconcile as an activity: every AKSNodeClass gets the conditions
-`core.nodeclass_status` computes, with its node subnet read from Azure, and `localDNSState`.
+`core.nodeclass_status` computes, with its node subnet read from Azure, whether the worker's catalog is priced
+with the fallback region's prices (`PricingFallback`), and `localDNSState`.
 
 The status subresource is patched only when it would change, with the resourceVersion read as precondition (a
 NodeClass changed meanwhile is left to the next run). Each subnet is read once per run however many NodeClasses
@@ -99,7 +100,13 @@ class NodeClassStatusActivities:
             nodeclass, settings.kubernetes_version, bool(settings.image_gallery_subscription_id)
         )
         conditions = nodeclass_conditions(
-            readable_conditions(current), metadata.get("generation"), created, subnets[subnet_id], now, images
+            readable_conditions(current),
+            metadata.get("generation"),
+            created,
+            subnets[subnet_id],
+            now,
+            price_fallback=self.provider.catalogs.price_fallback(),
+            images=images,
         )
         status: dict[str, Any] = {"conditions": conditions_json(conditions)}
         ready = next(c for c in conditions if c.type == "Ready")

@@ -8,9 +8,11 @@ hour. When one size has several items of the same kind, the last one read wins (
 one). The provider drops Windows products (`productName` ending in ` Windows`), as it launches Linux only; they
 are kept here apart, as the Windows prices of Windows nodes (`core.instancetypes.windows`).
 
-Every request has a timeout; throttling (429), server errors and connection failures are retried a bounded
-number of times with exponential backoff. A failed read raises `PriceFetchError`, and so does a read that
-found no price at all (the provider treats that as a failure too and keeps the prices it had).
+Only the public cloud has the API (the AKS provider reads it there only): a `PriceSettings` without a `url` is a
+cloud without one, and `RetailPricesClient.available` says so. Every request has a timeout; throttling (429),
+server errors and connection failures are retried a bounded number of times with exponential backoff. A failed
+read raises `PriceFetchError`, and so does a read that found no price at all (the provider treats that as a
+failure too and keeps the prices it had).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.instancetypes.catalog import usd_to_micros
+from core.instancetypes.types import usd_to_micros
 
 RETAIL_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 API_VERSION = "2023-01-01-preview"
@@ -40,7 +42,8 @@ class PriceSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    url: str = RETAIL_PRICES_URL
+    url: str | None = RETAIL_PRICES_URL
+    """None: the cloud has no Retail Prices API."""
     api_version: str = API_VERSION
     request_timeout: timedelta = timedelta(seconds=30)
     attempts: int = Field(default=4, ge=1)
@@ -94,36 +97,52 @@ def prices_from_items(items: Iterable[Mapping[str, Any]]) -> LivePrices:
 
 
 class RetailPricesClient:
-    """Reads a region's prices from the Retail Prices API."""
+    """Reads a region's prices from the Retail Prices API, over `session` when given (the worker's connection pool
+    to Azure), else over a session of each fetch's own."""
 
-    def __init__(self, settings: PriceSettings | None = None) -> None:
+    def __init__(
+        self, settings: PriceSettings | None = None, session: aiohttp.ClientSession | None = None
+    ) -> None:
         self.settings = settings or PriceSettings()
+        self.session = session
+
+    @property
+    def available(self) -> bool:
+        """Whether the cloud has the API (the public cloud's, or an emulator's)."""
+        return self.settings.url is not None
 
     async def fetch(self, region: str) -> LivePrices:
         """Every price of the region; `PriceFetchError` when the API fails or lists no Linux one."""
         settings = self.settings
-        timeout = aiohttp.ClientTimeout(total=settings.request_timeout.total_seconds())
-        items: list[Mapping[str, Any]] = []
+        if settings.url is None:
+            raise PriceFetchError("this cloud has no Retail Prices API")
+        if self.session is not None:
+            return await self._fetch(self.session, settings.url, region)
         ca_file = settings.ca_file
         tls = ssl.create_default_context(cafile=str(ca_file)) if ca_file is not None else True
-        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=tls)) as session:
-            url: str | None = settings.url
-            params: dict[str, str] | None = {
-                "api-version": settings.api_version,
-                "$filter": price_filter(region),
-            }
-            pages = 0
-            while url:
-                pages += 1
-                if pages > MAX_PAGES:
-                    raise PriceFetchError(f"the Retail Prices API returned more than {MAX_PAGES} pages")
-                page = await self._page(session, url, params)
-                page_items = page.get("Items")
-                if not isinstance(page_items, list):
-                    raise PriceFetchError(f"the Retail Prices API answered without Items ({settings.url})")
-                items.extend(item for item in page_items if isinstance(item, Mapping))
-                next_link = page.get("NextPageLink")
-                url, params = (next_link, None) if isinstance(next_link, str) and next_link else (None, None)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as session:
+            return await self._fetch(session, settings.url, region)
+
+    async def _fetch(self, session: aiohttp.ClientSession, first: str, region: str) -> LivePrices:
+        settings = self.settings
+        items: list[Mapping[str, Any]] = []
+        url: str | None = first
+        params: dict[str, str] | None = {
+            "api-version": settings.api_version,
+            "$filter": price_filter(region),
+        }
+        pages = 0
+        while url:
+            pages += 1
+            if pages > MAX_PAGES:
+                raise PriceFetchError(f"the Retail Prices API returned more than {MAX_PAGES} pages")
+            page = await self._page(session, url, params)
+            page_items = page.get("Items")
+            if not isinstance(page_items, list):
+                raise PriceFetchError(f"the Retail Prices API answered without Items ({settings.url})")
+            items.extend(item for item in page_items if isinstance(item, Mapping))
+            next_link = page.get("NextPageLink")
+            url, params = (next_link, None) if isinstance(next_link, str) and next_link else (None, None)
         prices = prices_from_items(items)
         if not prices.on_demand and not prices.spot:
             raise PriceFetchError(f"the Retail Prices API listed no Linux VM price for {region}")
@@ -140,7 +159,8 @@ class RetailPricesClient:
                 delay = settings.backoff.total_seconds() * 2 ** (attempt - 1)
                 await asyncio.sleep(min(delay, settings.max_backoff.total_seconds()))
             try:
-                async with session.get(url, params=params) as response:
+                timeout = aiohttp.ClientTimeout(total=settings.request_timeout.total_seconds())
+                async with session.get(url, params=params, timeout=timeout) as response:
                     if response.status == 200:
                         body = await response.json(content_type=None)
                         if not isinstance(body, dict):

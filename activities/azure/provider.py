@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from activities.azure.bootstrap import BootstrapRequest, bootstrap_request
 from activities.azure.errors import ArmError, arm_error, capacity_failure, classify, quota_limit_is_zero
 from activities.azure.names import NodeNames, nic_id, nodeclaim_of, provider_id
+from activities.azure.prices import RetailPricesClient
 from activities.azure.unavailable import UnavailableOfferings
 from activities.azure.vm import (
     BILLING_LINUX,
@@ -227,9 +228,12 @@ class AzureCloudProvider:
         unavailable: UnavailableOfferings | None = None,
         heartbeat: Heartbeat | None = None,
         windows_admin: WindowsAdminLookup | None = None,
+        retail_prices: RetailPricesClient | None = None,
     ) -> None:
         self.compute = compute_client
         self.network = network_client
+        self.retail_prices = retail_prices or RetailPricesClient()
+        """Where the catalog refresh reads live prices: the cloud's Retail Prices API (none in a sovereign cloud)."""
         self.settings = settings
         self.catalogs = (
             CatalogSource.of(catalog) if catalog is not None else CatalogSource.shipped(settings.location)

@@ -6,10 +6,12 @@ AKSNodeClass can use (`core.instancetypes.azure.filter_reason` with the rules th
 AKSNodeClass: restricted sizes, too small, unsupported GPUs, constrained vCPUs, confidential, unparsable
 names). The rules that depend on an AKSNodeClass apply later, when instance types are built.
 
-The Resource SKUs API does not say what the provider embeds (its GPU registry, its known-SKU list, the docs
-series) nor, for every size, each capability. Those come from the shipped snapshot's record of the same size;
-a size the snapshot does not know is not a known SKU (the provider prices it at 999 $/h) and has no
-registered GPU.
+Capabilities come from the API; where it says nothing of one, the shipped catalog's record of the size (the
+snapshot's, or the eastus snapshot's in another region) stands. What the API never says comes from what ships: the
+provider's known-SKU list (a size missing from it is priced at 999 $/h) and GPU registry
+(`core.instancetypes.provider_facts`), and the region's price from the shipped table (`core.instancetypes.regions`,
+the eastus prices where the table lacks the region): the shipped record's price for a size it has (the snapshots
+carry Linux rates where the table holds Windows ones), the table's for any other.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from azure.mgmt.compute.models import ResourceSku
 from activities.azure.errors import classify
 from core.instancetypes.azure import FilterReason, filter_reason
 from core.instancetypes.catalog import AzureCatalog, AzureSku
+from core.instancetypes.provider_facts import is_known_sku, registered_gpu
+from core.instancetypes.regions import RegionPrices, region_prices
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +80,11 @@ def skus_from_resources(
 ) -> tuple[AzureSku, ...]:
     """The usable VM sizes among Resource SKUs, sorted by name (one per name: the first listed)."""
     known = {sku.name: sku for sku in shipped.skus}
+    prices = region_prices(region)
     result: dict[str, AzureSku] = {}
     unknown_families: set[str] = set()
     for resource in resources:
-        sku = sku_from_resource(resource, region, known.get(resource.name or ""))
+        sku = sku_from_resource(resource, region, known.get(resource.name or ""), prices)
         if sku is None or sku.name in result:
             continue
         if filter_reason(sku) in UNSUPPORTED_EVERYWHERE:
@@ -96,8 +101,11 @@ def skus_from_resources(
     return tuple(result[name] for name in sorted(result))
 
 
-def sku_from_resource(resource: ResourceSku, region: str, shipped: AzureSku | None) -> AzureSku | None:
-    """One Resource SKU as an `AzureSku`; None when it is not a VM size usable in the region."""
+def sku_from_resource(
+    resource: ResourceSku, region: str, shipped: AzureSku | None, prices: RegionPrices | None = None
+) -> AzureSku | None:
+    """One Resource SKU as an `AzureSku`; None when it is not a VM size usable in the region. A size without a
+    shipped record is priced from `prices` (the region's shipped table by default)."""
     name = resource.name
     if not name or _text(resource.resource_type) != VIRTUAL_MACHINES:
         return None
@@ -124,7 +132,7 @@ def sku_from_resource(resource: ResourceSku, region: str, shipped: AzureSku | No
     if vcpus is None or memory is None:
         logger.info("Resource SKU %s has no vCPUs or MemoryGB capability; skipping it", name)
         return None
-    base = shipped or AzureSku(name=name, vcpus=vcpus, memory_gib=memory, karpenter_known_sku=False)
+    base = shipped or _unshipped(name, vcpus, memory, prices or region_prices(region))
     nvme_mib = _int(capabilities.get("NvmeDiskSizeInMiB"))
     resource_mb = _int(capabilities.get("MaxResourceVolumeMB"))
     cached = _int(capabilities.get("CachedDiskBytes"))
@@ -157,6 +165,20 @@ def sku_from_resource(resource: ResourceSku, region: str, shipped: AzureSku | No
     }
     # The API's word wins; where it says nothing, the snapshot's record of the size stands.
     return dataclasses.replace(base, **{key: value for key, value in live.items() if value is not None})
+
+
+def _unshipped(name: str, vcpus: int, memory_gib: float, prices: RegionPrices) -> AzureSku:
+    """A size no shipped catalog has: what the provider embeds about it, and the price table's price."""
+    gpu = registered_gpu(name)
+    return AzureSku(
+        name=name,
+        vcpus=vcpus,
+        memory_gib=memory_gib,
+        karpenter_known_sku=is_known_sku(name),
+        gpu_manufacturer=gpu.manufacturer if gpu else None,
+        gpu_os=gpu.os if gpu else frozenset(),
+        on_demand_price_micros=prices.on_demand.get(name),
+    )
 
 
 def _text(value: object) -> str:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from activities.azure.bootstrap import parse_secret_reference
+from activities.bootstrap_tokens import parse_secret_reference
 from activities.recent import READS_KEPT_SECONDS, Recent
 from core.cluster import ClusterAPI
 from core.errors import InvalidError, TransientError
@@ -165,7 +165,7 @@ class ClusterWindowsAdmin:
         self, cluster: ClusterAPI, secret: str | None, keep_seconds: float = READS_KEPT_SECONDS
     ) -> None:
         self._where = parse_secret_reference(secret) if secret else None
-        self._secret = Recent(lambda key: cluster.get_secret(*key), keep_seconds)
+        self._secret = Recent(lambda key: cluster.read_secret(*key), keep_seconds)
 
     async def __call__(self) -> WindowsAdmin:
         if self._where is None:
@@ -178,4 +178,4 @@ class ClusterWindowsAdmin:
         secret = await self._secret(self._where)
         if secret is None:
             raise TransientError(f"the Windows admin Secret {where} does not exist", code="SecretNotFound")
-        return admin_from(secret, where)
+        return admin_from(secret.data, where)

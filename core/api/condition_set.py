@@ -61,6 +61,19 @@ class ConditionSet:
         """Set it Unknown (not yet known); the root turns Unknown unless a dependent is False."""
         return self.set(condition_type, ConditionStatus.UNKNOWN, reason, message)
 
+    def clear(self, condition_type: str) -> bool:
+        """Remove a condition that is not the root nor a dependent (one that holds only sometimes, as Karpenter's
+        `Drifted`), as operatorpkg's `Clear`; whether it was there."""
+        if condition_type == self.root or condition_type in self.dependents:
+            raise ValueError(
+                f"{condition_type} is {self.root} or one of its dependents: it cannot be cleared"
+            )
+        old = self.get(condition_type)
+        if old is None:
+            return False
+        self.conditions.remove(old)
+        return True
+
     def set(self, condition_type: str, status: ConditionStatus, reason: str, message: str) -> bool:
         """Set one condition (and recompute the root); whether anything changed."""
         new = StatusCondition(

@@ -346,6 +346,15 @@ class Node(KubeModel):
     status: NodeStatus = Field(default_factory=NodeStatus)
 
 
+class Secret(KubeModel):
+    """A Secret with its `data` base64-decoded, as `ClusterAPI.read_secret` returns it. Its values stay out of every
+    log line, error message and workflow payload (`repr` leaves them out)."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    type: str = ""
+    data: dict[str, str] = Field(default_factory=dict, repr=False)
+
+
 # --- workloads and disruption budgets --------------------------------------------------------------------
 
 

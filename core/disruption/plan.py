@@ -19,6 +19,7 @@ from core.capacity_buffer import buffer_report, destinations, is_virtual
 from core.disruption.budgets import Budgets, BudgetStatus
 from core.disruption.candidates import find_candidates, is_reschedulable, staying_pods
 from core.disruption.commands import Blocked, Command, Method
+from core.disruption.cost import nodepool_costs
 from core.disruption.methods import (
     drift,
     emptiness,
@@ -85,6 +86,8 @@ class DisruptionPlan:
     """Each NodeOverlay's verdict, by name, as the plan applied them (`core.instancetypes.overlay`)."""
     buffers: tuple[dict[str, object], ...] = ()
     """Each CapacityBuffer, and where its virtual pods stand (`core.capacity_buffer.buffer_report`)."""
+    costs: dict[str, int] = field(default_factory=dict)
+    """What each NodePool's NodeClaims cost per hour now, in micro-dollars (`core.disruption.cost`)."""
 
     @property
     def savings_micros(self) -> int:
@@ -173,6 +176,9 @@ def plan_disruption(
         repairs=repairs,
         overlays=scheduling.overlays,
         buffers=tuple(buffer_report(buffers, where)),
+        costs=nodepool_costs(
+            (pool.name for pool in snapshot.nodepools), snapshot.nodeclaims, scheduling.listed_instance_types
+        ),
     )
 
 

@@ -2,32 +2,31 @@
 
 A catalog holds one region: its logical availability zones and, per VM size, the Resource SKU capabilities
 Karpenter reads (vCPUs, memory, architecture, GPUs, disks, Hyper-V generations, zones, spot eligibility)
-plus its Linux prices, and its Windows ones once the Retail Prices API's Windows meters were read. Snapshots
-for a few regions ship as package data (see `data/README.md` for where
-every value comes from); a live adapter can build the same `AzureCatalog` from the Resource SKUs and
-Retail Prices APIs.
+plus its Linux prices, and its Windows ones once the Retail Prices API's Windows meters were read. Two snapshots
+ship as package data, eastus and southcentralus (see `data/README.md` for where every value comes from). Every
+other region the shipped price table covers (`core.instancetypes.regions`) gets the eastus snapshot's sizes that
+have a price in that region, at that price, with the region's zones; the table has no spot prices, so spot is
+priced as on-demand, as the AKS provider prices it until it reads live prices. Neither the snapshots nor the
+table hold Windows meters: a Windows node is priced at its region's Linux rate plus the license
+(`core.instancetypes.windows`) until live prices come. The worker builds the same `AzureCatalog` from the Resource
+SKUs and Retail Prices APIs (`activities.azure`), starting from these records.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, fields
-from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from core.instancetypes.types import MICROS_PER_DOLLAR
+from core.instancetypes.regions import normalize_region, priced_regions, region_prices, region_zones
+from core.instancetypes.types import usd_to_micros
 
 _DATA_PACKAGE = "core.instancetypes"
 _DATA_DIR = "data"
 _FILE_PREFIX = "azure-"
-
-
-def usd_to_micros(usd: float | Decimal | str) -> int:
-    """A USD amount as integer micro-dollars, rounded half up (0.0000005 -> 1)."""
-    amount = Decimal(str(usd)) * MICROS_PER_DOLLAR
-    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +119,13 @@ _OPTIONAL_COLUMNS = frozenset({"windows_on_demand_price_micros", "windows_spot_p
 """Columns a shipped file may leave out (the shipped catalogs have no Windows meter): they read as unknown."""
 
 
-def shipped_regions() -> tuple[str, ...]:
-    """The regions a catalog ships for, sorted."""
+SIZE_FACTS_REGION = "eastus"
+"""The snapshot whose sizes (capabilities, quota families, generations) every other region's catalog is made of."""
+
+
+@cache
+def snapshot_regions() -> tuple[str, ...]:
+    """The regions a full snapshot ships for (sizes, zones, Linux on-demand and spot prices), sorted."""
     folder = files(_DATA_PACKAGE).joinpath(_DATA_DIR)
     return tuple(
         sorted(
@@ -132,15 +136,48 @@ def shipped_regions() -> tuple[str, ...]:
     )
 
 
-def load_shipped_catalog(region: str) -> AzureCatalog:
-    """The shipped catalog of a region (`eastus`, `southcentralus`), read once from package data."""
-    regions = shipped_regions()
-    key = region.strip().lower()
-    if key not in regions:
+def shipped_regions() -> tuple[str, ...]:
+    """The regions a catalog ships for: every region of the shipped price table, sorted."""
+    return priced_regions()
+
+
+def load_shipped_catalog(region: str, *, fallback: bool = False) -> AzureCatalog:
+    """The shipped catalog of a region (`eastus`, `westeurope`, ...), built once.
+
+    A region the price table lacks raises `UnknownRegionError`; with `fallback`, it gets the fallback region's
+    catalog (eastus sizes at eastus prices, as the AKS provider prices such a region) under its own name, with
+    the zones the shipped region list gives it (none when it does not list it)."""
+    key = normalize_region(region)
+    if key in snapshot_regions():
+        return _load(key)
+    if region_prices(key).fallback and not fallback:
+        regions = priced_regions()
         raise UnknownRegionError(
-            f"no shipped Azure catalog for region {region!r}; shipped regions: {', '.join(regions)}"
+            f"no shipped prices for region {region!r}: the shipped price table covers {len(regions)} public "
+            f"regions: {', '.join(regions)}"
         )
-    return _load(key)
+    return _derived(key)
+
+
+@cache
+def _derived(region: str) -> AzureCatalog:
+    prices = region_prices(region)
+    if prices.fallback:
+        base = load_shipped_catalog(prices.priced_as)
+        return AzureCatalog(region=region, zones=region_zones(region), skus=base.skus)
+    skus = tuple(
+        dataclasses.replace(
+            sku,
+            on_demand_price_micros=price,
+            spot_price_micros=price,
+            windows_on_demand_price_micros=None,
+            windows_spot_price_micros=None,
+            zones=None,
+        )
+        for sku in _load(SIZE_FACTS_REGION).skus
+        if (price := prices.on_demand.get(sku.name)) is not None
+    )
+    return AzureCatalog(region=region, zones=region_zones(region), skus=skus)
 
 
 @cache

@@ -40,8 +40,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from core import labels as wellknown
 from core.api.kube import ResourceList
 from core.api.meta import InvalidObjectError, StrictKubeModel, problems_of
-from core.instancetypes.catalog import usd_to_micros
-from core.instancetypes.types import InstanceType, Offering, Overhead
+from core.instancetypes.types import InstanceType, Offering, Overhead, usd_to_micros
 from core.resources import CPU, MEMORY, PODS, Resources, parse_resources
 from core.scheduling.requirements import Operator, Requirement, Requirements
 

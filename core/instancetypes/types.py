@@ -8,6 +8,7 @@ comparisons are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 
 from core.resources import Resources, subtract
 from core.scheduling.requirements import Requirements
@@ -18,6 +19,12 @@ MICROS_PER_DOLLAR = 1_000_000
 def dollars(price_micros: int) -> float:
     """Micro-dollars as dollars, for display."""
     return price_micros / MICROS_PER_DOLLAR
+
+
+def usd_to_micros(usd: float | Decimal | str) -> int:
+    """A USD amount as integer micro-dollars, rounded half up (0.0000005 -> 1)."""
+    amount = Decimal(str(usd)) * MICROS_PER_DOLLAR
+    return int(amount.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ the Linux rate (`AzureCatalog.windows_license_included`).
 
 from __future__ import annotations
 
-from core.instancetypes.catalog import AzureSku, usd_to_micros
+from core.instancetypes.catalog import AzureSku
+from core.instancetypes.types import usd_to_micros
 
 LICENSE_MICROS_PER_VCPU_HOUR = usd_to_micros("0.046")
 """The Windows Server license of a pay-as-you-go VM, per vCPU-hour."""

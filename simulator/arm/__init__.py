@@ -24,8 +24,14 @@ names are case-insensitive):
 
 Behaviour that follows Azure:
 - Every request needs `Authorization: Bearer <token>` (401 `AuthenticationFailed`; 401 `InvalidAuthenticationToken`
-  when `ArmSettings.token` is set and differs) and `api-version` (400 `MissingApiVersionParameter`). Errors are
-  `{"error": {"code", "message"[, "target"]}}`.
+  when `ArmSettings.token` is set and differs, or when `entra`'s directory has registrations and did not issue it
+  for the audience of the cloud played, `ArmSettings.cloud`) and `api-version` (400 `MissingApiVersionParameter`).
+  Errors are `{"error": {"code", "message"[, "target"]}}`.
+- Microsoft Entra ID's token endpoint (`POST /{tenant}/oauth2/v2.0/token`: client secret, certificate-signed client
+  assertion, federated token) and IMDS's managed identity token (`GET /metadata/identity/oauth2/token`), for the
+  applications and identities `ArmState.directory` registers (`entra`). With `names` its certificate is good for a
+  cloud's host names, and `RunningArm.resolver(names)` resolves them to it, so clients call `management.azure.com`,
+  `login.microsoftonline.us` and the like and reach the emulator; every request records the host it was sent to.
 - An LRO answers `InProgress` to `create_polls` / `delete_polls` status reads, then ends. A VM's create takes
   `vm_create_seconds` from its PUT (0 by default; Azure's take tens of seconds): reads before then answer
   `InProgress`, and it ends then whether or not anyone reads it, as Azure's do (a slow fault's polls must be read
@@ -50,7 +56,8 @@ Behaviour that follows Azure:
   Each VM's Scheduled Events are served as IMDS serves them (`imds`: `GET /_emulator/metadata/scheduledevents
   ?vm=<name>&api-version=2020-07-01` with `Metadata: true`; `POST` `{"StartRequests": [...]}` starts an event
   at once).
-- Resource SKUs come from the shipped catalog (`core.instancetypes.catalog`): `vCPUs`, `MemoryGB`,
+- Resource SKUs come from the shipped catalog of its region (`core.instancetypes.catalog`; any region: one the
+  shipped price table lacks gets eastus's sizes and prices): `vCPUs`, `MemoryGB`,
   `CpuArchitectureType` (x64/Arm64), `GPUs`, `HyperVGenerations`, `LowPriorityCapable`, `PremiumIO`,
   `AcceleratedNetworkingEnabled`, `EphemeralOSDiskSupported`, `SupportedEphemeralOSDiskPlacements`,
   `MaxResourceVolumeMB` (temp disk in MiB), `NvmeDiskSizeInMiB`, `CachedDiskBytes`, `EncryptionAtHostSupported`,
@@ -98,8 +105,9 @@ The package holds one module per part: `errors` (ARM errors and Azure's messages
 injected and what it matches), `resources` (stored resources and shared body checks), `store` (settings,
 counters and the core of the state), `operations` (long-running operations), `nics` and `vms` (the resource
 types), `evictions` (Spot evictions, Scheduled Events and vanishing VMs), `skus` (Resource SKUs), `state`
-(`ArmState`, all of them together), `credentials` (a static bearer token for the SDK clients), `imds` (the
-Scheduled Events endpoint) and `server` (the HTTPS application, the control API and serving).
+(`ArmState`, all of them together), `credentials` (a static bearer token for the SDK clients), `entra` (Entra ID's
+token endpoint and IMDS's managed identity token), `imds` (the Scheduled Events endpoint) and `server` (the HTTPS
+application, the control API and serving).
 """
 
 from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential

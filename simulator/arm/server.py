@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import ValidationError
 
 from simulator.arm.credentials import DEFAULT_TOKEN, StaticTokenCredential
@@ -38,7 +40,7 @@ from simulator.arm.resources import (
 from simulator.arm.state import ArmState
 from simulator.arm.store import DEFAULT_RESOURCE_GROUP, DEFAULT_SUBSCRIPTION, ArmSettings, RequestRecord
 from simulator.arm.subnets import get_subnet
-from simulator.arm_tls import server_tls
+from simulator.arm_tls import DEFAULT_HOSTS, server_tls
 from simulator.retail_prices import add_retail_prices
 
 logger = logging.getLogger(__name__)
@@ -153,18 +155,23 @@ def _check_auth(state: ArmState, request: web.Request) -> None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        authority = state.settings.azure_cloud.authority_host
         raise ArmError(
             401,
             "AuthenticationFailed",
             "Authentication failed. The 'Authorization' header is missing.",
             headers={
-                "WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", '
+                "WWW-Authenticate": f'Bearer authorization_uri="https://{authority}/common", '
                 'error="invalid_token", error_description="The authentication failed because of missing '
                 "'Authorization' header.\""
             },
         )
     if state.settings.token is not None and token.strip() != state.settings.token:
         raise ArmError(401, "InvalidAuthenticationToken", "The access token is invalid.")
+    if state.directory.enforced:
+        problem = state.directory.check_bearer(token.strip())
+        if problem is not None:
+            raise ArmError(401, *problem)
 
 
 async def json_body(request: web.Request) -> Json:
@@ -233,6 +240,7 @@ class _Arm:
                 response.status,
                 arrived,
                 peer[1] if isinstance(peer, tuple) else None,
+                request.host,
             )
         )
         drop = state.fire(call, (FaultAction.DROP_RESPONSE,)) is not None
@@ -523,6 +531,7 @@ def create_arm_app(state: ArmState, routes: Iterable[web.RouteDef] = ()) -> web.
     app[STATE_KEY] = state
     add_retail_prices(app, state.catalog)  # prices.azure.com's API, on this host (before the catch-all)
     app.add_routes(scheduled_events_routes(state))
+    app.add_routes(state.directory.routes())  # Entra ID's token endpoint and IMDS's managed identity token
     app.add_routes(routes)
     app.router.add_route("*", "/{tail:.*}", _Arm(state).handle)
     return app
@@ -558,11 +567,43 @@ class RunningArm:
     def credential(self) -> StaticTokenCredential:
         return StaticTokenCredential(self.state.settings.token or DEFAULT_TOKEN)
 
+    def resolver(self, names: Iterable[str]) -> AbstractResolver:
+        """An aiohttp resolver that sends `names` (on any port) to this emulator and refuses every other name, so
+        clients that call a cloud's hosts reach the emulator and nothing else."""
+        return EmulatorResolver(self.url, frozenset(names))
+
     async def close(self) -> None:
         if self.evictor is not None:
             self.evictor.cancel()
             await asyncio.wait({self.evictor})
         await self.runner.cleanup()
+
+
+class EmulatorResolver(AbstractResolver):
+    """Resolves some host names to an emulator's address and port; any other name fails to resolve."""
+
+    def __init__(self, url: str, names: frozenset[str]) -> None:
+        parts = urlsplit(url)
+        self.address, self.port, self.names = parts.hostname or "127.0.0.1", parts.port or 443, names
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        if host not in self.names:
+            raise OSError(f"the emulator's resolver knows no host {host!r}")
+        return [
+            {
+                "hostname": host,
+                "host": self.address,
+                "port": self.port,
+                "family": socket.AF_INET6 if ":" in self.address else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+        ]
+
+    async def close(self) -> None:
+        return None
 
 
 async def _evict_when_due(state: ArmState) -> None:
@@ -594,13 +635,15 @@ async def start_arm(
     host: str = "127.0.0.1",
     port: int = 0,
     routes: Iterable[web.RouteDef] = (),
+    names: Iterable[str] = (),
 ) -> RunningArm:
     """Serve `state` over HTTPS on `host:port` (a free port for 0) in the running event loop, with the extra
-    control `routes`.
+    control `routes`; its certificate is good for loopback and for the host `names` (a cloud's, which clients
+    resolve to it with `RunningArm.resolver`).
 
     The CA's PEM is written to `ca_dir`; close the result when done.
     """
-    tls = server_tls(ca_dir)
+    tls = server_tls(ca_dir, (*DEFAULT_HOSTS, *names))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -624,19 +667,21 @@ async def serve_arm(
     host: str = "127.0.0.1",
     port: int = 0,
     ca_dir: Path | None = None,
+    names: Iterable[str] = (),
     **settings: Any,
 ) -> AsyncIterator[RunningArm]:
     """An emulator served in the current event loop for the duration of the block.
 
-    `settings` are further `ArmSettings` fields (`create_polls`, `page_size`, `token`, `seed`, ...). The CA file
-    goes to `ca_dir`, or to a temporary directory removed afterwards.
+    `settings` are further `ArmSettings` fields (`create_polls`, `page_size`, `token`, `cloud`, `seed`, ...). The
+    CA file goes to `ca_dir`, or to a temporary directory removed afterwards; `names` are host names its
+    certificate is good for besides loopback's.
     """
     state = ArmState(
         ArmSettings(region=region, subscription_id=subscription, resource_group=resource_group, **settings)
     )
     with contextlib.ExitStack() as stack:
         directory = ca_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="arm-emulator-")))
-        running = await start_arm(state, directory, host, port)
+        running = await start_arm(state, directory, host, port, names=names)
         try:
             yield running
         finally:

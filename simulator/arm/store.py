@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.clouds import AzureCloud, cloud_named
 from core.instancetypes.catalog import AzureCatalog, AzureSku, load_shipped_catalog
+from simulator.arm.entra import Directory
 from simulator.arm.errors import STATUS_OF_CODE, ArmError, default_message, quota_message
 from simulator.arm.faults import Call, Fault, FaultAction, logical_zone
 from simulator.arm.resources import (
@@ -43,6 +45,9 @@ class ArmSettings(BaseModel):
 
     subscription_id: str = DEFAULT_SUBSCRIPTION
     region: str = "eastus"
+    """Any region: the shipped catalog of a region of the price table, else eastus's sizes at eastus's prices."""
+    cloud: str = "AzurePublicCloud"
+    """The cloud it plays (`core.clouds` names): the token audience its Entra ID and ARM accept."""
     resource_group: str = DEFAULT_RESOURCE_GROUP
     """The node resource group the Python helpers (`ArmState.vm`, ...) default to."""
     resource_groups: list[str] = Field(default_factory=list)
@@ -72,6 +77,15 @@ class ArmSettings(BaseModel):
     subnets: list[str] = Field(default_factory=list)
     """Subnet IDs that exist besides the cluster's own (`aks-vnet-12345678/aks-subnet` in the node resource
     group, `simulator.arm.subnets`)."""
+
+    @field_validator("cloud")
+    @classmethod
+    def _known_cloud(cls, name: str) -> str:
+        return cloud_named(name).name
+
+    @property
+    def azure_cloud(self) -> AzureCloud:
+        return cloud_named(self.cloud)
 
 
 @dataclass(slots=True)
@@ -116,6 +130,8 @@ class RequestRecord:
     """The emulator's monotonic clock when the request arrived."""
     client_port: int | None = None
     """The client's TCP port: requests on one kept-alive connection share it."""
+    host: str = ""
+    """The host the request was sent to (its `Host` header), e.g. `management.usgovcloudapi.net`."""
 
 
 class ArmStore:
@@ -128,8 +144,10 @@ class ArmStore:
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.settings = settings or ArmSettings()
-        self.catalog: AzureCatalog = load_shipped_catalog(self.settings.region)
+        self.catalog: AzureCatalog = load_shipped_catalog(self.settings.region, fallback=True)
         self.counters = Counters()
+        self.directory = Directory(self.settings.azure_cloud)
+        """Entra ID's applications and managed identities, and the tokens issued (`simulator.arm.entra`)."""
         self.requests: collections.deque[RequestRecord] = collections.deque(maxlen=10_000)
         self.on_change: Callable[[], None] = lambda: None
         """Called after a resource was created, changed state or removed (the node agents wake up on it)."""

@@ -492,11 +492,11 @@ async def test_reads_return_the_models_and_none_when_absent(
         assert got_claim.nodepool_name == "default"
         assert claim in {item.name for item in await cluster.list_nodeclaims()}
 
-        assert await cluster.get_secret(namespace, "token") == {
-            "token-id": "abc123",
-            "token-secret": "s3cr3t",
-        }
-        assert await cluster.get_secret(namespace, "absent") is None
+        read = await cluster.read_secret(namespace, "token")
+        assert read is not None and read.metadata.name == "token" and read.metadata.uid
+        assert read.data == {"token-id": "abc123", "token-secret": "s3cr3t"}
+        assert "s3cr3t" not in repr(read)
+        assert await cluster.read_secret(namespace, "absent") is None
 
         snapshot = await cluster.snapshot()
         assert node in {item.metadata.name for item in snapshot.nodes}
@@ -513,6 +513,25 @@ async def test_reads_return_the_models_and_none_when_absent(
         await cluster.delete_nodeclaim(claim)
         await cluster.delete_object("NodePool", pool)
         await cluster.delete_object("AKSNodeClass", nodeclass)
+
+
+async def test_a_secret_is_created_once_and_deleted_only_while_it_is_the_one_read(
+    cluster: KubernetesCluster, namespace: str
+) -> None:
+    def secret(value: str) -> dict[str, Any]:
+        metadata = {"name": "token", "namespace": namespace}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "stringData": {"key": value}}
+
+    created = await cluster.create_secret(secret("one"))
+    assert created.metadata.uid and created.data == {}, "the values are not echoed back"
+    with pytest.raises(ConflictError):
+        await cluster.create_secret(secret("two"))
+    assert await cluster.delete_secret(namespace, "token", "not-its-uid") is False
+    read = await cluster.read_secret(namespace, "token")
+    assert read is not None and read.data == {"key": "one"}, "a delete for another uid leaves it"
+    assert await cluster.delete_secret(namespace, "token", created.metadata.uid) is True
+    assert await cluster.read_secret(namespace, "token") is None
+    assert await cluster.delete_secret(namespace, "token", created.metadata.uid) is False
 
 
 async def test_nodeclaims_are_created_once_and_deleted_after_their_finalizer(

@@ -102,6 +102,21 @@ def test_a_windows_nodeclass_without_an_image_it_can_boot_has_images_not_ready()
         "AKSNodeClass n: image family Windows2025 needs Kubernetes 1.32 or later (the cluster runs 1.31)",
     )
 
-    found = {c.type: (c.status.value, c.reason) for c in nodeclass_conditions([], 1, NOW, None, NOW, sig)}
+    found = {
+        c.type: (c.status.value, c.reason) for c in nodeclass_conditions([], 1, NOW, None, NOW, images=sig)
+    }
     assert found["ImagesReady"] == ("False", "SIGRequiredForWindows")
     assert found["Ready"] == ("False", "UnhealthyDependents")
+
+
+def test_prices_of_another_region_are_a_condition_outside_ready_that_goes_when_they_do() -> None:
+    conditions = nodeclass_conditions([], 1, NOW, None, NOW, price_fallback="priced as eastus")
+    fallback = next(c for c in conditions if c.type == "PricingFallback")
+    assert (fallback.status.value, fallback.reason, fallback.message) == (
+        "True",
+        "RegionNotInPriceTable",
+        "priced as eastus",
+    )
+    assert next(c for c in conditions if c.type == "Ready").status.value == "True"
+    later = nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC))
+    assert "PricingFallback" not in {c.type for c in later}

@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from tests.deploy.helm import (
     documents,
     environment,
 )
+from workers.azure import load_azure
 from workers.consolidate import disruption_input
 from workers.controlplane.run import ControlPlane
 from workers.serve import provisioner_input
@@ -484,6 +486,112 @@ def test_a_new_workload_identity_rolls_the_pods(helm: Helm) -> None:
     first = checksums("azure.workloadIdentity.clientId=22222222-2222-2222-2222-222222222222")
     second = checksums("azure.workloadIdentity.clientId=33333333-3333-3333-3333-333333333333")
     assert len(first) == len(second) == 1 and first != second
+
+
+SERVICE_PRINCIPAL = (
+    "azure.credential=servicePrincipal",
+    "azure.servicePrincipal.clientId=44444444-4444-4444-4444-444444444444",
+    "azure.servicePrincipal.tenantId=11111111-1111-1111-1111-111111111111",
+    "azure.servicePrincipal.secretName=nodewright-sp",
+)
+
+
+@pytest.mark.parametrize(
+    ("assignments", "expected"),
+    [
+        (
+            SERVICE_PRINCIPAL,
+            {
+                "AZURE_CLIENT_ID": "44444444-4444-4444-4444-444444444444",
+                "AZURE_TENANT_ID": "11111111-1111-1111-1111-111111111111",
+                "AZURE_CLIENT_SECRET": {"secretKeyRef": {"name": "nodewright-sp", "key": "client-secret"}},
+            },
+        ),
+        (
+            (*SERVICE_PRINCIPAL, "azure.servicePrincipal.certificate=true"),
+            {
+                "AZURE_CLIENT_ID": "44444444-4444-4444-4444-444444444444",
+                "AZURE_TENANT_ID": "11111111-1111-1111-1111-111111111111",
+                "AZURE_CLIENT_CERTIFICATE_PATH": "/etc/nodewright/azure/certificate.pem",
+                "AZURE_CLIENT_CERTIFICATE_PASSWORD": {
+                    "secretKeyRef": {"name": "nodewright-sp", "key": "certificate-password", "optional": True}
+                },
+            },
+        ),
+        (
+            (
+                "azure.credential=managedIdentity",
+                "azure.managedIdentity.clientId=55555555-5555-5555-5555-555555555555",
+            ),
+            {"AZURE_CLIENT_ID": "55555555-5555-5555-5555-555555555555"},
+        ),
+        (("azure.credential=managedIdentity",), {}),
+    ],
+)
+def test_each_azure_credential_gives_the_worker_alone_its_variables(
+    helm: Helm, assignments: tuple[str, ...], expected: dict[str, Any], tmp_path: Path
+) -> None:
+    kind = assignments[0].partition("=")[2]
+    objects = helm.render(
+        [REQUIRED_VALUES],
+        *assignments,
+        "azure.workloadIdentity.clientId=22222222-2222-2222-2222-222222222222",
+    )
+    found = deployments(objects)
+    env = environment(found["worker"])
+    assert env["NODEWRIGHT_AZURE_CREDENTIAL"] == kind
+    assert {name: value for name, value in env.items() if name.startswith("AZURE_")} == expected
+    # The worker reads it as that credential (the Secret's values and the mounted file stood in for).
+    literal = {name: value if isinstance(value, str) else "from-the-secret" for name, value in env.items()}
+    if "AZURE_CLIENT_CERTIFICATE_PATH" in literal:
+        literal["AZURE_CLIENT_CERTIFICATE_PATH"] = str(tmp_path / "certificate.pem")
+        (tmp_path / "certificate.pem").write_text("-----PEM-----")
+    credential = load_azure(load_settings(), literal).credential
+    assert credential is not None and credential.kind.value == kind
+    controller = environment(found["controller"])
+    assert not any(name.startswith(("AZURE_", "NODEWRIGHT_AZURE_CREDENTIAL")) for name in controller)
+    # Workload identity's client id stays unused: no annotation, no webhook label.
+    (account,) = by_kind(objects, "ServiceAccount")
+    assert "annotations" not in account["metadata"]
+    for deployment in found.values():
+        assert "azure.workload.identity/use" not in deployment["spec"]["template"]["metadata"]["labels"]
+    certificate = "AZURE_CLIENT_CERTIFICATE_PATH" in expected
+    for name, deployment in found.items():
+        mounts = {mount["name"]: mount for mount in container(deployment)["volumeMounts"]}
+        volumes = {volume["name"]: volume for volume in pod_spec(deployment)["volumes"]}
+        mounted = certificate and name == "worker"
+        assert ("azure-credential" in mounts) is mounted and ("azure-credential" in volumes) is mounted
+        if mounted:
+            assert mounts["azure-credential"] == {
+                "name": "azure-credential",
+                "mountPath": "/etc/nodewright/azure",
+                "readOnly": True,
+            }
+            assert volumes["azure-credential"]["secret"] == {
+                "secretName": "nodewright-sp",
+                "defaultMode": 0o440,
+                "items": [{"key": "certificate.pem", "path": "certificate.pem"}],
+            }
+
+
+@pytest.mark.parametrize("path", ["clientId", "tenantId", "secretName"])
+def test_a_service_principal_without_its_values_fails_naming_them(helm: Helm, path: str) -> None:
+    done = helm.template(
+        [REQUIRED_VALUES], *SERVICE_PRINCIPAL, f"azure.servicePrincipal.{path}=", check=False
+    )
+    assert done.returncode != 0
+    assert f"azure.servicePrincipal.{path} is required" in done.stderr
+
+
+def test_the_cloud_reaches_the_processes_by_the_providers_names(helm: Helm) -> None:
+    env = environment(deployments(helm.render([REQUIRED_VALUES]))["worker"])
+    assert env["NODEWRIGHT_AZURE_CLOUD"] == "AzurePublicCloud"
+    env = environment(
+        deployments(helm.render([REQUIRED_VALUES], "settings.azure.cloud=AzureUSGovernment"))["worker"]
+    )
+    assert env["NODEWRIGHT_AZURE_CLOUD"] == "AzureUSGovernment"
+    done = helm.lint([REQUIRED_VALUES], "settings.azure.cloud=AzureGermanCloud", check=False)
+    assert done.returncode != 0 and "at '/settings/azure/cloud'" in done.stdout + done.stderr
 
 
 # Against the real API server

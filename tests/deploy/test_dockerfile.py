@@ -21,6 +21,8 @@ from workers.azure import (
     ARM_CA_FILE_VARIABLE,
     ARM_ENDPOINT_VARIABLE,
     AZURE_VARIABLES,
+    CLOUD_VARIABLE,
+    CREDENTIAL_VARIABLE,
     POLL_VARIABLE,
     REGION_VARIABLE,
     WORKLOAD_IDENTITY_VARIABLES,
@@ -118,6 +120,8 @@ def variables_the_code_reads() -> set[str]:
         POLL_VARIABLE,
         ARM_ENDPOINT_VARIABLE,
         ARM_CA_FILE_VARIABLE,
+        CLOUD_VARIABLE,
+        CREDENTIAL_VARIABLE,
     ]
     return names | {ENV_PREFIX + name for name in azure}
 

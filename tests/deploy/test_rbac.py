@@ -27,10 +27,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import pytest
 import yaml
+from cryptography import x509
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from core.api.nodeclaim import NodeClaimConditionType
+from core.bootstrap_tokens import NAMESPACE as TOKEN_NAMESPACE
+from core.bootstrap_tokens import ROTATED_TOKEN_IDS, secret_name
 from simulator.aks import AksSettings
 from tests.cluster import fresh_aks
 from tests.workflows.conftest import deployment, pinned
@@ -39,6 +42,7 @@ from workers.controlplane.build import KUBERNETES_VERSION, ensure_binaries
 from workers.controlplane.run import BOOTSTRAP_NAMESPACE, ControlPlane, start_control_plane
 from workers.settings import env_var
 from workers.simulated_aks import SimulatedAks
+from workflows.bootstrap_tokens import bootstrap_token_rotation_id
 from workflows.disruption import disruption_id
 from workflows.maintenance import catalog_refresh_id, garbage_collection_id, nodeclass_status_id
 from workflows.provisioner import nodeclaim_id, provisioner_id
@@ -98,15 +102,22 @@ class Permission(NamedTuple):
         )
 
 
-def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> set[Permission]:
+def expected_permissions(
+    namespace: str, token_secret: str = TOKEN_SECRET, rotation: bool = True
+) -> set[Permission]:
     """Everything nodewright's ServiceAccount may do, rule by rule; a new permission is a change here.
 
     Cluster-wide: read what the controller watches and the planners snapshot; write NodeClaims (their status
     through the subresource), NodePool and AKSNodeClass status (resources, nodes, conditions, `localDNSState`),
     NodePool and AKSNodeClass annotations (the drift hashes), Nodes (registration, taints, deletion), evictions
-    and, past a NodeClaim's terminationGracePeriod, pod deletions; create events. Namespaced: the one bootstrap
-    token Secret, and the controller's own Lease in the release namespace."""
+    and, past a NodeClaim's terminationGracePeriod, pod deletions; create events. Namespaced: the configured
+    bootstrap token Secret; with rotation, the rotated tokens' Secrets in kube-system by name, and creating
+    Secrets there (which RBAC cannot limit to a name); and the controller's own Lease in the release namespace."""
     token_namespace, token_name = token_secret.split("/")
+    rotated = [
+        (TOKEN_NAMESPACE, "", "secrets", "get delete", secret_name(token_id))
+        for token_id in ROTATED_TOKEN_IDS
+    ]
     rows = [
         (CLUSTER, "karpenter.sh", "nodepools", "get list watch patch", ""),
         (CLUSTER, "karpenter.sh", "nodeclaims", "get list watch create patch delete", ""),
@@ -136,6 +147,7 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
         (token_namespace, "", "secrets", "get", token_name),
         (namespace, "coordination.k8s.io", "leases", "get update", LEASE),
         (namespace, "coordination.k8s.io", "leases", "create", ""),
+        *((*rotated, (TOKEN_NAMESPACE, "", "secrets", "create", "")) if rotation else ()),
     ]
     return {
         Permission(scope, group, resource, verb, name)
@@ -145,6 +157,11 @@ def expected_permissions(namespace: str, token_secret: str = TOKEN_SECRET) -> se
 
 
 NOT_EXERCISED = {
+    (
+        "",
+        "secrets",
+        "delete",
+    ): "only once a replaced bootstrap token's grace (launch timeout + registration TTL) has passed",
     ("", "pods", "delete"): "only once a NodeClaim's terminationGracePeriod has run out (a forced drain)",
     ("events.k8s.io", "events", "patch"): "an identical event repeated after its dedupe window",
     (
@@ -305,6 +322,17 @@ def test_without_leader_election_there_is_no_lease_role() -> None:
     assert permissions == {p for p in expected_permissions("nodewright") if p.resource != "leases"}
 
 
+def test_without_token_rotation_there_is_no_access_to_kube_system_but_the_configured_token() -> None:
+    documents = render(
+        "rbac",
+        "nodewright",
+        f"settings.bootstrapTokenSecret={TOKEN_SECRET}",
+        "settings.bootstrapTokenRotationSeconds=0",
+    )
+    permissions = granted(documents, ("nodewright", "rbac-nodewright"))
+    assert permissions == expected_permissions("nodewright", rotation=False)
+
+
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_rbac_create_false_renders_none_of_it(template: str) -> None:
     values = ("rbac.create=false", f"settings.bootstrapTokenSecret={TOKEN_SECRET}")
@@ -412,6 +440,9 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             "create events.events.k8s.io -n default",
             "patch events.events.k8s.io -n default",
             f"get secrets/{token} -n {token_namespace}",
+            "get secrets/bootstrap-token-nwrot0 -n kube-system",
+            "delete secrets/bootstrap-token-nwrot2 -n kube-system",
+            "create secrets -n kube-system",
             f"get leases.coordination.k8s.io/{LEASE} -n {ns}",
             f"update leases.coordination.k8s.io/{LEASE} -n {ns}",
             f"create leases.coordination.k8s.io -n {ns}",
@@ -422,6 +453,11 @@ def test_the_service_account_may_do_what_it_needs_and_nothing_else(plane: Contro
             f"get secrets/bootstrap-token-zzzzzz -n {token_namespace}",
             f"watch secrets/{token} -n {token_namespace}",
             f"get secrets/{token} -n default",
+            f"delete secrets/{token} -n {token_namespace}",
+            "update secrets/bootstrap-token-nwrot1 -n kube-system",
+            "watch secrets/bootstrap-token-nwrot1 -n kube-system",
+            "get secrets/bootstrap-token-nwrot3 -n kube-system",
+            "create secrets -n default",
             "get configmaps -n kube-system",
             "delete namespaces",
             "create pods -n default",
@@ -595,6 +631,8 @@ def process_environment(
         env_var("disruption_poll_seconds"): "1",
         env_var("disruption_validation_seconds"): "1",
         env_var("garbage_collection_seconds"): "5",
+        # The first rotation a moment after the worker starts: the nodes launched later join with its token.
+        env_var("bootstrap_token_rotation_seconds"): "2",
     }
 
 
@@ -683,9 +721,13 @@ async def forget(client: Client, cluster: str, nodeclaims: Iterable[str]) -> Non
         catalog_refresh_id(cluster),
         garbage_collection_id(cluster),
         nodeclass_status_id(cluster),
+        bootstrap_token_rotation_id(cluster),
     ):
         with contextlib.suppress(Exception):
-            await client.get_schedule_handle(schedule).delete()
+            handle = client.get_schedule_handle(schedule)
+            for running in (await handle.describe()).info.running_actions:
+                await client.get_workflow_handle(running.workflow_id).terminate("the test is over")
+            await handle.delete()
     for workflow in (
         disruption_id(cluster),
         provisioner_id(cluster),
@@ -788,3 +830,17 @@ async def run_scenario(
     assert new_node != node
     assert await processes.until("two pods running on the new node", lambda: running(2)) == [new_node]
     assert evictions() == 3, "the deleted node's two pods were evicted"
+    assert joined_as(plane, new_node) == f"system:bootstrap:{ROTATED_TOKEN_IDS[1]}", (
+        "the last node joined with the rotated token"
+    )
+
+
+def joined_as(plane: ControlPlane, node: str) -> str:
+    """Who asked for the node's client certificate: the user of its TLS bootstrap's CSR."""
+    listed = json.loads(plane.kubectl("get", "certificatesigningrequests", "-o", "json").stdout)
+    for csr in listed["items"]:
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        [common_name] = request.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        if common_name.value == f"system:node:{node}":
+            return str(csr["spec"]["username"])
+    raise AssertionError(f"no CSR of node {node}")

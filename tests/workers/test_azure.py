@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from activities.azure import AzureSettingsError
-from workers.azure import load_azure
+from activities.azure.credentials import CredentialKind
+from core.clouds import AZURE_CHINA_CLOUD, AZURE_PUBLIC_CLOUD, AZURE_US_GOVERNMENT
+from workers.azure import load_azure, price_settings
 from workers.cli import main
 from workers.settings import load_settings
 
@@ -109,6 +111,74 @@ def test_an_emulator_needs_no_workload_identity_but_an_https_endpoint(tmp_path: 
         load_azure(load_settings(), environ={**emulator, "NODEWRIGHT_ARM_ENDPOINT": "http://127.0.0.1:8766"})
     with pytest.raises(AzureSettingsError, match="NODEWRIGHT_ARM_CA_FILE: no file"):
         load_azure(load_settings(), environ={**emulator, "NODEWRIGHT_ARM_CA_FILE": str(tmp_path / "missing")})
+
+
+def test_the_cloud_is_one_setting_by_the_providers_names() -> None:
+    for name, expected in (
+        ("AzureCloud", AZURE_PUBLIC_CLOUD),
+        ("azureusgovernmentcloud", AZURE_US_GOVERNMENT),
+        (" AzureChinaCloud ", AZURE_CHINA_CLOUD),
+    ):
+        config = load_azure(
+            load_settings(), environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_CLOUD": name}
+        )
+        assert config.cloud is expected
+        prices = price_settings(config).url
+        assert prices == (
+            "https://prices.azure.com/api/retail/prices" if expected is AZURE_PUBLIC_CLOUD else None
+        )
+    assert load_azure(load_settings(), environ={**AZURE, **WORKLOAD_IDENTITY}).cloud is AZURE_PUBLIC_CLOUD
+    with pytest.raises(
+        AzureSettingsError, match="invalid Azure setting NODEWRIGHT_AZURE_CLOUD: unknown Azure cloud"
+    ):
+        load_azure(
+            load_settings(),
+            environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_CLOUD": "AzureGermanCloud"},
+        )
+
+
+def test_each_credential_kind_names_the_variables_it_lacks(tmp_path: Path) -> None:
+    def problems(**environ: str) -> str:
+        with pytest.raises(AzureSettingsError) as raised:
+            load_azure(load_settings(), environ={**AZURE, **environ})
+        return str(raised.value)
+
+    assert "missing service principal variables: AZURE_CLIENT_ID, AZURE_TENANT_ID" in problems(
+        NODEWRIGHT_AZURE_CREDENTIAL="servicePrincipal"
+    )
+    assert "needs AZURE_CLIENT_SECRET or AZURE_CLIENT_CERTIFICATE_PATH" in problems(
+        NODEWRIGHT_AZURE_CREDENTIAL="servicePrincipal", AZURE_CLIENT_ID="c", AZURE_TENANT_ID="t"
+    )
+    missing = tmp_path / "certificate.pem"
+    assert f"invalid Azure setting AZURE_CLIENT_CERTIFICATE_PATH: no file {missing}" in problems(
+        NODEWRIGHT_AZURE_CREDENTIAL="servicePrincipal",
+        AZURE_CLIENT_ID="c",
+        AZURE_TENANT_ID="t",
+        AZURE_CLIENT_CERTIFICATE_PATH=str(missing),
+    )
+    assert (
+        "NODEWRIGHT_AZURE_CREDENTIAL: 'password' is not one of workloadIdentity, servicePrincipal"
+        in problems(NODEWRIGHT_AZURE_CREDENTIAL="password")
+    )
+    identity = load_azure(
+        load_settings(), environ={**AZURE, "NODEWRIGHT_AZURE_CREDENTIAL": "ManagedIdentity"}
+    ).credential
+    assert identity is not None and (identity.kind, identity.client_id) == (
+        CredentialKind.MANAGED_IDENTITY,
+        None,
+    )
+    secret = load_azure(
+        load_settings(),
+        environ={
+            **AZURE,
+            "NODEWRIGHT_AZURE_CREDENTIAL": "servicePrincipal",
+            "AZURE_CLIENT_ID": "c",
+            "AZURE_TENANT_ID": "t",
+            "AZURE_CLIENT_SECRET": "s3cret",
+        },
+    ).credential
+    assert secret is not None and "s3cret" not in repr(secret)
+    assert secret.describe() == "service principal c (client secret)"
 
 
 def test_the_worker_stops_with_exit_code_2_and_one_message(monkeypatch: pytest.MonkeyPatch) -> None:

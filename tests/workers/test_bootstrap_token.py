@@ -1,9 +1,9 @@
 """The bootstrap token stays inside the launch (and the node reports the image it booted): the demo's system
 (dev server, a real control plane of its own, the emulated Azure with its ARM and node agents, worker with the
-real Azure provider, controller) launches nodes and deletes one, and the token is in no workflow history
-(payloads decoded) and no log line of any logger at DEBUG, nor in what the demo prints. So that the test can
-fail, the token must be found where it belongs: in the cluster's bootstrap token Secret and in the custom data
-the emulator stored for the VMs (with which their nodes joined by TLS bootstrap).
+real Azure provider, controller) rotates the token, launches nodes and deletes one, and neither the configured
+token nor the rotated one is in any workflow history (payloads decoded), any log line of any logger at DEBUG,
+or what the demo prints. So that the test can fail, the rotated token must be found where it belongs: in its
+Secret and in the custom data the emulator stored for the VMs (with which their nodes joined by TLS bootstrap).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from activities.azure.names import NodeNames
 from activities.kubeclient import KubernetesCluster
 from workers.demo import record_histories, system
 from workers.demo.walkthrough import EXAMPLES, DemoOptions
+from workers.schedules import rotate_bootstrap_token_now
 from workers.worker import connect
 
 STEP_TIMEOUT = 60.0
@@ -83,6 +84,13 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
         options = DemoOptions(seed=11, directory=tmp_path / "control-plane")
         async with system(options, out) as (temporal, aks):
             kube = aks.kube
+            await rotate_bootstrap_token_now(await connect(temporal.target), options.cluster)
+            rotated = ("kube-system", "bootstrap-token-nwrot1")
+
+            async def made() -> bool:
+                return await kube.read_secret(*rotated) is not None
+
+            await until("the rotated token", made)
             for path in sorted(EXAMPLES.glob("*.yaml")):
                 await kube.apply(path.read_text())
             await kube.scale("Deployment", "default", "inflate", 2)
@@ -108,18 +116,23 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
             await until(f"NodeClaim {claim.name} deleted", gone)
             info = await aks.emulator.cluster_info()
             namespace, _, name = info.bootstrap_token_secret.partition("/")
-            secret = await kube.get_secret(namespace, name)
+            configured = await kube.read_secret(namespace, name)
+            secret = await kube.read_secret(*rotated)
             await asyncio.sleep(1)  # the last activity results land in the histories
             histories = await record_histories(await connect(temporal.target), tmp_path / "histories")
     finally:
         root.removeHandler(capture)
         root.setLevel(level)
 
-    assert secret is not None
-    token_secret = secret["token-secret"]
-    token = f"{secret['token-id']}.{token_secret}"
-    assert token in base64.b64decode(custom_data).decode(), "the VM's custom data carries the token"
-    assert {path.name.split("-")[0] for path in histories} >= {"NodeClaim", "Provisioner"}
+    assert secret is not None and configured is not None
+    token_secret = secret.data["token-secret"]
+    token = f"{secret.data['token-id']}.{token_secret}"
+    assert token in base64.b64decode(custom_data).decode(), "the VM's custom data carries the rotated token"
+    assert {path.name.split("-")[0] for path in histories} >= {
+        "NodeClaim",
+        "Provisioner",
+        "BootstrapTokenRotation",
+    }
     assert capture.lines, "logging was captured"
 
     texts = {f"log: {line}" for line in capture.lines} | {f"demo output: {out.getvalue()}"}
@@ -127,5 +140,6 @@ async def test_the_bootstrap_token_is_in_no_history_and_no_log_line(tmp_path: Pa
         raw = path.read_text()
         texts.add(f"{path.name}: {raw}")
         texts.update(f"{path.name} payload: {text}" for text in payload_texts(json.loads(raw)))
-    leaks = [text[:300] for text in texts if token_secret in text or custom_data in text]
+    secrets = (token_secret, configured.data["token-secret"], custom_data)
+    leaks = [text[:300] for text in texts if any(secret in text for secret in secrets)]
     assert leaks == []

@@ -13,6 +13,7 @@ import yaml
 from core.api.hashes import nodeclaim_hash_annotations, nodepool_stamp
 from core.api.nodepool import NodePool
 from core.instancetypes.catalog import load_shipped_catalog
+from core.instancetypes.regions import region_prices
 from tests.builders import configured_nodeclass_spec
 from workers.cli import main
 
@@ -164,6 +165,33 @@ def test_the_shipped_examples_answer(tmp_path: Path) -> None:
             assert claim["zone"] == "eastus-2"
     assert [entry["pod"] for entry in document["unschedulable"]] == ["default/too-big"]
     assert document["existing"] == []  # the what-if folder holds workloads only, no nodes
+
+
+@pytest.mark.parametrize("region", ["westeurope", "uksouth"])
+def test_every_region_of_the_price_table_plans_with_its_own_prices(tmp_path: Path, region: str) -> None:
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + pod("a", "1", "1Gi"))
+    code, out, err = run("schedule", "-o", "json", "-f", manifests, "--region", region)
+    assert code == 0, err
+    assert "spot is priced as on-demand" in err
+    [claim] = json.loads(out)["nodeclaims"]
+    assert claim["zone"].startswith(f"{region}-") or claim["zone"] == "0"
+    table = region_prices(region).on_demand
+    assert round(claim["price_per_hour"] * 1_000_000) == table[claim["instance_type"]]
+    eastus = schedule_json("-f", manifests)["nodeclaims"][0]
+    assert (
+        eastus["price_per_hour"] != claim["price_per_hour"]
+        or eastus["instance_type"] != claim["instance_type"]
+    )
+    code, out, err = run(
+        "plan-disruption",
+        "-f",
+        str(ROOT / "deploy" / "snapshots" / "cluster.yaml"),
+        "--region",
+        region,
+        "-o",
+        "json",
+    )
+    assert code == 0, err
 
 
 def test_bad_input_names_object_and_field_and_keeps_the_rest(tmp_path: Path) -> None:

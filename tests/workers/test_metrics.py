@@ -35,7 +35,15 @@ from core.messages import ConditionUpdate, DisruptionPlanInput, LifecycleInput, 
 from tests.activities.test_disruption import replace_command_input
 from tests.builders import pod
 from tests.cluster import activity_environment, apply_examples, scale_pending
-from tests.core.disruption.fixtures import bound, cluster, node_pair, nodepool, plan
+from tests.core.disruption.fixtures import (
+    MOST_EXPENSIVE,
+    MOST_EXPENSIVE_SPOT,
+    bound,
+    cluster,
+    node_pair,
+    nodepool,
+    plan,
+)
 from tests.workflows.conftest import eventually
 from workers.cli import start_metrics_server
 from workers.metrics import (
@@ -271,6 +279,25 @@ def test_budgets_of_a_plan_become_allowed_disruptions_per_pool_and_reason(metric
     assert (allowed("Underutilized"), allowed("Empty"), allowed("Drifted")) == (2, 2, 1)
     metrics.set_allowed_disruptions(plan(cluster([nodepool(budgets=[])], pairs)).budgets)
     assert allowed("Empty") == 2**31 - 1  # no active budget: no limit, as Karpenter's MaxInt32
+
+
+def test_a_plan_prices_each_nodepools_nodeclaims_as_karpenters_cost_total(metrics: Metrics) -> None:
+    spot = node_pair("s", MOST_EXPENSIVE_SPOT, pool="other")
+    unlaunched, _ = node_pair("u")
+    del unlaunched.labels[labels.ZONE]  # no offering yet: not counted
+    pairs = [node_pair("a"), node_pair("b"), spot, (unlaunched, node_pair("u")[1])]
+    pools = [nodepool(), nodepool("other"), nodepool("idle")]
+    metrics.set_nodepool_costs(plan(cluster(pools, pairs)).costs)
+
+    def cost(pool: str) -> float | None:
+        return metrics.registry.get_sample_value("karpenter_nodepools_cost_total", {"nodepool": pool})
+
+    on_demand, spot_price = (
+        it.offerings[0].price_micros / 1e6 for it in (MOST_EXPENSIVE, MOST_EXPENSIVE_SPOT)
+    )
+    assert (cost("default"), cost("other"), cost("idle")) == (pytest.approx(2 * on_demand), spot_price, 0)
+    metrics.set_nodepool_costs(plan(cluster([nodepool()], pairs[:1])).costs)
+    assert (cost("default"), cost("other")) == (pytest.approx(on_demand), None), "a NodePool gone drops out"
 
 
 # --- the cloud decorator -------------------------------------------------------------------------------------

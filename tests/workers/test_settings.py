@@ -102,6 +102,7 @@ def test_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("NODEWRIGHT_TASK_QUEUE", "", "at least 1 character"),
         ("NODEWRIGHT_LOG_LEVEL", "loud", "'DEBUG', 'INFO', 'WARNING' or 'ERROR'"),
         ("NODEWRIGHT_WORKER_ACTIVITIES", "0", "greater than or equal to 1"),
+        ("NODEWRIGHT_BOOTSTRAP_TOKEN_ROTATION_SECONDS", "0.5", "0 (off) or at least 1"),
     ],
 )
 def test_bad_value_names_the_variable(

@@ -10,8 +10,8 @@ unconstrained `inflate-wide` up; scales them down and lets consolidation, then e
 newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
 NodeClaim's workflow drains and terminates; a dry-run manual consolidation; a static NodePool; a CapacityWindow
 (nodewright's extension) that scales the static pool up ahead of a window and back after it; a NodeOverlay that
-moves the same pod to a cheaper family; and a Windows deployment on a Windows node, which a newer Windows image then
-drifts. Karpenter-style log
+moves the same pod to a cheaper family; a bootstrap token rotation, after which a new node joins with the new
+token; and a Windows deployment on a Windows node, which a newer Windows image then drifts. Karpenter-style log
 lines and real `kubectl get nodeclaims` output show progress; the Temporal UI keeps every workflow's history.
 """
 
@@ -32,6 +32,7 @@ from temporalio.client import Client
 
 from activities.catalog_source import CatalogSource
 from activities.metrics import default_metrics
+from core.bootstrap_token_messages import ROTATION_PERIOD_SECONDS
 from core.messages import (
     DisruptionInput,
     DisruptionSettings,
@@ -45,6 +46,7 @@ from workers.controller import Controller, lifecycle_adoption
 from workers.controller.capacity_windows import CapacityWindows
 from workers.controller.static_pools import StaticPools
 from workers.controlplane.build import cache_root, ensure_binaries
+from workers.demo.bootstrap_token import token_rotation_step
 from workers.demo.buffer import buffer_step
 from workers.demo.disruption import (
     WEB_REPLICAS,
@@ -62,7 +64,7 @@ from workers.demo.windows import windows_step
 from workers.logs import setup_logging
 from workers.metrics import metrics_summary, serve_metrics, set_build_info
 from workers.processes import until_signalled
-from workers.schedules import ensure_schedules, refresh_catalog_now
+from workers.schedules import bootstrap_token_rotation, ensure_schedules, refresh_catalog_now
 from workers.simulated_aks import SimulatedAks, local_aks
 from workers.temporal_server import DevServer
 from workers.worker import build_worker, connect
@@ -118,9 +120,10 @@ async def walk_through(self: Walkthrough) -> None:
     opens = await window_start(self, 12)
     await overlay_step(self, 13)
     await window_finish(self, 14, opens)
-    await windows_step(self, 15)
+    await token_rotation_step(self, 15)
+    await windows_step(self, 16)
 
-    self.say("16. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("17. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
@@ -185,6 +188,12 @@ async def system(options: DemoOptions, out: TextIO) -> AsyncIterator[tuple[DevSe
                     TASK_QUEUE,
                     # The production interval: a run every 10 s filled the UI's workflow list with empty runs.
                     garbage_collection=GarbageCollectionInput(cluster=options.cluster, grace_seconds=30),
+                    bootstrap_token_rotation=bootstrap_token_rotation(
+                        options.cluster,
+                        ROTATION_PERIOD_SECONDS,
+                        lifecycle.registration_ttl_seconds,
+                        lifecycle.launch_timeout_seconds,
+                    ),
                 )
                 await refresh_catalog_now(client, options.cluster)
                 task = asyncio.create_task(controller.run())

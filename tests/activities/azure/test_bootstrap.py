@@ -4,23 +4,22 @@ never named in an error), the AKSNodeClass of a launch's NodePool, and the image
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from activities.azure.bootstrap import (
-    BootstrapRequest,
-    ClusterBootstrap,
-    parse_secret_reference,
-    render_script,
-)
+from activities.azure.bootstrap import BootstrapRequest, ClusterBootstrap, render_script
 from activities.azure.nodeclass import ClusterNodeClasses
 from activities.azure.vm import image_reference_for, node_image_version
+from activities.bootstrap_tokens import parse_secret_reference
 from activities.errors import as_application_error
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass, LocalDNSState, NodeImage
+from core.api.kube import Secret
 from core.api.meta import Taint, TaintEffect
 from core.api.nodepool import NodePool
+from core.bootstrap_tokens import GENERATION_LABEL, MANAGED_BY, MANAGED_BY_LABEL, rotated_id, secret_name
 from core.cloudprovider import LaunchRequest
 from core.errors import ConflictError, InvalidError, TransientError
 from core.instancetypes.azure import kube_reserved
@@ -57,11 +56,14 @@ class FakeCluster:
 
     def __init__(self, secrets: dict[tuple[str, str], dict[str, str]] | None = None) -> None:
         self.secrets = secrets or {}
+        self.labels: dict[tuple[str, str], dict[str, str]] = {}
         self.nodepools: dict[str, NodePool] = {}
         self.nodeclasses: dict[str, AKSNodeClass] = {}
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
-        return self.secrets.get((namespace, name))
+    async def read_secret(self, namespace: str, name: str) -> Secret | None:
+        data = self.secrets.get((namespace, name))
+        metadata = {"name": name, "namespace": namespace, "labels": self.labels.get((namespace, name), {})}
+        return None if data is None else Secret(metadata=metadata, data=data)
 
     async def get_nodepool(self, name: str) -> NodePool | None:
         return self.nodepools.get(name)
@@ -242,6 +244,48 @@ async def test_a_missing_or_broken_secret_is_named_without_its_values(
     with pytest.raises(error, match=message) as raised:
         await bootstrap(request())
     assert TOKEN_SECRET not in str(raised.value)
+
+
+def rotate(
+    cluster: FakeCluster, generation: int, secret: str, expiration: datetime, nodewrights: bool = True
+) -> None:
+    """A rotated token's Secret (one nodewright did not make, unless `nodewrights`)."""
+    key = ("kube-system", secret_name(rotated_id(generation)))
+    cluster.secrets[key] = {
+        "token-id": rotated_id(generation),
+        "token-secret": secret,
+        "expiration": expiration.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if nodewrights:
+        cluster.labels[key] = {MANAGED_BY_LABEL: MANAGED_BY, GENERATION_LABEL: str(generation)}
+
+
+async def test_a_launch_joins_with_the_newest_valid_token() -> None:
+    now = datetime.now(UTC)
+    cluster = FakeCluster({SECRET: {"token-id": TOKEN_ID, "token-secret": TOKEN_SECRET}})
+    bootstrap = ClusterBootstrap(cluster, "/".join(SECRET), "api", keep_seconds=0)  # type: ignore[arg-type]
+    rotate(cluster, 1, "1" * 16, now + timedelta(hours=1))
+    rotate(cluster, 2, "2" * 16, now + timedelta(hours=2))
+    assert f"TLS_BOOTSTRAP_TOKEN=nwrot2.{'2' * 16}" in await bootstrap(request())
+
+    rotate(cluster, 2, "2" * 16, now - timedelta(seconds=1))
+    assert f"TLS_BOOTSTRAP_TOKEN=nwrot1.{'1' * 16}" in await bootstrap(request()), "never an expired one"
+    rotate(cluster, 3, "3" * 16, now + timedelta(hours=3), nodewrights=False)
+    assert f"TLS_BOOTSTRAP_TOKEN=nwrot1.{'1' * 16}" in await bootstrap(request()), (
+        "nor one nodewright did not make"
+    )
+    unrotated = ClusterBootstrap(cluster, "/".join(SECRET), "api", rotated=False)  # type: ignore[arg-type]
+    assert f"TLS_BOOTSTRAP_TOKEN={TOKEN_ID}.{TOKEN_SECRET}" in await unrotated(request()), "rotation off"
+
+    cluster.secrets[SECRET]["expiration"] = "2026-01-01T00:00:00Z"
+    rotate(cluster, 1, "1" * 16, now - timedelta(seconds=1))
+    with pytest.raises(
+        TransientError,
+        match="no bootstrap token is valid: kube-system/bootstrap-token-abcdef expired at 2026-01-01T00:00:00Z, "
+        "kube-system/bootstrap-token-nwrot1 expired at",
+    ) as raised:
+        await bootstrap(request())
+    assert raised.value.code == "TokenExpired" and "1" * 16 not in str(raised.value)
 
 
 def test_a_secret_reference_is_namespace_and_name() -> None:

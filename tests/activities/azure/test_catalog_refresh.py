@@ -1,7 +1,8 @@
 """The catalog refresh against the ARM emulator (Resource SKUs and Retail Prices through the real clients):
 live data replaces the worker's catalog where every holder reads it (the next plan for pods kube-scheduler
-could not place prices its launches at the live price), and a failure keeps the catalog in use with one log
-line that says what failed and which catalog stays."""
+could not place prices its launches at the live price); each read that fails keeps what it would have replaced,
+with one log line that says what failed and what stays; a cloud without the Retail Prices API keeps the shipped
+prices and offers spot at them; a starting worker waits for the sizes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.azure.catalog_refresh import CatalogRefreshActivities
 from activities.azure.prices import PriceSettings, RetailPricesClient
 from activities.azure.provider import AzureCloudProvider
+from activities.azure.skus import SkuListError
 from activities.catalog_source import CatalogSource
 from activities.lifecycle import LifecycleActivities
 from activities.planning import PlanningActivities
@@ -115,22 +117,78 @@ async def test_sizes_without_a_live_price_keep_the_shipped_one(world: World) -> 
     assert world.catalogs.current.sku(D4).on_demand_price_micros == SHIPPED.sku(D4).on_demand_price_micros
 
 
-async def test_a_prices_outage_keeps_the_shipped_snapshot_and_says_so(
+async def test_a_prices_outage_keeps_the_shipped_prices_and_says_so(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     world.prices.fail(503)
+    world.arm.state.restrict(D8)
     with caplog.at_level(logging.WARNING, logger="activities.azure.catalog_refresh"):
         result = await world.run()
 
-    assert not result.refreshed
-    assert world.catalogs.origin is CatalogOrigin.SHIPPED and world.catalogs.current is SHIPPED
-    assert world.provider.catalog is SHIPPED
+    assert result.refreshed and not result.prices_refreshed
+    assert world.catalogs.origin is CatalogOrigin.LIVE and world.catalogs.prices_refreshed_at is None
+    assert D8 not in {sku.name for sku in world.catalogs.current.skus}  # the sizes are the API's
+    d4 = world.catalogs.current.sku(D4)
+    assert (d4.on_demand_price_micros, d4.spot_price_micros) == (
+        SHIPPED.sku(D4).on_demand_price_micros,
+        SHIPPED.sku(D4).spot_price_micros,
+    )
+    assert world.provider.catalog is world.catalogs.current
     [line] = [record.getMessage() for record in caplog.records]
     assert line.startswith(
-        f"failed to refresh instance types and pricing for region {REGION}, "
-        f"using the shipped {REGION} snapshot of 2026-06-18: reading the Retail Prices API"
+        f"failed to refresh pricing for region {REGION}, "
+        f"using the shipped {REGION} prices of 2026-06-18: reading the Retail Prices API"
     )
     assert "HTTP 503" in line
+    assert result.prices == f"the shipped {REGION} prices of 2026-06-18"
+
+
+async def test_both_reads_failing_keep_the_shipped_catalog(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.prices.fail(503)
+    world.arm.state.add_fault(
+        Fault(action=FaultAction.REJECT, code="InternalServerError", status=500, resource="skus")
+    )
+    with caplog.at_level(logging.WARNING, logger="activities.azure.catalog_refresh"):
+        result = await world.run()
+
+    assert not result.refreshed and not result.prices_refreshed
+    assert world.catalogs.current is SHIPPED and world.catalogs.origin is CatalogOrigin.SHIPPED
+    lines = [record.getMessage() for record in caplog.records]
+    assert [line.split(":")[0] for line in lines] == [
+        f"failed to refresh instance types for region {REGION}, using the shipped {REGION} snapshot of 2026-06-18",
+        f"failed to refresh pricing for region {REGION}, using the shipped {REGION} prices of 2026-06-18",
+    ]
+
+
+async def test_a_starting_refresh_raises_until_the_sizes_are_listed(world: World) -> None:
+    world.arm.state.add_fault(
+        Fault(action=FaultAction.REJECT, code="InternalServerError", status=500, resource="skus", times=4)
+    )
+    with pytest.raises(SkuListError, match=f"listing Resource SKUs for {REGION} failed"):
+        await world.refresh.refresh(required=True)
+    assert world.catalogs.current is SHIPPED
+    result = await world.refresh.refresh(required=True)
+    assert result.refreshed and world.catalogs.origin is CatalogOrigin.LIVE
+
+
+async def test_a_cloud_without_retail_prices_keeps_the_shipped_prices_and_offers_spot_at_them(
+    world: World,
+) -> None:
+    no_prices = CatalogRefreshActivities(
+        world.catalogs, world.provider.compute, RetailPricesClient(PriceSettings(url=None)), clock=lambda: NOW
+    )
+    result = await no_prices.refresh()
+
+    assert result.refreshed and not result.prices_refreshed and world.prices.requests == 0
+    catalog = world.catalogs.current
+    with_spot, without = SHIPPED.sku(D4), SHIPPED.sku("Standard_B12ms")
+    assert catalog.sku(D4).spot_price_micros == with_spot.spot_price_micros
+    # The shipped snapshot has no spot price for it: as the provider's static prices, spot costs on-demand.
+    assert without.spot_price_micros is None
+    assert catalog.sku("Standard_B12ms").spot_price_micros == without.on_demand_price_micros
+    assert not world.catalogs.live_prices
 
 
 async def test_a_failed_refresh_after_a_live_one_keeps_the_live_catalog(
@@ -146,7 +204,9 @@ async def test_a_failed_refresh_after_a_live_one_keeps_the_live_catalog(
         result = await world.run()
 
     assert not result.refreshed and "Resource SKUs" in (result.failure or "")
-    assert world.catalogs.current is live and world.catalogs.origin is CatalogOrigin.LIVE
+    assert world.catalogs.origin is CatalogOrigin.LIVE
+    assert [sku.name for sku in world.catalogs.current.skus] == [sku.name for sku in live.skus]
+    assert world.catalogs.current.sku(D4).on_demand_price_micros == 500_000
     [line] = [record.getMessage() for record in caplog.records]
     assert f"using the live {REGION} catalog of {NOW.isoformat(timespec='seconds')}" in line
 
@@ -180,12 +240,40 @@ async def test_the_next_plan_after_a_refresh_prices_its_launches_at_the_live_pri
         assert (first.instance_type, first.zone, first.price_micros) == (pinned, "eastus-2", 123_000)
 
 
-async def test_a_starting_worker_refreshes_its_own_catalog_outside_temporal(world: World) -> None:
-    from workers.schedules import refresh_in_process
+async def test_a_region_the_table_lacks_is_priced_as_eastus_until_live_prices_come(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with serve_arm("swedensouth") as arm:
+        options = arm.client_options()
+        async with ComputeManagementClient(
+            arm.credential(), arm.state.settings.subscription_id, **options
+        ) as compute:
+            catalogs = CatalogSource(load_shipped_catalog("swedensouth"))
+            prices = RetailPricesClient(PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem, attempts=1))
+            arm.runner.app[RETAIL_PRICES_KEY].fail(503)
+            refresh = CatalogRefreshActivities(catalogs, compute, prices, clock=lambda: NOW)
+            await refresh.refresh()
+            assert catalogs.price_fallback() is None  # swedensouth is in the table
 
-    world.prices.price_overrides[D4] = 0.25
-    prices = PriceSettings(url=world.arm.url + PATH, ca_file=world.arm.ca_pem, attempts=1)
-    await refresh_in_process("c", world.provider, world.catalogs, prices)
-    assert world.catalogs.origin is CatalogOrigin.LIVE
-    assert world.catalogs.current.sku(D4).on_demand_price_micros == 250_000
-    assert world.provider.catalog is world.catalogs.current
+    async with serve_arm("belgiumcentral") as arm:
+        options = arm.client_options()
+        async with ComputeManagementClient(
+            arm.credential(), arm.state.settings.subscription_id, **options
+        ) as compute:
+            catalogs = CatalogSource.shipped("belgiumcentral")
+            eastus = load_shipped_catalog("eastus")
+            prices = RetailPricesClient(PriceSettings(url=arm.url + PATH, ca_file=arm.ca_pem, attempts=1))
+            arm.runner.app[RETAIL_PRICES_KEY].fail(503, times=1)
+            refresh = CatalogRefreshActivities(catalogs, compute, prices, clock=lambda: NOW)
+            result = await refresh.refresh()
+            assert result.refreshed and not result.prices_refreshed
+            assert catalogs.current.zones == ("1", "2", "3")  # the provider's location list
+            assert catalogs.current.sku(D4).on_demand_price_micros == eastus.sku(D4).on_demand_price_micros
+            assert (
+                result.prices
+                == "the shipped eastus prices of 2026-06-18 (the table has none for belgiumcentral)"
+            )
+            assert "priced with the eastus prices" in (catalogs.price_fallback() or "")
+
+            await refresh.refresh()
+            assert catalogs.price_fallback() is None and catalogs.prices_refreshed_at == NOW

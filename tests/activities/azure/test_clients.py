@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from activities.azure.clients import ArmEndpoint, azure_cloud_provider
 from activities.azure.provider import AzureSettings
+from core.api.kube import Secret
 from core.cloudprovider import LaunchRequest
 from simulator.arm import serve_arm
 
@@ -17,8 +18,10 @@ GROUP = "MC_nodewright_nodewright_eastus"
 class SecretOnly:
     """The cluster as the bootstrap reads it; no NodePools, so launches use the defaults."""
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
-        return {"token-id": "abcdef", "token-secret": "0123456789abcdef"}
+    async def read_secret(self, namespace: str, name: str) -> Secret | None:
+        if name != "bootstrap-token-abcdef":
+            return None
+        return Secret(data={"token-id": "abcdef", "token-secret": "0123456789abcdef"})
 
     async def get_nodepool(self, name: str) -> None:
         return None

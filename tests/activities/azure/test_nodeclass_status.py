@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from activities.azure.nodeclass_status import NodeClassStatusActivities
+from activities.catalog_source import CatalogSource
 
 SUBNET = "/subscriptions/0000/resourceGroups/mc_rg/providers/Microsoft.Network/virtualNetworks/aks-vnet/subnets/aks-subnet"
 
@@ -37,11 +38,11 @@ class RacingStore:
         return True
 
 
-async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> None:
+def provider_in(region: str) -> Any:
     async def subnet(*_: str) -> None:
         return None
 
-    provider: Any = SimpleNamespace(
+    return SimpleNamespace(
         settings=SimpleNamespace(
             subnet_id=SUBNET,
             resource_group="MC_rg",
@@ -49,7 +50,12 @@ async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> No
             image_gallery_subscription_id=None,
         ),
         network=SimpleNamespace(subnets=SimpleNamespace(get=subnet)),
+        catalogs=CatalogSource.shipped(region),
     )
+
+
+async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> None:
+    provider = provider_in("eastus")
     store = RacingStore()
     result = await NodeClassStatusActivities(store, provider).reconcile(datetime.now(UTC))
     assert store.patches == ["1", "2"]
@@ -57,3 +63,23 @@ async def test_a_status_that_changed_meanwhile_is_read_and_written_again() -> No
     assert store.status["localDNSState"] == "Disabled"
     ready = next(c for c in store.status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
+
+
+async def test_prices_of_the_fallback_region_show_as_a_condition_until_live_prices_replace_them() -> None:
+    provider = provider_in("usgovvirginia")
+    store = RacingStore()
+    activities = NodeClassStatusActivities(store, provider)
+    await activities.reconcile(datetime.now(UTC))
+    conditions = {c["type"]: c for c in store.status["conditions"]}
+    fallback = conditions["PricingFallback"]
+    assert (fallback["status"], fallback["reason"]) == ("True", "RegionNotInPriceTable")
+    assert fallback["message"] == (
+        "the shipped price table has no prices for usgovvirginia: instance types are priced with the eastus "
+        "prices (the AKS provider's fallback) until prices are read from the Retail Prices API"
+    )
+    assert conditions["Ready"]["status"] == "True"  # launches go on
+
+    catalogs: CatalogSource = provider.catalogs
+    catalogs.replace(catalogs.current, None, datetime.now(UTC))
+    await activities.reconcile(datetime.now(UTC))
+    assert "PricingFallback" not in {c["type"] for c in store.status["conditions"]}

@@ -99,6 +99,24 @@ def test_a_size_the_snapshot_does_not_know_is_kept_as_an_unknown_sku_without_pri
     assert (sku.on_demand_price_micros, sku.spot_price_micros, sku.gpu_manufacturer) == (None, None, None)
 
 
+def test_a_size_only_the_api_lists_gets_the_providers_facts_and_the_tables_price() -> None:
+    storage = raw("Standard_E8s_v5")
+    storage["name"], storage["family"] = "Standard_L8s_v3", "standardLSv3Family"
+    gpu = raw("Standard_NC24ads_A100_v4")
+    gpu["name"] = "Standard_NC16ads_A10_v4"
+    skus = live(storage, gpu)
+    l8 = skus["Standard_L8s_v3"]
+    # Known to the provider and priced by its table (0.696 $/h in eastus), with the API's capabilities.
+    assert (l8.karpenter_known_sku, l8.on_demand_price_micros, l8.quota_family) == (
+        True,
+        696_000,
+        "standardLSv3Family",
+    )
+    assert (l8.vcpus, l8.docs_series, l8.spot_price_micros) == (8, None, None)
+    a10 = skus["Standard_NC16ads_A10_v4"]
+    assert (a10.gpu_manufacturer, a10.gpu_os) == ("nvidia", frozenset({"ubuntu", "windows", "azurelinux3"}))
+
+
 def test_a_size_without_vcpus_or_memory_is_skipped() -> None:
     broken = raw("Standard_D4s_v5")
     broken["capabilities"] = [c for c in broken["capabilities"] if c["name"] != "vCPUs"]

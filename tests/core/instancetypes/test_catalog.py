@@ -10,12 +10,16 @@ from core.instancetypes.catalog import (
     UnknownRegionError,
     load_shipped_catalog,
     shipped_regions,
+    snapshot_regions,
     usd_to_micros,
 )
 
 
-def test_shipped_regions() -> None:
-    assert shipped_regions() == ("eastus", "southcentralus")
+def test_a_catalog_ships_for_every_region_of_the_price_table() -> None:
+    assert snapshot_regions() == ("eastus", "southcentralus")
+    regions = shipped_regions()
+    assert len(regions) == 57
+    assert {"eastus", "southcentralus", "westeurope", "uksouth", "swedensouth"} <= set(regions)
 
 
 @pytest.mark.parametrize("region", ["eastus", "southcentralus"])
@@ -73,9 +77,33 @@ def test_region_is_case_insensitive_and_cached() -> None:
     assert load_shipped_catalog("EastUS") is load_shipped_catalog("eastus")
 
 
-def test_unknown_region_lists_shipped_regions() -> None:
-    with pytest.raises(UnknownRegionError, match=r"'westus'; shipped regions: eastus, southcentralus"):
-        load_shipped_catalog("westus")
+def test_another_region_has_the_snapshot_sizes_it_prices_at_its_own_prices() -> None:
+    eastus, westeurope = load_shipped_catalog("eastus"), load_shipped_catalog("West Europe")
+
+    assert (westeurope.region, westeurope.zones) == ("westeurope", ("1", "2", "3"))
+    assert {sku.name for sku in westeurope.skus} <= {sku.name for sku in eastus.skus}
+    d4 = westeurope.sku("Standard_D4s_v5")
+    # The provider's table: 0.23 $/h in westeurope, 0.192 in eastus. It has no spot prices: as the provider does
+    # until it reads live prices, spot costs what on-demand does.
+    assert (d4.on_demand_price_micros, d4.spot_price_micros, d4.zones) == (230_000, 230_000, None)
+    assert eastus.sku("Standard_D4s_v5").on_demand_price_micros == 192_000
+    assert (d4.vcpus, d4.quota_family) == (4, eastus.sku("Standard_D4s_v5").quota_family)
+
+
+def test_a_region_without_zones_and_one_that_prices_fewer_sizes() -> None:
+    westcentralus = load_shipped_catalog("westcentralus")
+    assert westcentralus.zones == ()
+    assert 0 < len(westcentralus.skus) < len(load_shipped_catalog("eastus").skus)
+
+
+def test_a_region_the_table_lacks_is_refused_or_gets_the_fallback_catalog() -> None:
+    with pytest.raises(
+        UnknownRegionError, match=r"'westeuropa': the shipped price table covers 57 public regions"
+    ):
+        load_shipped_catalog("westeuropa")
+    gov = load_shipped_catalog("usgovvirginia", fallback=True)
+    eastus = load_shipped_catalog("eastus")
+    assert (gov.region, gov.zones, gov.skus) == ("usgovvirginia", (), eastus.skus)
 
 
 def test_catalog_lookup_of_missing_size() -> None:

@@ -20,12 +20,17 @@ resources, env, in place of .Values.<component>).
 {{/* The ServiceAccount's annotations: serviceAccount.annotations plus workload identity's client id. */}}
 {{- define "nodewright.serviceAccountAnnotations" -}}
 {{- $annotations := deepCopy .Values.serviceAccount.annotations -}}
-{{- with .Values.azure.workloadIdentity.clientId -}}
+{{- with include "nodewright.workloadIdentityClientId" . -}}
 {{- $_ := set $annotations "azure.workload.identity/client-id" . -}}
 {{- end -}}
 {{- with $annotations -}}
 {{- toYaml . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Workload identity's client id, when the worker signs in with workload identity. */}}
+{{- define "nodewright.workloadIdentityClientId" -}}
+{{- if eq .Values.azure.credential "workloadIdentity" -}}{{ .Values.azure.workloadIdentity.clientId }}{{- end -}}
 {{- end -}}
 
 {{/* Pods never run on nodes nodewright manages, and a component's replicas stay on different hosts. */}}
@@ -93,7 +98,7 @@ spec:
     metadata:
       labels:
         {{- include "nodewright.selectorLabels" . | nindent 8 }}
-        {{- if $root.Values.azure.workloadIdentity.clientId }}
+        {{- if include "nodewright.workloadIdentityClientId" $root }}
         azure.workload.identity/use: "true"
         {{- end }}
         {{- with $root.Values.podLabels }}
@@ -187,6 +192,11 @@ spec:
               mountPath: {{ include "nodewright.temporalTlsDirectory" $root }}
               readOnly: true
             {{- end }}
+            {{- if and (eq $command "worker") (include "nodewright.azureCertificate" $root) }}
+            - name: azure-credential
+              mountPath: {{ include "nodewright.azureCredentialDirectory" $root }}
+              readOnly: true
+            {{- end }}
             {{- with $root.Values.extraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -209,6 +219,14 @@ spec:
               - {key: ca.crt, path: ca.crt}
               {{- end }}
         {{- end }}
+        {{- end }}
+        {{- if and (eq $command "worker") (include "nodewright.azureCertificate" $root) }}
+        - name: azure-credential
+          secret:
+            secretName: {{ $root.Values.azure.servicePrincipal.secretName | quote }}
+            defaultMode: 0440
+            items:
+              - {key: certificate.pem, path: certificate.pem}
         {{- end }}
         {{- with $root.Values.extraVolumes }}
         {{- toYaml . | nindent 8 }}

@@ -103,6 +103,8 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.catalogRefreshSeconds | quote }}
 - name: NODEWRIGHT_GARBAGE_COLLECTION_SECONDS
   value: {{ $settings.garbageCollectionSeconds | quote }}
+- name: NODEWRIGHT_BOOTSTRAP_TOKEN_ROTATION_SECONDS
+  value: {{ $settings.bootstrapTokenRotationSeconds | quote }}
 - name: NODEWRIGHT_KUBE_QPS
   value: {{ $settings.kubeClientQps | quote }}
 - name: NODEWRIGHT_KUBE_BURST
@@ -113,6 +115,8 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ include "nodewright.required" (list "settings.azure.nodeResourceGroup" $azure.nodeResourceGroup "the node resource group (MC_...), where VMs and NICs are created") }}
 - name: NODEWRIGHT_AZURE_LOCATION
   value: {{ include "nodewright.required" (list "settings.azure.location" $azure.location "the cluster's region, e.g. eastus") }}
+- name: NODEWRIGHT_AZURE_CLOUD
+  value: {{ $azure.cloud | quote }}
 - name: NODEWRIGHT_AZURE_SUBNET_ID
   value: {{ include "nodewright.required" (list "settings.azure.subnetId" $azure.subnetId "the resource id of the default node subnet") }}
 - name: NODEWRIGHT_KUBERNETES_VERSION
@@ -159,10 +163,53 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
 {{- end }}
 {{- end -}}
 
-{{/* What only the worker reads. */}}
+{{/* Where a service principal's certificate is mounted in worker pods. */}}
+{{- define "nodewright.azureCredentialDirectory" -}}/etc/nodewright/azure{{- end -}}
+
+{{/* "true" when worker pods mount the service principal's Secret (its certificate). */}}
+{{- define "nodewright.azureCertificate" -}}
+{{- with .Values.azure -}}
+{{- if and (eq .credential "servicePrincipal") .servicePrincipal.certificate -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What only the worker reads: the shutdown grace, and what it signs in to Azure as (never the controller). */}}
 {{- define "nodewright.workerEnv" -}}
 - name: NODEWRIGHT_SHUTDOWN_GRACE_SECONDS
   value: {{ .Values.worker.shutdownGraceSeconds | quote }}
+{{- with .Values.azure }}
+- name: NODEWRIGHT_AZURE_CREDENTIAL
+  value: {{ .credential | quote }}
+{{- if eq .credential "servicePrincipal" }}
+{{- $principal := .servicePrincipal }}
+- name: AZURE_CLIENT_ID
+  value: {{ include "nodewright.required" (list "azure.servicePrincipal.clientId" $principal.clientId "the service principal's application (client) id") }}
+- name: AZURE_TENANT_ID
+  value: {{ include "nodewright.required" (list "azure.servicePrincipal.tenantId" $principal.tenantId "the service principal's tenant id") }}
+{{- $secret := include "nodewright.required" (list "azure.servicePrincipal.secretName" $principal.secretName "the Secret with the service principal's client secret or certificate") }}
+{{- if $principal.certificate }}
+- name: AZURE_CLIENT_CERTIFICATE_PATH
+  value: {{ printf "%s/certificate.pem" (include "nodewright.azureCredentialDirectory" $) | quote }}
+- name: AZURE_CLIENT_CERTIFICATE_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: certificate-password
+      optional: true
+{{- else }}
+- name: AZURE_CLIENT_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: client-secret
+{{- end }}
+{{- else if eq .credential "managedIdentity" }}
+{{- with .managedIdentity.clientId }}
+- name: AZURE_CLIENT_ID
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Combinations of values the processes would reject or that defeat their purpose, refused at render time. */}}

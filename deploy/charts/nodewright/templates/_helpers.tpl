@@ -54,3 +54,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "nodewright.bootstrapTokenName" -}}
 {{- index (splitList "/" .Values.settings.bootstrapTokenSecret) 1 -}}
 {{- end -}}
+
+{{/* The Secrets of rotated bootstrap tokens: core.bootstrap_tokens.ROTATED_TOKEN_IDS, as the API server names them. */}}
+{{- define "nodewright.rotatedTokenSecrets" -}}
+{{- list "bootstrap-token-nwrot0" "bootstrap-token-nwrot1" "bootstrap-token-nwrot2" | toJson -}}
+{{- end -}}

@@ -1,0 +1,79 @@
+"""How the worker signs in to Azure: workload identity (the default, as the AKS provider runs), a service principal
+(a client secret, or a certificate), or the node's managed identity (IMDS), each in its cloud's Entra ID authority.
+
+The credentials are azure-identity's async ones, made from a `CredentialSettings` (which the worker reads from the
+variables Azure's SDKs read: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_FEDERATED_TOKEN_FILE`,
+`AZURE_CLIENT_SECRET`, `AZURE_CLIENT_CERTIFICATE_PATH`, `AZURE_CLIENT_CERTIFICATE_PASSWORD`). A transport may be
+given, so that they share the worker's connection pool to Azure (and its CA, against an emulator). Nothing secret
+is ever printed: the secret and the password stay out of `repr`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from azure.core.credentials_async import AsyncTokenCredential
+from azure.core.pipeline.transport import AioHttpTransport
+from azure.identity.aio import (
+    CertificateCredential,
+    ClientSecretCredential,
+    ManagedIdentityCredential,
+    WorkloadIdentityCredential,
+)
+
+from core.clouds import AzureCloud
+
+
+class CredentialKind(StrEnum):
+    """What the worker signs in as (`NODEWRIGHT_AZURE_CREDENTIAL`; the chart's `azure.credential`)."""
+
+    WORKLOAD_IDENTITY = "workloadIdentity"
+    """A user-assigned managed identity federated with the pod's ServiceAccount (AKS workload identity)."""
+    SERVICE_PRINCIPAL = "servicePrincipal"
+    """An Entra ID application, with a client secret or a certificate."""
+    MANAGED_IDENTITY = "managedIdentity"
+    """The managed identity of the node the pod runs on, from IMDS (a user-assigned one when a client id is given)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialSettings:
+    kind: CredentialKind
+    client_id: str | None = None
+    tenant_id: str | None = None
+    federated_token_file: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    certificate_path: str | None = None
+    certificate_password: str | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        """For log lines: what signs in, never with what."""
+        if self.kind is CredentialKind.MANAGED_IDENTITY:
+            return f"the node's managed identity{f' {self.client_id}' if self.client_id else ''}"
+        if self.kind is CredentialKind.SERVICE_PRINCIPAL:
+            proof = "certificate" if self.certificate_path else "client secret"
+            return f"service principal {self.client_id} ({proof})"
+        return f"workload identity {self.client_id}"
+
+
+def make_credential(
+    settings: CredentialSettings, cloud: AzureCloud, transport: AioHttpTransport | None = None
+) -> AsyncTokenCredential:
+    """The async credential of `settings`, asking the cloud's authority for tokens."""
+    options: dict[str, Any] = {"authority": cloud.authority_host}
+    if transport is not None:
+        options["transport"] = transport
+    if settings.kind is CredentialKind.MANAGED_IDENTITY:
+        options.pop("authority")
+        return ManagedIdentityCredential(client_id=settings.client_id, **options)
+    tenant, client = settings.tenant_id or "", settings.client_id or ""
+    if settings.kind is CredentialKind.SERVICE_PRINCIPAL:
+        if settings.certificate_path:
+            return CertificateCredential(
+                tenant, client, settings.certificate_path, password=settings.certificate_password, **options
+            )
+        return ClientSecretCredential(tenant, client, settings.client_secret or "", **options)
+    return WorkloadIdentityCredential(
+        tenant_id=tenant, client_id=client, token_file_path=settings.federated_token_file, **options
+    )
