@@ -120,3 +120,12 @@ def test_prices_of_another_region_are_a_condition_outside_ready_that_goes_when_t
     assert next(c for c in conditions if c.type == "Ready").status.value == "True"
     later = nodeclass_conditions(conditions, 1, NOW, None, datetime(2027, 1, 1, tzinfo=UTC))
     assert "PricingFallback" not in {c.type for c in later}
+
+
+def test_a_windows_nodeclass_without_images_in_a_fallback_region_shows_both_conditions() -> None:
+    sig = images_problem(nodeclass("Windows2022"), "1.33.5", shared_gallery=False)
+    conditions = nodeclass_conditions([], 1, NOW, None, NOW, price_fallback="priced as eastus", images=sig)
+    found = {c.type: (c.status.value, c.reason) for c in conditions}
+    assert found["PricingFallback"] == ("True", "RegionNotInPriceTable")
+    assert found["ImagesReady"] == ("False", "SIGRequiredForWindows")
+    assert found["Ready"] == ("False", "UnhealthyDependents")  # the images, not the prices

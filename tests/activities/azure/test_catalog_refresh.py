@@ -211,6 +211,29 @@ async def test_a_failed_refresh_after_a_live_one_keeps_the_live_catalog(
     assert f"using the live {REGION} catalog of {NOW.isoformat(timespec='seconds')}" in line
 
 
+async def test_windows_meters_refresh_with_the_prices_alone_and_the_license_type_stays(world: World) -> None:
+    hybrid = CatalogSource.shipped(REGION, windows_license_included=False)
+    refresh = CatalogRefreshActivities(
+        hybrid, world.provider.compute, world.refresh.prices, clock=lambda: NOW
+    )
+    world.arm.state.add_fault(
+        Fault(action=FaultAction.REJECT, code="InternalServerError", status=500, resource="skus")
+    )
+    world.prices.price_overrides[D4] = 0.5
+    result = await refresh.refresh()
+
+    assert not result.refreshed and result.prices_refreshed
+    d4 = hybrid.current.sku(D4)
+    license_price = 46_000 * d4.vcpus
+    assert (d4.on_demand_price_micros, d4.windows_on_demand_price_micros) == (
+        500_000,
+        500_000 + license_price,
+    )
+    assert d4.spot_price_micros is not None
+    assert d4.windows_spot_price_micros == d4.spot_price_micros + license_price
+    assert not hybrid.current.windows_license_included  # Azure Hybrid Benefit outlives the refresh
+
+
 async def test_the_next_plan_after_a_refresh_prices_its_launches_at_the_live_price(aks: SimulatedAks) -> None:
     pinned = "Standard_D4ps_v5"  # deploy/examples' inflate: on-demand in eastus-2
     arm = aks.emulated.arm

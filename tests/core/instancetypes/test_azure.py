@@ -600,6 +600,42 @@ def test_windows_nodes_cost_the_windows_rate() -> None:
     assert {o.price_micros for o in brought.offerings if o.capacity_type == "on-demand"} == {192_000}
 
 
+@pytest.mark.parametrize("region", ["eastus", "uksouth", "brazilsouth", "usgovvirginia"])
+def test_windows_nodes_cost_their_regions_linux_rate_plus_the_license_in_every_region(region: str) -> None:
+    # eastus is a snapshot; uksouth and brazilsouth are derived from it at the table's prices; usgovvirginia is not
+    # in the table (eastus prices). No shipped catalog has a Windows meter, so the region's Linux price counts.
+    shipped = load_shipped_catalog(region, fallback=True)
+    linux = {it.name: it for it in azure_instance_types(shipped)}
+    windows = {it.name: it for it in azure_instance_types(shipped, WINDOWS_2022)}
+    for name, license_rate in (
+        ("Standard_D4s_v5", 46_000),
+        ("Standard_E8s_v5", 46_000),
+        ("Standard_B2s", 4_600),
+    ):
+        linux_prices = {(o.zone, o.capacity_type): o.price_micros for o in linux[name].offerings}
+        priced = [
+            o
+            for o in windows[name].offerings
+            if linux_prices[o.zone, o.capacity_type] != MISSING_PRICE_MICROS
+        ]
+        assert {o.capacity_type for o in priced} >= {"on-demand"}
+        for offering in priced:
+            expected = (
+                linux_prices[offering.zone, offering.capacity_type] + license_rate * shipped.sku(name).vcpus
+            )
+            assert offering.price_micros == expected, (region, name, offering.capacity_type)
+
+
+def test_a_windows_node_in_a_derived_region_costs_that_regions_price_plus_the_license() -> None:
+    [d4] = [
+        it
+        for it in azure_instance_types(load_shipped_catalog("uksouth"), WINDOWS_2022)
+        if it.name == "Standard_D4s_v5"
+    ]
+    # uksouth's table price is $0.222 (eastus's $0.192); the license $0.046 x 4 vCPUs; spot as on-demand.
+    assert {o.price_micros for o in d4.offerings} == {222_000 + 184_000}
+
+
 def test_windows2025_always_has_the_fips_label() -> None:
     instance_type = only(
         azure_instance_types(
