@@ -93,7 +93,11 @@ class ProcessKubelet:
             await self.storage.ensure_storage_class()
             informers = [
                 Informer(self.api, "/api/v1/services", self._service_changed),
-                Informer(self.api, "/apis/discovery.k8s.io/v1/endpointslices", self._slice_changed),
+                Informer(
+                    self.api,
+                    "/apis/discovery.k8s.io/v1/endpointslices",
+                    lambda name, item: _store(self.proxy.slices, name, item),
+                ),
                 Informer(
                     self.api,
                     "/api/v1/persistentvolumeclaims",
@@ -169,21 +173,10 @@ class ProcessKubelet:
         task.add_done_callback(done)
 
     def _service_changed(self, name: str, service: Json | None) -> None:
-        namespace, _, short = name.partition("/")
-        if service is None:
-            self.proxy.services.pop((namespace, short), None)
-        else:
-            self.proxy.services[(namespace, short)] = service
+        _store(self.proxy.services, name, service)
         for runner in self.runners.values():
             runner.write_hosts()
         self._schedule_proxy_sync()
-
-    def _slice_changed(self, name: str, item: Json | None) -> None:
-        namespace, _, short = name.partition("/")
-        if item is None:
-            self.proxy.slices.pop((namespace, short), None)
-        else:
-            self.proxy.slices[(namespace, short)] = item
 
     def _schedule_proxy_sync(self) -> None:
         self._proxy_pending = True
@@ -194,3 +187,12 @@ class ProcessKubelet:
         while self._proxy_pending and self.proxy.cluster_netns:
             self._proxy_pending = False
             await self.proxy.sync()
+
+
+def _store(table: dict[tuple[str, str], Json], name: str, item: Json | None) -> None:
+    """An informer's change (`namespace/name`) in a table keyed by (namespace, name)."""
+    namespace, _, short = name.partition("/")
+    if item is None:
+        table.pop((namespace, short), None)
+    else:
+        table[(namespace, short)] = item

@@ -12,10 +12,7 @@ this module's own: other tests wipe every Node of the shared one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,7 @@ from activities.kubeclient import KubernetesCluster
 from core.api.nodeclaim import NodeClaimConditionType
 from simulator.aks import AksSettings, ClusterInfo
 from simulator.kubelet.namespaces import unsupported_reason
-from tests.cluster import EXAMPLES, eventually
+from tests.cluster import EXAMPLES, eventually, process_kubelet
 from tests.deploy.helm import CHART, Helm
 from workers.azure import EMULATOR_SSH_KEY
 from workers.controlplane.run import ControlPlane, free_port, start_control_plane
@@ -88,46 +85,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     started.stop()
 
 
-@contextlib.asynccontextmanager
-async def process_kubelet(
-    plane: ControlPlane, directory: Path, arm_port: int, temporal_port: int
-) -> AsyncIterator[Path]:
-    """The process kubelet's three system nodes (tainted CriticalAddonsOnly, as AKS's dedicated system pool), with
-    the ARM emulator's port on every pod's loopback and Temporal's Service on the host's `temporal_port`; its
-    directory (the pods' logs)."""
-    log = directory / "kubelet.log"
-    directory.mkdir(parents=True)
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "simulator.kubelet",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--directory",
-            str(directory),
-            "--taint",
-            "CriticalAddonsOnly=true:NoSchedule",
-            "--host-port",
-            str(arm_port),
-            "--forward",
-            f"{temporal_port}={NAMESPACE}/{RELEASE}-temporal:7233",
-            stdout=subprocess.PIPE,
-            stderr=output,
-        )
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(60):
-            line = await process.stdout.readline()
-        assert line.decode().strip() == "ready", log.read_text()
-        yield directory
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            async with asyncio.timeout(30):
-                await process.wait()
-
-
 def helm_in(plane: ControlPlane) -> list[str]:
     return ["--kubeconfig", str(plane.kubeconfig), "--namespace", NAMESPACE]
 
@@ -160,8 +117,17 @@ async def test_helm_install_with_default_values_brings_a_node_and_survives_losin
         info = aks.emulated.info
         assert info.arm_endpoint is not None and info.arm_ca_file is not None
         temporal_port = free_port()
+        # Three system nodes tainted as AKS's dedicated system pool; every pod reaches the ARM emulator's port on
+        # its loopback, and this test the Temporal Service on the host's.
         async with process_kubelet(
-            plane, tmp_path / "kubelet", urlsplit(info.arm_endpoint).port or 443, temporal_port
+            plane,
+            tmp_path / "kubelet",
+            "--taint",
+            "CriticalAddonsOnly=true:NoSchedule",
+            "--host-port",
+            str(urlsplit(info.arm_endpoint).port),
+            "--forward",
+            f"{temporal_port}={NAMESPACE}/{RELEASE}-temporal:7233",
         ) as kubelet:
             try:
                 await _install_and_test(helm, plane, aks, tmp_path, info)

@@ -8,11 +8,9 @@ deletion, all as `kubectl get pods` reports it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from simulator.kubelet.fields import FieldUnsupported, field_value
 from simulator.kubelet.image import dockerfile_image
 from simulator.kubelet.kubelet import Forward
 from simulator.kubelet.pods import expand, service_variables
-from tests.cluster import eventually
+from tests.cluster import eventually, process_kubelet
 from workers.controlplane.run import ControlPlane
 
 IMAGE = "ghcr.io/nodewright/nodewright:0.1.0"
@@ -104,32 +102,6 @@ root = pytest.mark.skipif(
     namespaces.unsupported_reason() is not None,
     reason=f"cannot run pods here: {namespaces.unsupported_reason()}",
 )
-
-
-@contextlib.asynccontextmanager
-async def kubelet(plane: ControlPlane, directory: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "simulator.kubelet",
-        "--kubeconfig",
-        str(plane.kubeconfig),
-        "--directory",
-        str(directory),
-        "--nodes",
-        "2",
-        stdout=subprocess.PIPE,
-        stderr=(directory.parent / "kubelet.log").open("wb"),
-    )
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(60):
-            assert (await process.stdout.readline()).decode().strip() == "ready"
-        yield process
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        await process.wait()
 
 
 CHECK = """
@@ -236,7 +208,7 @@ async def test_pods_run_as_processes_with_volumes_services_probes_restarts_and_d
         (directory,) = logs.glob(f"{namespace}_{name}_*")
         return (directory / container / "0.log").read_text()
 
-    async with kubelet(plane, tmp_path / "kubelet"):
+    async with process_kubelet(plane, tmp_path / "kubelet", "--nodes", "2"):
         plane.kubectl("create", "namespace", namespace)
         plane.apply(objects(namespace))
 
