@@ -82,7 +82,10 @@ class ProcessKubelet:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Run until cancelled; `ready` is called once the Nodes are registered and the informers synced."""
         check_host()
-        (self.directory / "network").mkdir(parents=True, exist_ok=True)
+        # Root's alone, as /var/lib/kubelet is: the containers' launch files hold their environment (Secrets too).
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)
+        (self.directory / "network").mkdir(exist_ok=True)
         await self.network.start()
         background: list[asyncio.Task[None]] = []
         try:

@@ -162,6 +162,9 @@ async def _install_and_test(
     running = {item["metadata"]["name"]: item for item in yaml.safe_load(pods.stdout)["items"]}
     assert TEMPORAL_POD in running, sorted(running)
     assert all(item["status"]["phase"] == "Running" for item in running.values())
+    # kube-scheduler placed them with the chart's affinity and spread: the controllers on two nodes of two zones.
+    controllers = [item for item in running.values() if "controller" in item["metadata"]["name"]]
+    assert len({item["spec"]["nodeName"] for item in controllers}) == len(controllers) == 2
     # Temporal's database is on its claim's volume, written by the image's non-root user.
     claim = yaml.safe_load(
         plane.kubectl("get", "pvc", f"data-{TEMPORAL_POD}", "-n", NAMESPACE, "-o", "json").stdout
