@@ -102,6 +102,9 @@ def test_helm_test_with_a_node_pool_asks_for_a_node_of_it_after_the_readiness_te
         < weight[("Pod", "nodewright-test-controller-ready")]
         < weight[("Pod", f"{name}-ready")]
     )
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        policy = hooks[(kind, name)]["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+        assert set(policy.split(",")) == {"before-hook-creation", "hook-succeeded", "hook-failed"}
     (rule,) = hooks[("Role", name)]["rules"]
     assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]}
     assert hooks[("RoleBinding", name)]["subjects"][0]["name"] == name
