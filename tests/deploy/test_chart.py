@@ -494,7 +494,11 @@ def test_without_a_temporal_address_the_release_runs_its_own_and_the_pods_use_it
         "dev-server", "--db-filename", "/var/lib/temporal/temporal.db", "--ui-port", "8233", "--probe-port", "8081"
     ]  # fmt: skip
     env = environment(stateful)
-    assert env == {"NODEWRIGHT_TEMPORAL_ADDRESS": "0.0.0.0:7233", "NODEWRIGHT_TEMPORAL_NAMESPACE": "default"}
+    assert env == {
+        "NODEWRIGHT_TEMPORAL_ADDRESS": "0.0.0.0:7233",
+        "NODEWRIGHT_TEMPORAL_NAMESPACE": "default",
+        "USER": "temporal",
+    }
     assert {"name": claim["metadata"]["name"], "mountPath": "/var/lib/temporal"} in server["volumeMounts"]
     assert {"name": "tmp", "mountPath": "/tmp"} in server["volumeMounts"]
     # Locked down as the other pods: the image's user, a read-only root, fsGroup making the disk writable.
