@@ -40,8 +40,9 @@ PEER ?=
 # WORKERS=2 runs nodewright with two worker processes; SPLIT=1 with one for workflows and one for activities.
 WORKERS ?= 1
 SPLIT ?=
+# TEMPORAL_DB=1 keeps the dev server's state in a SQLite file, as the chart's embedded Temporal does.
 bench-lifecycle: $(STAMP)
-	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS)) $(if $(BOOT_SECONDS),--boot-seconds $(BOOT_SECONDS))
+	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS)) $(if $(BOOT_SECONDS),--boot-seconds $(BOOT_SECONDS)) $(if $(TEMPORAL_DB),--temporal-db)
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py

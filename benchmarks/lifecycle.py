@@ -12,7 +12,8 @@ loaded by other work, and the only controller exited):
 - the emulated Azure (`python -m simulator --instant`): the ARM emulator the worker's Azure provider creates
   NICs and VMs in through the real Azure SDK, and the node agent each VM runs to join the cluster by TLS
   bootstrap, with zero boot, registration and readiness delays;
-- the Temporal dev server (in memory);
+- the Temporal dev server, in memory (`--temporal-db`: its state in a SQLite file, as the chart's embedded
+  Temporal keeps it);
 - one worker (`nodewright worker`; `--workers N` starts N, `--split` one `--role workflows` and one
   `--role activities`) and the controller (`nodewright controller`), all reaching the cluster
   through the control plane's kubeconfig (`NODEWRIGHT_KUBECONFIG`) and the emulated Azure through the
@@ -880,6 +881,7 @@ async def run_one(
     workers: dict[str, str] | None = None,
     vm_create_seconds: float = 0.0,
     boot_seconds: float = 0.0,
+    temporal_db: bool = False,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
@@ -905,6 +907,7 @@ async def run_one(
                     workers or worker_roles(1, False),
                     vm_create_seconds,
                     boot_seconds,
+                    temporal_db,
                 )
             else:
                 row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
@@ -929,12 +932,15 @@ async def _run_on(
     workers: dict[str, str],
     vm_create_seconds: float = 0.0,
     boot_seconds: float = 0.0,
+    temporal_db: bool = False,
 ) -> dict[str, Any]:
     api_port = int(plane.server.rpartition(":")[2])
     kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
     async with (
         kube,
-        DevServer(log_path=logs / "temporal.log") as temporal,
+        DevServer(
+            log_path=logs / "temporal.log", db_filename=directory / "temporal.db" if temporal_db else None
+        ) as temporal,
         emulated_azure(
             plane, directory, logs, vm_create_seconds=vm_create_seconds, boot_seconds=boot_seconds
         ) as (
@@ -1561,6 +1567,7 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             str(args.vm_create_seconds),
             "--boot-seconds",
             str(args.boot_seconds),
+            *(["--temporal-db"] if args.temporal_db else []),
         ],
         check=False,
         stdout=subprocess.PIPE,
@@ -1655,6 +1662,12 @@ def main() -> None:
         help="nodewright: each node registers S seconds after its VM's create ended, as an AKS node's kubelet "
         "does (default 0); not with --peer",
     )
+    parser.add_argument(
+        "--temporal-db",
+        action="store_true",
+        help="nodewright: the Temporal dev server keeps its state in a SQLite file (WAL), as the chart's embedded "
+        "Temporal does, instead of in memory",
+    )
     workers = parser.add_mutually_exclusive_group()
     workers.add_argument(
         "--workers",
@@ -1694,6 +1707,7 @@ def main() -> None:
                 worker_roles(args.workers, args.split),
                 args.vm_create_seconds,
                 args.boot_seconds,
+                args.temporal_db,
             )
         )
         print(json.dumps(one))
