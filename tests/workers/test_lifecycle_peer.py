@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.karpenter import karpenter_instance_types
 from benchmarks.lifecycle import (
     PINNED_INSTANCE_TYPE,
     bench_deployment,
     floor_node,
-    karpenter_instance_types,
     karpenter_objects,
     print_comparison,
 )
