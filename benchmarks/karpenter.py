@@ -1,8 +1,8 @@
 """Karpenter's kwok controller as the benchmarks' peer: Karpenter v1.14.1 (`sigs.k8s.io/karpenter/kwok`, built
 once from the Go module proxy beside the control plane's binaries) run outside the cluster on a control plane of
 its own, with Karpenter's own CRDs, a KWOKNodeClass, a NodePool translated from nodewright's, and the emulated
-Azure's instance types as its instance-types file, so that both sides choose among the same sizes, zones and
-prices. Shared by the lifecycle and consolidation benchmarks."""
+Azure's instance types as its instance-types file, so that both sides choose among the same sizes, zones, prices
+and allocatable resources. Shared by the lifecycle and consolidation benchmarks."""
 
 from __future__ import annotations
 
@@ -19,13 +19,16 @@ from activities.kubeclient import KubernetesCluster
 from benchmarks.processes import child_process, until
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
-from core.resources import CPU
+from core.resources import CPU, MEMORY, Resources, merge
 from workers.controlplane.build import ensure_karpenter
 from workers.controlplane.run import DEFAULT_CRDS, ControlPlane
 from workers.temporal_server import free_port
 
 REGION = "eastus"
 """The region of the emulated Azure, whose shipped catalog Karpenter's kwok provider gets as its instance types."""
+KWOK_KUBE_RESERVED: Resources = {CPU: 100, MEMORY: 10 * 2**20}
+"""What Karpenter's kwok provider holds back of every instance type's resources (its fixed kube-reserved, 100m
+CPU and 10Mi): its Nodes' allocatable is the instance-types file's resources less this."""
 KWOK_NODECLASS = {
     "apiVersion": "karpenter.kwok.sh/v1alpha1",
     "kind": "KWOKNodeClass",
@@ -53,7 +56,9 @@ def _quantity(name: str, amount: int) -> str:
 def karpenter_instance_types(region: str = REGION) -> list[dict[str, Any]]:
     """The emulated Azure's instance types (the region's shipped catalog, as nodewright's scheduler sees them) in
     the format of Karpenter's kwok provider (its `INSTANCE_TYPES_FILE_PATH`), so both sides choose among the same
-    sizes, zones and prices."""
+    sizes, zones and prices. Each type's resources are nodewright's allocatable plus what the kwok provider
+    holds back, so that Karpenter's Nodes have the allocatable an AKS node of that size has (AKS reserves far
+    more than the kwok provider's 100m and 10Mi): both sides fit the same pods on a node."""
     types = []
     for instance_type in azure_instance_types(load_shipped_catalog(region)):
         arch = sorted(instance_type.requirements.get("kubernetes.io/arch").values)
@@ -64,7 +69,8 @@ def karpenter_instance_types(region: str = REGION) -> list[dict[str, Any]]:
                 "architecture": arch[0] if arch else "amd64",
                 "operatingSystems": systems,
                 "resources": {
-                    name: _quantity(name, amount) for name, amount in instance_type.capacity.items()
+                    name: _quantity(name, amount)
+                    for name, amount in merge(instance_type.allocatable(), KWOK_KUBE_RESERVED).items()
                 },
                 "offerings": [
                     {
