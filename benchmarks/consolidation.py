@@ -56,15 +56,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import itertools
 import json
 import logging
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -78,16 +75,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.kubeclient import KubernetesCluster, load_cluster
-from benchmarks.karpenter import KWOK_NODECLASS, karpenter_crds, karpenter_nodepool, running_karpenter
+from benchmarks.karpenter import KWOK_NODECLASS, fresh_control_plane, karpenter_nodepool, running_karpenter
 from benchmarks.nodewright import emulated_azure, examples, running_nodewright, settings, worker_roles
-from benchmarks.processes import cpu_of, cpu_since, first_exit, temporal_pid
+from benchmarks.processes import cpu_of, cpu_since, figures_of, first_exit, temporal_pid
 from core import labels
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
 from core.resources import CPU, MEMORY, PODS, Resources, parse_resources
 from workers.controlplane.build import KARPENTER_VERSION, ensure_karpenter
-from workers.controlplane.run import DEFAULT_CRDS, ControlPlane, start_control_plane
+from workers.controlplane.run import ControlPlane
 from workers.temporal_server import DevServer
 from workers.worker import connect
 
@@ -610,39 +607,29 @@ async def run_side(
 ) -> dict[str, Any]:
     """One side's whole run on a fresh control plane: its row (JSON-ready)."""
     logging.basicConfig(level=logging.WARNING)
-    directory = Path(tempfile.mkdtemp(prefix=f"bench-consolidation-{side}-"))
-    if keep:
-        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
-    logs = directory / "logs"
-    logs.mkdir()
-    try:
-        crds = karpenter_crds(directory) if side == "karpenter" else DEFAULT_CRDS
-        plane = await asyncio.to_thread(
-            functools.partial(start_control_plane, crds=crds, audit_policy=AUDIT_POLICY),
-            directory / "control-plane",
+    async with (
+        fresh_control_plane(side, f"bench-consolidation-{side}-", keep, AUDIT_POLICY) as (
+            plane,
+            directory,
+            logs,
+        ),
+        load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS)) as kube,
+        AUTOSCALERS[side](plane, directory, logs, kube) as autoscaler,
+    ):
+        types = catalog()
+        run = Run(
+            side,
+            kube,
+            {**autoscaler.processes, **plane.processes},
+            workload(seed),
+            Audit(plane.audit_log),
+            types,
+            prices(types),
         )
-        try:
-            kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
-            async with kube, AUTOSCALERS[side](plane, directory, logs, kube) as autoscaler:
-                types = catalog()
-                run = Run(
-                    side,
-                    kube,
-                    {**autoscaler.processes, **plane.processes},
-                    workload(seed),
-                    Audit(plane.audit_log),
-                    types,
-                    prices(types),
-                )
-                before = cpu_of(autoscaler.pids)
-                started = time.time()
-                figures = await drive(run, minutes, step_seconds, settle_seconds)
-                cpu = cpu_since(before, autoscaler.pids)
-        finally:
-            await asyncio.to_thread(plane.stop)
-    finally:
-        if not keep:
-            shutil.rmtree(directory, ignore_errors=True)
+        before = cpu_of(autoscaler.pids)
+        started = time.time()
+        figures = await drive(run, minutes, step_seconds, settle_seconds)
+        cpu = cpu_since(before, autoscaler.pids)
     return {
         "side": side,
         "version": KARPENTER_VERSION if side == "karpenter" else None,
@@ -662,32 +649,24 @@ async def run_side(
 def side_in_process(side: str, args: argparse.Namespace) -> dict[str, Any] | None:
     """One side's run in a fresh process (a fresh control plane, its own peaks): its row, or None if it printed
     none."""
-    done = subprocess.run(
+    return figures_of(
         [
-            *(
-                sys.executable,
-                __file__,
-                "--side",
-                side,
-                "--seed",
-                str(args.seed),
-                "--minutes",
-                str(args.minutes),
-            ),
-            *("--step-seconds", str(args.step_seconds), "--settle-seconds", str(args.settle_seconds)),
+            sys.executable,
+            __file__,
+            "--side",
+            side,
+            "--seed",
+            str(args.seed),
+            "--minutes",
+            str(args.minutes),
+            "--step-seconds",
+            str(args.step_seconds),
+            "--settle-seconds",
+            str(args.settle_seconds),
             *(["--keep"] if args.keep else []),
         ],
-        check=False,
-        stdout=subprocess.PIPE,
-        text=True,
+        f"the {side} run",
     )
-    lines = done.stdout.strip().splitlines()
-    try:
-        row: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        print(f"the {side} run failed (exit code {done.returncode}) without figures", file=sys.stderr)
-        return None
-    return row
 
 
 def summary(row: dict[str, Any], bound: Bound) -> dict[str, Any]:

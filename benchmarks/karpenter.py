@@ -6,12 +6,16 @@ and allocatable resources. Shared by the lifecycle and consolidation benchmarks.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
+import functools
 import json
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.resources import CPU, MEMORY, Resources, merge
 from workers.controlplane.build import ensure_karpenter
-from workers.controlplane.run import DEFAULT_CRDS, ControlPlane
+from workers.controlplane.run import DEFAULT_CRDS, ControlPlane, start_control_plane
 from workers.temporal_server import free_port
 
 REGION = "eastus"
@@ -47,6 +51,33 @@ def karpenter_crds(directory: Path) -> Path:
     ]:
         shutil.copyfile(source, crds / source.name)
     return crds
+
+
+@contextlib.asynccontextmanager
+async def fresh_control_plane(
+    side: str, prefix: str, keep: bool, audit_policy: Mapping[str, object] | None = None
+) -> AsyncIterator[tuple[ControlPlane, Path, Path]]:
+    """A run's own control plane, in a new temporary directory (removed after, unless `keep`), with Karpenter's
+    CRDs on Karpenter's side and nodewright's on the others; yields it, the directory and its `logs/` for the
+    run's other processes."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep:
+        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
+    logs = directory / "logs"
+    logs.mkdir()
+    try:
+        crds = karpenter_crds(directory) if side == "karpenter" else DEFAULT_CRDS
+        plane = await asyncio.to_thread(
+            functools.partial(start_control_plane, crds=crds, audit_policy=audit_policy),
+            directory / "control-plane",
+        )
+        try:
+            yield plane, directory, logs
+        finally:
+            await asyncio.to_thread(plane.stop)
+    finally:
+        if not keep:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _quantity(name: str, amount: int) -> str:

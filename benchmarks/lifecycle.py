@@ -74,17 +74,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
 import re
-import shutil
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -109,7 +106,12 @@ if not workflow.unsafe.in_sandbox():
 
 with workflow.unsafe.imports_passed_through():
     from activities.kubeclient import KubernetesCluster, load_cluster
-    from benchmarks.karpenter import KWOK_NODECLASS, karpenter_crds, karpenter_nodepool, running_karpenter
+    from benchmarks.karpenter import (
+        KWOK_NODECLASS,
+        fresh_control_plane,
+        karpenter_nodepool,
+        running_karpenter,
+    )
     from benchmarks.nodewright import (
         CLUSTER,
         WORKER,
@@ -120,16 +122,22 @@ with workflow.unsafe.imports_passed_through():
         settings,
         worker_roles,
     )
-    from benchmarks.processes import cpu_of, cpu_since, first_exit, log_path, peak_rss_mb, temporal_pid
+    from benchmarks.processes import (
+        cpu_of,
+        cpu_since,
+        figures_of,
+        first_exit,
+        log_path,
+        peak_rss_mb,
+        temporal_pid,
+    )
     from core.cluster import EventType as WatchEventType
     from core.messages import PlanResult
     from workers.controlplane.build import KARPENTER_VERSION, ensure_karpenter
     from workers.controlplane.run import (
-        DEFAULT_CRDS,
         KWOK_ANNOTATION,
         KWOK_ANNOTATION_VALUE,
         ControlPlane,
-        start_control_plane,
     )
     from workers.temporal_server import DevServer
     from workers.worker import STICKY_SECONDS, WORKFLOW_TASKS, connect
@@ -663,41 +671,29 @@ async def run_one(
     boot_seconds: float = 0.0,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
-    directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
-    if keep:
-        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
-    logs = directory / "logs"
-    logs.mkdir()
-    try:
-        crds = karpenter_crds(directory) if side == "karpenter" else DEFAULT_CRDS
-        plane = await asyncio.to_thread(
-            functools.partial(start_control_plane, crds=crds, audit_policy=AUDIT_POLICY if audit else None),
-            directory / "control-plane",
-        )
-        try:
-            if side == "nodewright":
-                row = await _run_on(
-                    plane,
-                    directory,
-                    logs,
-                    count,
-                    shape,
-                    timeout,
-                    workers or worker_roles(1, False),
-                    vm_create_seconds,
-                    boot_seconds,
-                )
-            else:
-                row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
-            window = row.pop("window")
-            if audit:
-                row["audited_requests"] = audit_profile(plane.audit_log, *window)
-            return row
-        finally:
-            await asyncio.to_thread(plane.stop)
-    finally:
-        if not keep:
-            shutil.rmtree(directory, ignore_errors=True)
+    async with fresh_control_plane(side, "bench-lifecycle-", keep, AUDIT_POLICY if audit else None) as (
+        plane,
+        directory,
+        logs,
+    ):
+        if side == "nodewright":
+            row = await _run_on(
+                plane,
+                directory,
+                logs,
+                count,
+                shape,
+                timeout,
+                workers or worker_roles(1, False),
+                vm_create_seconds,
+                boot_seconds,
+            )
+        else:
+            row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
+        window = row.pop("window")
+        if audit:
+            row["audited_requests"] = audit_profile(plane.audit_log, *window)
+        return row
 
 
 async def _run_on(
@@ -1186,7 +1182,7 @@ def print_profile(row: dict[str, Any]) -> None:
 
 def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -> dict[str, Any] | None:
     """One run in a fresh process (so that each peak is its own): its figures, or None if it printed none."""
-    done = subprocess.run(
+    return figures_of(
         [
             sys.executable,
             __file__,
@@ -1208,21 +1204,8 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             "--boot-seconds",
             str(args.boot_seconds),
         ],
-        check=False,
-        stdout=subprocess.PIPE,
-        text=True,
+        f"the {side} run of {count} pods",
     )
-    # Temporal's core writes its warnings (payloads over 512 KB) to stdout too: the figures are the last line.
-    lines = done.stdout.strip().splitlines()
-    try:
-        row: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        print(
-            f"the {side} run of {count} pods failed (exit code {done.returncode}) without figures",
-            file=sys.stderr,
-        )
-        return None
-    return row
 
 
 def compare(counts: list[int], args: argparse.Namespace) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from workers.processes import die_with_parent
 
@@ -51,6 +54,20 @@ async def child_process(
         except TimeoutError:
             process.kill()
             await asyncio.to_thread(process.wait)
+
+
+def figures_of(command: Sequence[str], what: str) -> dict[str, Any] | None:
+    """Run one run of a benchmark in a fresh process (so that each peak is its own) and return the figures it
+    printed as its last line of JSON, or None, said on stderr, if it printed none. Temporal's core writes its
+    warnings (payloads over 512 KB) to stdout too: the figures are the last line."""
+    done = subprocess.run(command, check=False, stdout=subprocess.PIPE, text=True)
+    lines = done.stdout.strip().splitlines()
+    try:
+        figures: dict[str, Any] = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        print(f"{what} failed (exit code {done.returncode}) without figures", file=sys.stderr)
+        return None
+    return figures
 
 
 def tail(log: Path, lines: int = 15) -> str:
