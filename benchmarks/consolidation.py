@@ -75,7 +75,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.kubeclient import KubernetesCluster, load_cluster
-from benchmarks.karpenter import KWOK_NODECLASS, fresh_control_plane, karpenter_nodepool, running_karpenter
+from benchmarks.karpenter import (
+    KWOK_NODECLASS,
+    REGION,
+    fresh_control_plane,
+    karpenter_nodepool,
+    running_karpenter,
+)
 from benchmarks.nodewright import emulated_azure, examples, running_nodewright, settings, worker_roles
 from benchmarks.processes import cpu_of, cpu_since, figures_of, first_exit, temporal_pid
 from core import labels
@@ -97,7 +103,6 @@ STEP_SECONDS = 60.0
 SETTLE_SECONDS = 900.0
 """How long a step up may take to get every pod Running before the run gives up."""
 POLL_SECONDS = 2.0
-REGION = "eastus"
 ZONES = ("eastus-1", "eastus-2", "eastus-3")
 FAMILIES = ("Standard_F{}s_v2", "Standard_D{}s_v5", "Standard_E{}s_v5")
 """2, 4 and 8 GiB per vCPU."""
