@@ -38,7 +38,8 @@ At the peak and then every minute for `--minutes` (15) after the last step, each
 - pods not running: the Deployments' replicas that are not Running at that moment.
 
 Then, per side: the $/h at the peak and at the end, the saving, the pods evicted per $/h saved, and the end's $/h
-over the lower bound; and nodewright's figures over Karpenter's. The lower bound is what the final pods cost at
+over the lower bound; nodewright's figures over Karpenter's; and the bound over Karpenter's end, the least share of
+Karpenter's $/h any plan can reach on this workload. The lower bound is what the final pods cost at
 the least: the linear relaxation of packing their total CPU, memory and pod count (with the DaemonSet's requests
 on every node) onto the NodePool's instance types at their prices, solved exactly (every basic solution of a
 three-row program, with numpy). It ignores whole nodes, zones and the pods' own shapes, so no placement can cost
@@ -726,6 +727,7 @@ def result(rows: list[dict[str, Any]], seed: int, minutes: int, step_seconds: fl
             "evicted_per_dollar_per_hour_saved": _ratio(
                 ours["evicted_per_dollar_per_hour_saved"], theirs["evicted_per_dollar_per_hour_saved"]
             ),
+            "bound_over_karpenter": _ratio(bound.dollars_per_hour, theirs["final_dollars_per_hour"]),
         }
     return figures
 
@@ -805,6 +807,11 @@ def print_figures(figures: dict[str, Any]) -> None:
         )
     mix = ", ".join(f"{count:.2f} x {name}" for name, count in sorted(bound["mix"].items()))
     print(f"lower bound for the final pods: ${bound['dollars_per_hour']:.2f}/h ({mix}; nodes divisible)")
+    if ratios:
+        print(
+            f"no placement costs less than {ratios['bound_over_karpenter']} of Karpenter's final $/h "
+            "(the lower bound over it)"
+        )
     for row in rows:
         if row["minutes"]:
             last = row["minutes"][-1]

@@ -200,7 +200,12 @@ def test_the_figures_show_both_rows_each_minute_and_nodewrights_ratios(
     ]
     figures = result(rows, seed=1, minutes=1, step_seconds=60.0)
     assert figures["sides"]["karpenter"]["summary"]["evicted_per_dollar_per_hour_saved"] == 1.0
-    assert figures["ratios"] == {"final_dollars_per_hour": 0.8, "evicted_per_dollar_per_hour_saved": 1.0}
+    bound = figures["bound"]["dollars_per_hour"]
+    assert figures["ratios"] == {
+        "final_dollars_per_hour": 0.8,
+        "evicted_per_dollar_per_hour_saved": 1.0,
+        "bound_over_karpenter": round(bound / 20.0, 3),
+    }
     print_figures(figures)
     lines = capsys.readouterr().out.splitlines()
     minute_rows = [line.split() for line in lines if line[:1] in ("p", "0", "1") and "$/h" not in line]
@@ -209,3 +214,6 @@ def test_the_figures_show_both_rows_each_minute_and_nodewrights_ratios(
     ratio = next(line for line in lines if line.startswith("nodewright / karpenter")).split()
     assert ratio[3:] == ["0.8", "1.0"]
     assert any(line.startswith("lower bound for the final pods: $") for line in lines)
+    assert any(
+        f"no placement costs less than {round(bound / 20.0, 3)} of Karpenter's" in line for line in lines
+    )
