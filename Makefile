@@ -47,6 +47,15 @@ bench-lifecycle: $(STAMP)
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py
 
+# A seeded fragmented workload scaled up, then down, and what consolidation makes of it: $/h, nodes, pods evicted
+# and nodes launched every minute for MINUTES after the last step (MINUTES=3 for a quick run); PEER=karpenter runs
+# Karpenter's kwok controller on the same workload first and prints both rows, the ratios and the lower bound.
+.PHONY: bench-consolidation
+SEED ?= 1
+MINUTES ?= 15
+bench-consolidation: $(STAMP)
+	$(BIN)/python benchmarks/consolidation.py $(if $(PEER),--peer $(PEER)) --seed $(SEED) --minutes $(MINUTES)
+
 # N NodeClaims through worker, controller, Temporal, API server, etcd and node-agent crashes and Azure errors,
 # then a scale to zero; fails on anything leaked, made twice or stuck (N=200 for a quick run).
 N ?= 1000
