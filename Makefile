@@ -40,11 +40,21 @@ PEER ?=
 # WORKERS=2 runs nodewright with two worker processes; SPLIT=1 with one for workflows and one for activities.
 WORKERS ?= 1
 SPLIT ?=
+# TEMPORAL_DB=1 keeps the dev server's state in a SQLite file, as the chart's embedded Temporal does.
 bench-lifecycle: $(STAMP)
-	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS)) $(if $(BOOT_SECONDS),--boot-seconds $(BOOT_SECONDS))
+	$(BIN)/python benchmarks/lifecycle.py --runs $(RUNS) $(if $(PEER),--peer $(PEER)) $(if $(SPLIT),--split,--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(VM_SECONDS),--vm-create-seconds $(VM_SECONDS)) $(if $(BOOT_SECONDS),--boot-seconds $(BOOT_SECONDS)) $(if $(TEMPORAL_DB),--temporal-db)
 
 bench-disruption: $(STAMP)
 	$(BIN)/python benchmarks/disruption.py
+
+# A seeded fragmented workload scaled up, then down, and what consolidation makes of it: $/h, nodes, pods evicted
+# and nodes launched every minute for MINUTES after the last step (MINUTES=3 for a quick run); PEER=karpenter runs
+# Karpenter's kwok controller on the same workload first and prints both rows, the ratios and the lower bound.
+.PHONY: bench-consolidation
+SEED ?= 1
+MINUTES ?= 15
+bench-consolidation: $(STAMP)
+	$(BIN)/python benchmarks/consolidation.py $(if $(PEER),--peer $(PEER)) --seed $(SEED) --minutes $(MINUTES)
 
 # N NodeClaims through worker, controller, Temporal, API server, etcd and node-agent crashes and Azure errors,
 # then a scale to zero; fails on anything leaked, made twice or stuck (N=200 for a quick run).

@@ -67,17 +67,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.kubeclient import KubernetesCluster, load_cluster
-from benchmarks.lifecycle import (
-    APP,
-    CLUSTER,
-    bench_deployment,
-    emulated_azure,
-    examples,
-    has_pollers,
-    project_root,
-    tail,
-    workflow_exists,
-)
+from benchmarks.lifecycle import APP, bench_deployment
+from benchmarks.nodewright import CLUSTER, emulated_azure, examples, has_pollers, workflow_exists
+from benchmarks.processes import ROOT, tail
 from core.cluster import EventType as WatchEventType
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm.faults import Fault, FaultAction
@@ -147,7 +139,7 @@ class Supervised:
             out.flush()
             self.process = subprocess.Popen(
                 self.args,
-                cwd=project_root(),
+                cwd=ROOT,
                 env={**os.environ, **self.env},
                 stdin=subprocess.DEVNULL,
                 stdout=out,

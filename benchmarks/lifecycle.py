@@ -12,7 +12,8 @@ loaded by other work, and the only controller exited):
 - the emulated Azure (`python -m simulator --instant`): the ARM emulator the worker's Azure provider creates
   NICs and VMs in through the real Azure SDK, and the node agent each VM runs to join the cluster by TLS
   bootstrap, with zero boot, registration and readiness delays;
-- the Temporal dev server (in memory);
+- the Temporal dev server, in memory (`--temporal-db`: its state in a SQLite file, as the chart's embedded
+  Temporal keeps it);
 - one worker (`nodewright worker`; `--workers N` starts N, `--split` one `--role workflows` and one
   `--role activities`) and the controller (`nodewright controller`), all reaching the cluster
   through the control plane's kubeconfig (`NODEWRIGHT_KUBECONFIG`) and the emulated Azure through the
@@ -74,28 +75,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
 import re
-import shutil
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -109,31 +106,42 @@ if not workflow.unsafe.in_sandbox():
     sys.path.insert(0, str(project_root()))
 
 with workflow.unsafe.imports_passed_through():
-    import yaml
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
     from activities.kubeclient import KubernetesCluster, load_cluster
+    from benchmarks.karpenter import (
+        KWOK_NODECLASS,
+        fresh_control_plane,
+        karpenter_nodepool,
+        running_karpenter,
+    )
+    from benchmarks.nodewright import (
+        CLUSTER,
+        WORKER,
+        emulated_azure,
+        examples,
+        is_worker,
+        running_nodewright,
+        settings,
+        worker_roles,
+    )
+    from benchmarks.processes import (
+        cpu_of,
+        cpu_since,
+        figures_of,
+        first_exit,
+        log_path,
+        peak_rss_mb,
+        temporal_pid,
+    )
     from core.cluster import EventType as WatchEventType
-    from core.errors import TransientError
-    from core.instancetypes.azure import azure_instance_types
-    from core.instancetypes.catalog import load_shipped_catalog
     from core.messages import PlanResult
-    from simulator.aks_client import AksEmulatorClient
-    from simulator.arm_tls import CA_FILE_NAME
-    from workers.azure import emulator_environment
     from workers.controlplane.build import KARPENTER_VERSION, ensure_karpenter
     from workers.controlplane.run import (
-        DEFAULT_CRDS,
         KWOK_ANNOTATION,
         KWOK_ANNOTATION_VALUE,
         ControlPlane,
-        start_control_plane,
     )
-    from workers.processes import die_with_parent
-    from workers.temporal_server import DevServer, free_port
+    from workers.temporal_server import DevServer
     from workers.worker import STICKY_SECONDS, WORKFLOW_TASKS, connect
-    from workflows.disruption import disruption_id
     from workflows.provisioner import provisioner_id
 
 RUNS = [200, 1000]
@@ -141,20 +149,14 @@ SHAPES = ("pinned", "any")
 PINNED_INSTANCE_TYPE = "Standard_D2s_v5"
 TASK_QUEUE = "bench-lifecycle"
 TRIVIAL_QUEUE = "bench-trivial"
-CLUSTER = "bench"
 APP = "bench"
 TIMEOUT_SECONDS = 900.0
 SAMPLED_HISTORIES = 20
 PROGRESS_SECONDS = 5.0
 STUCK_SECONDS = 30.0
 CATCH_UP_SECONDS = 1.0
-STARTUP_SECONDS = 60.0
-ARM_RETRY_AFTER_SECONDS = 3.0
-"""With `--vm-create-seconds`: how long the SDK waits between two reads of an operation's status (the
-Retry-After the emulator sends; the AKS provider polls VM creates every 3 s)."""
 SIGNALLED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-WORKER = "worker"
 PROCESSES = (*CONTROL_PLANE, "azure", "temporal", WORKER, "controller", "bench")
 """Every process measured, in the order they are printed (`worker` stands for each worker process); `bench` is
 this one (the trivial workflows' worker and the watch that times what happens)."""
@@ -167,7 +169,6 @@ WORKER_WARNINGS = {
 (the task had timed out), and when an activation failed (one that held its thread for 2 s, a "potential
 deadlock", included), by the marker of the line."""
 OBSERVER_QPS = 200.0
-MACHINE = "machine"
 SHOWN_EVICTIONS = 5
 SHOWN_REQUESTS = 12
 SHOWN_AUDITED = 40
@@ -179,8 +180,6 @@ AUTOSCALER = {"nodewright": (WORKER, "controller", "temporal"), "karpenter": ("k
 """Each side's own processes, whose CPU counts as the autoscaler's (`worker`: every worker process)."""
 SIMULATION = ("azure",)
 """The emulated Azure and the node agents it runs: our simulation, counted as neither side's."""
-REGION = "eastus"
-"""The region of the emulated Azure, whose shipped catalog Karpenter's kwok provider gets as its instance types."""
 FLOOR_CONCURRENCY = 32
 FLOOR_NODE_CAPACITY = {"cpu": "2", "memory": "8Gi", "pods": "110"}
 """A Standard_D2s_v5's size: what the floor's Nodes report."""
@@ -267,113 +266,6 @@ def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
     }
 
 
-def examples() -> list[dict[str, Any]]:
-    """deploy/examples/ (its Linux cluster: not windows.yaml, which Karpenter's side has no counterpart of), without
-    the NodePool's CPU limit so that every benchmark node fits."""
-    documents = []
-    for path in sorted((project_root() / "deploy" / "examples").glob("*.yaml")):
-        if path.name == "windows.yaml":
-            continue
-        for document in yaml.safe_load_all(path.read_text()):
-            if not document:
-                continue
-            if document.get("kind") == "NodePool":
-                document["spec"].pop("limits", None)
-            documents.append(document)
-    return documents
-
-
-@contextlib.asynccontextmanager
-async def child_process(
-    args: Sequence[str], log: Path, env: dict[str, str] | None = None
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """A process of the system, from this checkout, for the duration of the block; its output goes to `log`."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            args,
-            cwd=project_root(),
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # A benchmark stopped by a signal leaves no worker behind to eat the next run's CPU.
-            preexec_fn=die_with_parent,
-        )
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(asyncio.to_thread(process.wait), 10)
-        except TimeoutError:
-            process.kill()
-            await asyncio.to_thread(process.wait)
-
-
-def tail(log: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):  # closed meanwhile
-            if (target := os.readlink(fd)).startswith("socket:["):
-                inodes.add(target.removeprefix("socket:[").removesuffix("]"))
-    return inodes
-
-
-def connections(pid: int, port: int) -> int:
-    """How many established TCP connections the process holds to this local port."""
-    rows = [line.split() for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]]
-    inodes = _socket_inodes(pid)
-    return sum(
-        int(row[2].rpartition(":")[2], 16) == port and row[3] == "01" and row[9] in inodes for row in rows
-    )
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a live process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mb(pid: int) -> int:
-    """A live process's peak resident memory (VmHWM) in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    return 0
-
-
-def temporal_pid() -> int:
-    """The dev server: the child process of this one running the `temporal` binary."""
-    for task in Path("/proc/self/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"temporal"):
-                    return int(pid)
-    raise RuntimeError("the Temporal dev server process was not found")
-
-
-def cpu_of(pids: dict[str, int]) -> dict[str, float]:
-    """Each process's CPU seconds so far, and under `machine` the whole machine's (all cores, busy time)."""
-    seconds = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle and iowait
-    seconds[MACHINE] = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-    return seconds
-
-
-def others(cpu: dict[str, float]) -> dict[str, float]:
-    """Per-process CPU seconds, with the machine's busy time that none of them used as `others`."""
-    ours = {name: value for name, value in cpu.items() if name != MACHINE}
-    return {**ours, "others": max(0.0, cpu.get(MACHINE, 0.0) - sum(ours.values()))}
-
-
 def apiserver_requests(plane: ControlPlane) -> dict[str, list[float]]:
     """The API server's requests so far from its /metrics: `VERB resource[/subresource]` to [count, seconds
     spent answering] (seconds are not kept for WATCH, which stays open)."""
@@ -452,69 +344,7 @@ def request_profile(before: dict[str, list[float]], after: dict[str, list[float]
     return sorted(rows, key=lambda row: -row["count"])
 
 
-# --- the emulated Azure ----------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def emulated_azure(
-    plane: ControlPlane,
-    directory: Path,
-    logs: Path,
-    seed: int = 0,
-    vm_create_seconds: float = 0.0,
-    boot_seconds: float = 0.0,
-) -> AsyncIterator[tuple[subprocess.Popen[bytes], dict[str, str]]]:
-    """`python -m simulator --instant` around the control plane, in its own process, for the block; yields the
-    process and the `NODEWRIGHT_*` variables that point a worker at it (from its `GET /_emulator/aks`). With
-    `vm_create_seconds`, each VM's create takes that long, and every long-running operation answers with
-    `Retry-After: ARM_RETRY_AFTER_SECONDS`, as Azure's do (the worker polls at 0.1 s otherwise); with
-    `boot_seconds`, each node's agent starts that long after its VM's create ended (an AKS node's kubelet
-    registers some seconds after the VM is made)."""
-    port, ca_dir = free_port(), directory / "emulated-aks"
-    command = [
-        *(sys.executable, "-m", "simulator", "--instant", "--kubeconfig", str(plane.kubeconfig)),
-        *("--bootstrap-token-secret", plane.bootstrap_token_secret, "--cluster-name", CLUSTER),
-        *("--port", str(port), "--ca-dir", str(ca_dir), "--seed", str(seed)),
-    ]
-    async with child_process(command, logs / "azure.log") as process:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the emulated Azure exited:\n{tail(logs / 'azure.log')}")
-            if (ca_dir / CA_FILE_NAME).is_file():
-                async with AksEmulatorClient(f"https://127.0.0.1:{port}", ca_dir / CA_FILE_NAME) as emulator:
-                    with contextlib.suppress(TransientError):
-                        info = await emulator.cluster_info()
-                        if vm_create_seconds:
-                            await emulator.update_settings(
-                                {
-                                    "arm": {
-                                        "vm_create_seconds": vm_create_seconds,
-                                        "poll_retry_after": ARM_RETRY_AFTER_SECONDS,
-                                    }
-                                }
-                            )
-                        if boot_seconds:
-                            await emulator.update_settings({"agent": {"boot_delay": boot_seconds}})
-                        break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the emulated Azure did not answer within {STARTUP_SECONDS:g} s")
-            await asyncio.sleep(0.2)
-        yield process, emulator_environment(info)
-
-
-def worker_roles(workers: int, split: bool) -> dict[str, str]:
-    """The worker processes of a run by name, with the `--role` each runs: one `all` (`worker`), `workers` of
-    them (`worker 1`, ...), or, split, `worker workflows` and `worker activities`."""
-    if split:
-        return {f"{WORKER} {role}": role for role in ("workflows", "activities")}
-    if workers == 1:
-        return {WORKER: "all"}
-    return {f"{WORKER} {index}": "all" for index in range(1, workers + 1)}
-
-
-def is_worker(name: str) -> bool:
-    return name == WORKER or name.startswith(WORKER + " ")
+# --- the processes ------------------------------------------------------------------------------------------
 
 
 def process_of(name: str) -> str:
@@ -529,45 +359,6 @@ def worker_warnings(log: Path) -> dict[str, int]:
     except OSError:
         return {}
     return {what: sum(marker in line for line in lines) for what, marker in WORKER_WARNINGS.items()}
-
-
-# --- waiting for the processes ------------------------------------------------------------------------------
-
-
-async def has_pollers(client: Client, task_queue: str) -> bool:
-    """Whether some worker polls the task queue for both workflow and activity tasks."""
-    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-        response = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=task_queue), task_queue_type=kind
-            )
-        )
-        if not response.pollers:
-            return False
-    return True
-
-
-async def workflow_exists(client: Client, workflow_id: str) -> bool:
-    try:
-        await client.get_workflow_handle(workflow_id).describe()
-    except Exception:
-        return False
-    return True
-
-
-async def until(what: str, ready: Any, processes: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
-    """Until `ready()` holds; fails naming the process that exited (with the end of its log) or the timeout."""
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while not await ready():
-        for name, process in processes.items():
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with code {process.returncode}:\n"
-                    + tail(logs / f"{name.replace(' ', '-')}.log")
-                )
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} within {STARTUP_SECONDS:g} s")
-        await asyncio.sleep(0.2)
 
 
 # --- what happened ---------------------------------------------------------------------------------------
@@ -823,12 +614,8 @@ async def wait_until_done(
     while len(seen.claim_initialized) < count or seen.running < count:
         await asyncio.sleep(0.25)
         now = time.time()
-        for name, process in processes.items():
-            if process.poll() is not None:
-                return f"{name} exited with code {process.returncode}"
-        for name, process in plane.processes.items():
-            if process.poll() is not None:
-                return f"{name} exited with code {process.returncode}"
+        if exited := first_exit({**processes, **plane.processes}):
+            return exited
         if now - started > timeout:
             return f"not done within {timeout:g} s: {progress(seen)}"
         if now - last_report < PROGRESS_SECONDS:
@@ -883,43 +670,33 @@ async def run_one(
     workers: dict[str, str] | None = None,
     vm_create_seconds: float = 0.0,
     boot_seconds: float = 0.0,
+    temporal_db: bool = False,
 ) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
-    directory = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
-    if keep:
-        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
-    logs = directory / "logs"
-    logs.mkdir()
-    try:
-        crds = karpenter_crds(directory) if side == "karpenter" else DEFAULT_CRDS
-        plane = await asyncio.to_thread(
-            functools.partial(start_control_plane, crds=crds, audit_policy=AUDIT_POLICY if audit else None),
-            directory / "control-plane",
-        )
-        try:
-            if side == "nodewright":
-                row = await _run_on(
-                    plane,
-                    directory,
-                    logs,
-                    count,
-                    shape,
-                    timeout,
-                    workers or worker_roles(1, False),
-                    vm_create_seconds,
-                    boot_seconds,
-                )
-            else:
-                row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
-            window = row.pop("window")
-            if audit:
-                row["audited_requests"] = audit_profile(plane.audit_log, *window)
-            return row
-        finally:
-            await asyncio.to_thread(plane.stop)
-    finally:
-        if not keep:
-            shutil.rmtree(directory, ignore_errors=True)
+    async with fresh_control_plane(side, "bench-lifecycle-", keep, AUDIT_POLICY if audit else None) as (
+        plane,
+        directory,
+        logs,
+    ):
+        if side == "nodewright":
+            row = await _run_on(
+                plane,
+                directory,
+                logs,
+                count,
+                shape,
+                timeout,
+                workers or worker_roles(1, False),
+                vm_create_seconds,
+                boot_seconds,
+                temporal_db,
+            )
+        else:
+            row = await run_without_nodewright(plane, directory, logs, count, shape, timeout, side)
+        window = row.pop("window")
+        if audit:
+            row["audited_requests"] = audit_profile(plane.audit_log, *window)
+        return row
 
 
 async def _run_on(
@@ -932,12 +709,14 @@ async def _run_on(
     workers: dict[str, str],
     vm_create_seconds: float = 0.0,
     boot_seconds: float = 0.0,
+    temporal_db: bool = False,
 ) -> dict[str, Any]:
-    api_port = int(plane.server.rpartition(":")[2])
     kube = load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS))
     async with (
         kube,
-        DevServer(log_path=logs / "temporal.log") as temporal,
+        DevServer(
+            log_path=logs / "temporal.log", db_filename=directory / "temporal.db" if temporal_db else None
+        ) as temporal,
         emulated_azure(
             plane, directory, logs, vm_create_seconds=vm_create_seconds, boot_seconds=boot_seconds
         ) as (
@@ -951,62 +730,25 @@ async def _run_on(
 
         before = cpu_of(pids)
         trivial_per_second = await trivial_rate(client, count)
-        trivial_cpu = others({name: cpu - before[name] for name, cpu in cpu_of(pids).items()})
+        trivial_cpu = cpu_since(before, pids)
 
         await kube.apply(examples())
         nodepool = await kube.get_object("NodePool", "default")
         version = int((nodepool or {}).get("metadata", {}).get("resourceVersion") or 0)
-        settings = {
-            "NODEWRIGHT_KUBECONFIG": str(plane.kubeconfig),
-            "NODEWRIGHT_TEMPORAL_ADDRESS": temporal.target,
-            "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
-            "NODEWRIGHT_CLUSTER_NAME": CLUSTER,
+        environment = {
+            **settings(plane, temporal.target, TASK_QUEUE, azure_environment),
             # The disruption loop plans once at start, then idles: this measures provisioning alone.
             "NODEWRIGHT_DISRUPTION_POLL_SECONDS": "3600",
-            # On a loaded machine the API server can take longer than the default 8 s renew deadline to
-            # answer the Lease's update; the (only) controller then exits by design and the run is lost.
-            "NODEWRIGHT_LEADER_ELECTION_LEASE_SECONDS": "60",
-            "NODEWRIGHT_LEADER_ELECTION_RENEW_SECONDS": "50",
-            **azure_environment,
         }
-        nodewright = (sys.executable, "-m", "workers.cli")
         seen = Observed()
-
-        # Each process serves /metrics and its probes on ports of its own, as each is its own pod in a cluster
-        # (free ones: nothing to collide with other runs on this machine).
-        def own_ports() -> dict[str, str]:
-            return {
-                **settings,
-                "NODEWRIGHT_METRICS_PORT": str(free_port()),
-                "NODEWRIGHT_HEALTH_PROBE_PORT": str(free_port()),
-            }
-
-        def log_of(name: str) -> Path:
-            return logs / f"{name.replace(' ', '-')}.log"
 
         async with contextlib.AsyncExitStack() as stack:
             ours: dict[str, subprocess.Popen[bytes]] = {"azure": azure}
-            for name, role in workers.items():
-                ours[name] = await stack.enter_async_context(
-                    child_process((*nodewright, "worker", "--role", role), log_of(name), own_ports())
-                )
-            controller = await stack.enter_async_context(
-                child_process((*nodewright, "controller"), logs / "controller.log", own_ports())
+            ours |= await stack.enter_async_context(
+                running_nodewright(plane, logs, environment, workers, client, watched=ours)
             )
             group = await stack.enter_async_context(asyncio.TaskGroup())
-            ours["controller"] = controller
             pids |= {name: process.pid for name, process in ours.items()}
-            await until(
-                "the worker did not poll its task queue", lambda: has_pollers(client, TASK_QUEUE), ours, logs
-            )
-
-            async def controller_ready() -> bool:
-                # It starts the disruption loop, then lists and watches five kinds, each on a connection.
-                return await workflow_exists(client, disruption_id(CLUSTER)) and (
-                    connections(controller.pid, api_port) >= 5
-                )
-
-            await until("the controller did not watch the API server", controller_ready, ours, logs)
             watcher = group.create_task(observe(kube, version, seen))
             await asyncio.sleep(CATCH_UP_SECONDS)  # every watch of this process open, and the controller's
             requests_before = await asyncio.to_thread(apiserver_requests, plane)
@@ -1014,14 +756,14 @@ async def _run_on(
             started = time.time()
             await kube.apply([bench_deployment(count, shape)])
             failure = await wait_until_done(client, seen, count, timeout, ours, plane)
-            lifecycle_cpu = others({name: cpu - before[name] for name, cpu in cpu_of(pids).items()})
+            lifecycle_cpu = cpu_since(before, pids)
             elapsed = time.time() - started
             rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}
             requests = request_profile(requests_before, await asyncio.to_thread(apiserver_requests, plane))
             print(f"{time.time() - started:6.1f} s: {progress(seen)}", file=sys.stderr, flush=True)
             watcher.cancel()
             await asyncio.sleep(1)  # the last workflow tasks land in the histories
-        warnings = {name: worker_warnings(log_of(name)) for name in workers}
+        warnings = {name: worker_warnings(log_path(logs, name)) for name in workers}
 
         first_pending = min(seen.pod_pending.values(), default=started)
         starts = [e.start_time.timestamp() async for e in client.list_workflows('WorkflowType="NodeClaim"')]
@@ -1109,60 +851,6 @@ def side_figures(side: str, seen: Observed, first_pending: float, cpu: dict[str,
     }
 
 
-def karpenter_crds(directory: Path) -> Path:
-    """Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay, CapacityBuffer, KWOKNodeClass), built once beside
-    the other binaries, and the AKSNodeClass CRD only because this process's watch lists that kind too."""
-    crds = directory / "karpenter-crds"
-    crds.mkdir()
-    for source in [
-        *sorted(ensure_karpenter().crds.glob("*.yaml")),
-        DEFAULT_CRDS / "karpenter.azure.com_aksnodeclasses.yaml",
-    ]:
-        shutil.copyfile(source, crds / source.name)
-    return crds
-
-
-def karpenter_instance_types(region: str = REGION) -> list[dict[str, Any]]:
-    """The emulated Azure's instance types (the region's shipped catalog, as nodewright's scheduler sees them) in
-    the format of Karpenter's kwok provider (its `INSTANCE_TYPES_FILE_PATH`), so both sides choose among the same
-    sizes, zones and prices."""
-    types = []
-    for instance_type in azure_instance_types(load_shipped_catalog(region)):
-        arch = sorted(instance_type.requirements.get("kubernetes.io/arch").values)
-        systems = sorted(instance_type.requirements.get("kubernetes.io/os").values) or ["linux"]
-        types.append(
-            {
-                "name": instance_type.name,
-                "architecture": arch[0] if arch else "amd64",
-                "operatingSystems": systems,
-                "resources": {
-                    name: f"{amount}m" if name == "cpu" else str(amount)
-                    for name, amount in instance_type.capacity.items()
-                },
-                "offerings": [
-                    {
-                        "Price": offering.price_micros / 1e6,
-                        "Available": offering.available,
-                        "Requirements": [
-                            {
-                                "key": "karpenter.sh/capacity-type",
-                                "operator": "In",
-                                "values": [offering.capacity_type],
-                            },
-                            {
-                                "key": "topology.kubernetes.io/zone",
-                                "operator": "In",
-                                "values": [offering.zone],
-                            },
-                        ],
-                    }
-                    for offering in instance_type.offerings
-                ],
-            }
-        )
-    return types
-
-
 def without_autoscaler_objects() -> list[dict[str, Any]]:
     """deploy/examples/ without its NodePool and AKSNodeClass: the same DaemonSet and workloads on every side."""
     return [document for document in examples() if document["kind"] not in ("NodePool", "AKSNodeClass")]
@@ -1172,33 +860,7 @@ def karpenter_objects() -> list[dict[str, Any]]:
     """A KWOKNodeClass and deploy/examples/' NodePool pointed at it (its AKS-only requirements left out), then
     the examples' other objects."""
     nodepool = next(document for document in examples() if document["kind"] == "NodePool")
-    template = nodepool["spec"]["template"]["spec"]
-    template["nodeClassRef"] = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
-    template["requirements"] = [
-        requirement
-        for requirement in template.get("requirements", [])
-        if not requirement["key"].startswith("karpenter.azure.com/")
-    ]
-    nodeclass = {
-        "apiVersion": "karpenter.kwok.sh/v1alpha1",
-        "kind": "KWOKNodeClass",
-        "metadata": {"name": "default"},
-    }
-    return [nodeclass, nodepool, *without_autoscaler_objects()]
-
-
-def karpenter_environment(plane: ControlPlane, instance_types: Path) -> dict[str, str]:
-    """Karpenter run outside the cluster, as the issue's author ran it, on ports of its own."""
-    return {
-        "KUBECONFIG": str(plane.kubeconfig),
-        "SYSTEM_NAMESPACE": "kube-system",
-        "DISABLE_LEADER_ELECTION": "true",
-        "METRICS_PORT": str(free_port()),
-        "HEALTH_PROBE_PORT": str(free_port()),
-        "KARPENTER_SERVICE": "karpenter",
-        "KUBERNETES_MIN_VERSION": "1.19.0-0",
-        "INSTANCE_TYPES_FILE_PATH": str(instance_types),
-    }
+    return [KWOK_NODECLASS, karpenter_nodepool(nodepool), *without_autoscaler_objects()]
 
 
 def floor_node(name: str) -> dict[str, Any]:
@@ -1259,11 +921,6 @@ async def nominations_or_placements(kube: KubernetesCluster) -> dict[str, list[s
     return pods_of
 
 
-async def nodepool_ready(kube: KubernetesCluster) -> bool:
-    nodepool = await kube.get_object("NodePool", "default")
-    return _condition(nodepool or {}, "Ready").get("status") == "True"
-
-
 async def wait_until_settled(
     side: str,
     seen: Observed,
@@ -1279,9 +936,8 @@ async def wait_until_settled(
     while len(seen.claim_initialized) < claims or seen.running < count:
         await asyncio.sleep(0.25)
         now = time.time()
-        for name, process in [*processes.items(), *plane.processes.items()]:
-            if process.poll() is not None:
-                return f"{name} exited with code {process.returncode}"
+        if exited := first_exit({**processes, **plane.processes}):
+            return exited
         if now - started > timeout:
             return f"not done within {timeout:g} s: {progress(seen)}"
         if now - last_report >= PROGRESS_SECONDS:
@@ -1301,20 +957,9 @@ async def run_without_nodewright(
         processes: dict[str, subprocess.Popen[bytes]] = {}
         if side == "karpenter":
             await kube.apply(karpenter_objects())
-            instance_types = directory / "instance-types.json"
-            instance_types.write_text(json.dumps(karpenter_instance_types()))
-            binary = str(ensure_karpenter().binary)
-            karpenter = await stack.enter_async_context(
-                child_process([binary], logs / "karpenter.log", karpenter_environment(plane, instance_types))
-            )
+            karpenter = await stack.enter_async_context(running_karpenter(plane, directory, logs, kube))
             processes["karpenter"] = karpenter
             pids["karpenter"] = karpenter.pid
-            await until(
-                "Karpenter did not mark the NodePool Ready",
-                lambda: nodepool_ready(kube),
-                processes,
-                logs,
-            )
         else:
             await kube.apply(without_autoscaler_objects())
         daemonset = await kube.get_object("DaemonSet", "log-agent", "kube-system")
@@ -1330,7 +975,7 @@ async def run_without_nodewright(
             await kube.apply([bench_deployment(count, shape)])
             maker = group.create_task(make_floor_nodes(kube, seen, count, made)) if side == "floor" else None
             failure = await wait_until_settled(side, seen, count, timeout, processes, plane)
-            cpu = others({name: value - before[name] for name, value in cpu_of(pids).items()})
+            cpu = cpu_since(before, pids)
             elapsed = time.time() - started
             rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}
             requests = request_profile(requests_before, await asyncio.to_thread(apiserver_requests, plane))
@@ -1543,7 +1188,7 @@ def print_profile(row: dict[str, Any]) -> None:
 
 def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -> dict[str, Any] | None:
     """One run in a fresh process (so that each peak is its own): its figures, or None if it printed none."""
-    done = subprocess.run(
+    return figures_of(
         [
             sys.executable,
             __file__,
@@ -1564,22 +1209,10 @@ def run_in_process(count: int, args: argparse.Namespace, side: str = SIDES[0]) -
             str(args.vm_create_seconds),
             "--boot-seconds",
             str(args.boot_seconds),
+            *(["--temporal-db"] if args.temporal_db else []),
         ],
-        check=False,
-        stdout=subprocess.PIPE,
-        text=True,
+        f"the {side} run of {count} pods",
     )
-    # Temporal's core writes its warnings (payloads over 512 KB) to stdout too: the figures are the last line.
-    lines = done.stdout.strip().splitlines()
-    try:
-        row: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        print(
-            f"the {side} run of {count} pods failed (exit code {done.returncode}) without figures",
-            file=sys.stderr,
-        )
-        return None
-    return row
 
 
 def compare(counts: list[int], args: argparse.Namespace) -> None:
@@ -1658,6 +1291,12 @@ def main() -> None:
         help="nodewright: each node registers S seconds after its VM's create ended, as an AKS node's kubelet "
         "does (default 0); not with --peer",
     )
+    parser.add_argument(
+        "--temporal-db",
+        action="store_true",
+        help="nodewright: the Temporal dev server keeps its state in a SQLite file (WAL), as the chart's embedded "
+        "Temporal does, instead of in memory",
+    )
     workers = parser.add_mutually_exclusive_group()
     workers.add_argument(
         "--workers",
@@ -1697,6 +1336,7 @@ def main() -> None:
                 worker_roles(args.workers, args.split),
                 args.vm_create_seconds,
                 args.boot_seconds,
+                args.temporal_db,
             )
         )
         print(json.dumps(one))

@@ -3,13 +3,15 @@ starts from an empty cluster (no NodePools, NodeClaims, Nodes, workloads or rota
 emulated Azure of its own, apply `deploy/examples/`, wait until kube-scheduler has marked pods unschedulable (as
 the controller waits for before it signals the provisioner), read the events Karpenter recorded, and run
 activities under a workflow run id of their own (NodeClaim names derive from it; events outlive a test on the
-shared API server)."""
+shared API server); and run the process kubelet, whose Nodes run pods as processes (`simulator.kubelet`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from datetime import timedelta
@@ -194,3 +196,35 @@ async def events(
         if event.get("reason") == reason
         and (regarding is None or (event.get("regarding") or {}).get("name") in regarding)
     ]
+
+
+@contextlib.asynccontextmanager
+async def process_kubelet(plane: ControlPlane, directory: Path, *flags: str) -> AsyncIterator[Path]:
+    """`python -m simulator.kubelet` with `flags` on the control plane, its state in `directory`, from the moment
+    its Nodes are registered to the block's end (then SIGTERM: its pods stop, its Nodes go); the directory, where
+    its pods' logs are (`pods/<namespace>_<pod>_<uid>/<container>/<restart>.log`; its own is `kubelet.log`)."""
+    directory.mkdir(parents=True)
+    with (directory / "kubelet.log").open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "simulator.kubelet",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--directory",
+            str(directory),
+            *flags,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(60):
+            line = await process.stdout.readline()
+        assert line.decode().strip() == "ready", (directory / "kubelet.log").read_text()
+        yield directory
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        async with asyncio.timeout(30):
+            await process.wait()

@@ -272,7 +272,11 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     if database is not None:
         database.parent.mkdir(parents=True, exist_ok=True)
-    asyncio.run(run_dev_server(load_settings(), ui_port=args.ui_port, db_filename=database))
+    asyncio.run(
+        run_dev_server(
+            load_settings(), ui_port=args.ui_port, db_filename=database, probe_port=args.probe_port
+        )
+    )
     return 0
 
 
@@ -514,6 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
         "dev-server", help="run a Temporal dev server with the UI and our search attributes"
     )
     server.add_argument("--ui-port", type=int, default=None)
+    server.add_argument(
+        "--probe-port",
+        type=int,
+        default=0,
+        help="serve /healthz and /readyz (ready while the namespace answers) on this port (default: none)",
+    )
     persistence = server.add_mutually_exclusive_group()
     persistence.add_argument(
         "--db-filename",

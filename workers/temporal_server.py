@@ -33,6 +33,7 @@ from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKe
 from temporalio.service import RPCError, RPCStatusCode
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
 
+from workers.health import Check, Readiness, serve_probes
 from workers.processes import die_with_parent
 from workers.settings import Settings, env_var, split_address
 from workflows.search_attributes import ALL
@@ -264,6 +265,16 @@ class DevServer:
         lines = self._log.read().decode(errors="replace").splitlines()[-LOG_TAIL_LINES:]
         return "\nits log ends with:\n  " + "\n  ".join(lines) if lines else ""
 
+    async def exited(self, period: float = 0.5) -> int:
+        """Wait until the server process ends by itself (a crash, a kill from outside); its exit code."""
+        while True:
+            process = self._process
+            if process is None:
+                raise DevServerError(f"the dev server on {self.target} is not started")
+            if (code := process.poll()) is not None:
+                return code
+            await asyncio.sleep(period)
+
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL if the server has not exited within `stop_timeout`. Safe to call twice."""
         await self._end(graceful=True)
@@ -351,13 +362,17 @@ async def run_dev_server(
     ui_port: int | None = None,
     db_filename: str | Path | None = None,
     log_path: str | Path | None = None,
+    probe_port: int = 0,
     out: TextIO = sys.stdout,
     stop: asyncio.Event | None = None,
 ) -> None:
     """`nodewright dev-server`: serve Temporal with the Web UI on the settings' address until SIGINT or SIGTERM.
 
     The UI listens on `ui_port`, by default the gRPC port + 1000 (Temporal's own convention: 7233 -> 8233).
-    `stop` ends the server from inside the process (tests); signals end it from outside.
+    `stop` ends the server from inside the process (tests); signals end it from outside. A server that exits by
+    itself ends this too, with `DevServerError` (in a pod: the container exits and is restarted). With a
+    `probe_port` (the chart's embedded Temporal), `/healthz` and `/readyz` are served there once the server
+    started: ready while its namespace answers.
     """
     host, port = split_address(settings.temporal_address)
     ip = "127.0.0.1" if host == "localhost" else host
@@ -376,7 +391,7 @@ async def run_dev_server(
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
     try:
-        async with server:
+        async with server, serve_probes(probe_port, _serving(server)):
             names = ", ".join(key.name for key in server.search_attributes)
             print("Temporal dev server is running", file=out)
             print(f"  gRPC address:      {server.target}  ({env_var('temporal_address')})", file=out)
@@ -390,8 +405,34 @@ async def run_dev_server(
             if log_path is not None:
                 print(f"  server log:        {log_path}", file=out)
             print("Press Ctrl-C to stop.", file=out, flush=True)
-            await stop.wait()
+            stopped, exited = asyncio.create_task(stop.wait()), asyncio.create_task(server.exited())
+            await asyncio.wait((stopped, exited), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            exited.cancel()
+            if not stop.is_set():
+                raise DevServerError(
+                    f"the Temporal server on {server.target} exited with code {exited.result()}{server._log_tail()}"
+                )
             print("Stopping the Temporal dev server.", file=out, flush=True)
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
+
+
+def _serving(server: DevServer) -> Readiness:
+    """Ready while the server answers for its namespace (the namespace exists, so workers can start)."""
+
+    clients: list[Client] = []
+
+    async def namespace() -> str | None:
+        try:
+            if not clients:
+                clients.append(await Client.connect(server.target, namespace=server.namespace))
+            await clients[0].workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=server.namespace)
+            )
+        except (RuntimeError, RPCError) as error:
+            return f"namespace {server.namespace} on {server.target}: {error}"
+        return None
+
+    return Readiness([Check("Temporal", namespace)])

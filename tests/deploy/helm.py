@@ -20,7 +20,13 @@ REQUIRED_VALUES = HERE / "values-required.yaml"
 """Only the values nodewright cannot run without: with them, the chart's defaults render."""
 FULL_VALUES = HERE / "values-full.yaml"
 """Every option set."""
-VALUE_SETS = {"default": (REQUIRED_VALUES,), "full": (FULL_VALUES,)}
+FULL_EMBEDDED_VALUES = HERE / "values-full-embedded.yaml"
+"""Over the full values: the embedded Temporal instead of Temporal Cloud."""
+VALUE_SETS = {
+    "default": (REQUIRED_VALUES,),
+    "full": (FULL_VALUES,),
+    "full-embedded": (FULL_VALUES, FULL_EMBEDDED_VALUES),
+}
 
 
 class HelmError(AssertionError):
@@ -105,6 +111,15 @@ def deployments(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         item["metadata"]["labels"]["app.kubernetes.io/component"]: item
         for item in objects
         if item["kind"] == "Deployment"
+    }
+
+
+def workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The Deployments and the embedded Temporal's StatefulSet by component (controller, worker, temporal)."""
+    return {
+        item["metadata"]["labels"]["app.kubernetes.io/component"]: item
+        for item in objects
+        if item["kind"] in ("Deployment", "StatefulSet")
     }
 
 

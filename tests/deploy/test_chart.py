@@ -136,8 +136,11 @@ def test_without_values_the_first_missing_one_is_named(helm: Helm) -> None:
         (["controller.leaderElection.enabled=false"], "needs controller.replicas=1"),
         (["worker.shutdownGraceSeconds=30"], "shorter than terminationGracePeriodSeconds"),
         (["settings.batchMaxSeconds=0.5"], "batchMaxSeconds must be at least settings.batchIdleSeconds"),
+        (["temporal.tls.enabled=true"], "temporal.tls and temporal.apiKey are for an external Temporal"),
+        (["temporal.apiKey.secretName=key"], "set temporal.address too"),
         (
             [
+                "temporal.address=temporal-frontend.temporal:7233",
                 "temporal.tls.secretName=tls",
                 "temporal.tls.clientCertificate=false",
                 "temporal.tls.caCertificate=false",
@@ -372,7 +375,9 @@ def test_one_disruption_budget_per_deployment(helm: Helm) -> None:
 
 def test_the_metrics_service_selects_both_components(helm: Helm) -> None:
     objects = helm.render([REQUIRED_VALUES])
-    (service,) = by_kind(objects, "Service")
+    (service,) = [
+        item for item in by_kind(objects, "Service") if item["metadata"]["name"] == "nodewright-metrics"
+    ]
     assert service["spec"]["ports"] == [
         {"name": "http-metrics", "port": 8080, "targetPort": "http-metrics", "protocol": "TCP"}
     ]
@@ -447,7 +452,8 @@ def test_temporal_mtls_secret_is_mounted_read_only_and_the_api_key_comes_from_it
 def test_each_temporal_connection_sets_only_its_variables(
     helm: Helm, assignments: list[str], expected: set[str]
 ) -> None:
-    env = environment(deployments(helm.render([REQUIRED_VALUES], *assignments))["worker"])
+    external = "temporal.address=temporal-frontend.temporal:7233"
+    env = environment(deployments(helm.render([REQUIRED_VALUES], external, *assignments))["worker"])
     assert {
         name for name in env if name.startswith(("NODEWRIGHT_TEMPORAL_TLS", "NODEWRIGHT_TEMPORAL_API"))
     } == expected
@@ -594,6 +600,89 @@ def test_the_cloud_reaches_the_processes_by_the_providers_names(helm: Helm) -> N
     assert done.returncode != 0 and "at '/settings/azure/cloud'" in done.stdout + done.stderr
 
 
+# The embedded Temporal
+
+
+def temporal_objects(objects: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The embedded Temporal's StatefulSet and Service."""
+    (stateful,) = by_kind(objects, "StatefulSet")
+    (service,) = [
+        item for item in by_kind(objects, "Service") if item["metadata"]["name"].endswith("-temporal")
+    ]
+    return stateful, service
+
+
+def test_without_a_temporal_address_the_release_runs_its_own_and_the_pods_use_it(helm: Helm) -> None:
+    objects = helm.render([REQUIRED_VALUES], namespace="nodewright-system")
+    stateful, service = temporal_objects(objects)
+    assert stateful["metadata"]["name"] == service["metadata"]["name"] == "nodewright-temporal"
+    spec = stateful["spec"]
+    assert spec["replicas"] == 1 and spec["serviceName"] == "nodewright-temporal"
+    # Its database outlives pods and releases, on a disk of the cluster's default class.
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "4Gi"}}}
+    pod = spec["template"]["spec"]
+    server = container(stateful)
+    assert server["args"] == [
+        "dev-server", "--db-filename", "/var/lib/temporal/temporal.db", "--ui-port", "8233", "--probe-port", "8081"
+    ]  # fmt: skip
+    env = environment(stateful)
+    assert env == {
+        "NODEWRIGHT_TEMPORAL_ADDRESS": "0.0.0.0:7233",
+        "NODEWRIGHT_TEMPORAL_NAMESPACE": "default",
+        "USER": "temporal",
+    }
+    assert {"name": claim["metadata"]["name"], "mountPath": "/var/lib/temporal"} in server["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in server["volumeMounts"]
+    # Locked down as the other pods: the image's user, a read-only root, fsGroup making the disk writable.
+    assert pod["securityContext"]["runAsUser"] == 65532 and pod["securityContext"]["fsGroup"] == 65532
+    assert server["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    ports = {port["name"]: port["containerPort"] for port in server["ports"]}
+    assert ports == {"grpc": 7233, "http-ui": 8233, "http": 8081}
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchExpressions"] == [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]
+    # The Service selects the server only, and every process of the release is pointed at it.
+    assert service["spec"]["ports"] == [
+        {"name": "grpc", "port": 7233, "targetPort": "grpc", "protocol": "TCP"},
+        {"name": "http-ui", "port": 8233, "targetPort": "http-ui", "protocol": "TCP"},
+    ]
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert spec["selector"]["matchLabels"]["app.kubernetes.io/component"] == "temporal"
+    for deployment in deployments(objects).values():
+        address = environment(deployment)["NODEWRIGHT_TEMPORAL_ADDRESS"]
+        assert address == "nodewright-temporal.nodewright-system.svc:7233"
+
+
+def test_the_embedded_temporal_takes_its_options(helm: Helm) -> None:
+    objects = helm.render(list(VALUE_SETS["full-embedded"]))
+    stateful, service = temporal_objects(objects)
+    full = yaml.safe_load(FULL_VALUES.read_text(encoding="utf-8"))["temporal"]["embedded"]
+    assert [port["port"] for port in service["spec"]["ports"]] == [full["port"], full["uiPort"]]
+    (claim,) = stateful["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == full["persistence"]["storageClassName"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == full["persistence"]["size"]
+    assert container(stateful)["resources"] == full["resources"]
+    assert environment(stateful)["NODEWRIGHT_TEMPORAL_ADDRESS"] == f"0.0.0.0:{full['port']}"
+    name = service["metadata"]["name"]
+    for deployment in deployments(objects).values():
+        assert (
+            environment(deployment)["NODEWRIGHT_TEMPORAL_ADDRESS"] == f"{name}.nodewright.svc:{full['port']}"
+        )
+
+
+def test_a_temporal_address_switches_to_that_temporal_and_renders_none(helm: Helm) -> None:
+    objects = helm.render([REQUIRED_VALUES], "temporal.address=temporal-frontend.temporal:7233")
+    assert by_kind(objects, "StatefulSet") == []
+    assert [item["metadata"]["name"] for item in by_kind(objects, "Service")] == ["nodewright-metrics"]
+    for deployment in deployments(objects).values():
+        assert environment(deployment)["NODEWRIGHT_TEMPORAL_ADDRESS"] == "temporal-frontend.temporal:7233"
+
+
 # Against the real API server
 
 
@@ -643,7 +732,7 @@ def lookup(plane: ControlPlane, item: dict[str, Any], namespace: str) -> dict[st
 def own_names(value_set: str, namespace: str) -> list[str]:
     """`--set` assignments that give the release's cluster-scoped objects names of the test's own (the full
     values fix fullnameOverride, from which those names derive)."""
-    return [f"fullnameOverride={namespace}-full"] if value_set == "full" else []
+    return [f"fullnameOverride={namespace}-full"] if value_set.startswith("full") else []
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
@@ -656,6 +745,9 @@ def test_the_api_server_accepts_every_object_the_chart_renders(
         VALUE_SETS[value_set], *sets, flags=["--include-crds"], release=namespace, namespace=namespace
     )
     objects = documents(rendered.stdout)
+    # A pod is refused unless its ServiceAccount exists, and a dry run makes none: the release's, and the helm
+    # test's, are made first (the namespace goes at the end).
+    control_plane.apply(by_kind(objects, "ServiceAccount"))
     # Server-side apply, as the control plane installed the CRDs; every object names its own namespace (the
     # bootstrap token's Role lives in kube-system).
     done = control_plane.kubectl(
@@ -678,7 +770,8 @@ def test_the_api_server_accepts_every_object_the_chart_renders(
         "Service",
         "PodDisruptionBudget",
     } <= kinds
-    assert ("ServiceMonitor" in kinds) == (value_set == "full")
+    assert ("ServiceMonitor" in kinds) == value_set.startswith("full")
+    assert ("StatefulSet" in kinds) == (value_set != "full"), "the embedded Temporal, unless temporal.address"
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))

@@ -75,6 +75,55 @@ def test_helm_test_asks_the_ready_controllers_for_readyz(helm: Helm) -> None:
     assert [item for item in installed if HOOK in item["metadata"].get("annotations", {})] == []
 
 
+def test_helm_test_with_a_node_pool_asks_for_a_node_of_it_after_the_readiness_test(helm: Helm) -> None:
+    objects = helm.render(
+        [REQUIRED_VALUES], "helmTest.nodePool=general", "helmTest.nodeTimeoutSeconds=90", tests=True
+    )
+    hooks = {
+        (item["kind"], item["metadata"]["name"]): item
+        for item in objects
+        if HOOK in item["metadata"].get("annotations", {})
+    }
+    name = "nodewright-test-node"
+    assert set(hooks) == {
+        ("Service", "nodewright-controller-health"),
+        ("Pod", "nodewright-test-controller-ready"),
+        ("ServiceAccount", name),
+        ("Role", name),
+        ("RoleBinding", name),
+        ("Pod", f"{name}-ready"),
+    }
+    weight = {
+        key: int(item["metadata"]["annotations"].get("helm.sh/hook-weight", 0)) for key, item in hooks.items()
+    }
+    # Its permissions exist before it runs, and it runs after the readiness test.
+    assert (
+        weight[("Role", name)]
+        < weight[("Pod", "nodewright-test-controller-ready")]
+        < weight[("Pod", f"{name}-ready")]
+    )
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        policy = hooks[(kind, name)]["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+        assert set(policy.split(",")) == {"before-hook-creation", "hook-succeeded", "hook-failed"}
+    (rule,) = hooks[("Role", name)]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "delete"]}
+    assert hooks[("RoleBinding", name)]["subjects"][0]["name"] == name
+    pod = hooks[("Pod", f"{name}-ready")]
+    assert pod["spec"]["serviceAccountName"] == name and pod["spec"]["restartPolicy"] == "Never"
+    # It runs on the release's own nodes, as the chart's image and user, and names the NodePool to try.
+    controller = container(deployments(objects)["controller"])
+    (test,) = pod["spec"]["containers"]
+    assert test["image"] == controller["image"] and test["securityContext"] == controller["securityContext"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"] == "DoesNotExist"
+    env = {item["name"]: item.get("value") for item in test["env"]}
+    assert (env["NODE_POOL"], env["TIMEOUT_SECONDS"], env["IMAGE"]) == ("general", "90", controller["image"])
+    assert env["PROBE_NAME"] == f"{name}-probe"
+    # Without a NodePool, no such test: a release without NodePools passes `helm test`.
+    plain = helm.render([REQUIRED_VALUES], tests=True)
+    assert not [item for item in plain if item["metadata"]["name"].startswith(name)]
+
+
 class _Readyz(http.server.BaseHTTPRequestHandler):
     status = 200
     body = "ok"

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.helm import CHART, REPOSITORY, VALUE_SETS, Helm, container, deployments, environment
+from simulator.kubelet.image import final_stage, instructions
+from tests.deploy.helm import CHART, REPOSITORY, VALUE_SETS, Helm, container, environment, workloads
 from workers.azure import (
     ARM_CA_FILE_VARIABLE,
     ARM_ENDPOINT_VARIABLE,
@@ -32,30 +33,6 @@ from workers.cli import build_parser
 from workers.settings import ENV_PREFIX, TLS_FILE_FIELDS, Settings, env_var, load_settings
 
 DOCKERFILE = REPOSITORY / "Dockerfile"
-
-
-def instructions(path: Path) -> list[tuple[str, str]]:
-    """The Dockerfile's instructions as (INSTRUCTION, arguments), continuation lines joined, comments dropped."""
-    joined: list[str] = []
-    pending = ""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.lstrip().startswith("#") and not pending:
-            continue
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        joined.append(pending + line)
-        pending = ""
-    return [
-        (keyword.upper(), rest.strip())
-        for keyword, _, rest in (line.strip().partition(" ") for line in joined if line.strip())
-    ]
-
-
-def final_stage(path: Path) -> list[tuple[str, str]]:
-    steps = instructions(path)
-    last_from = max(index for index, (keyword, _) in enumerate(steps) if keyword == "FROM")
-    return steps[last_from:]
 
 
 def test_the_images_entrypoint_is_the_nodewright_cli() -> None:
@@ -87,14 +64,20 @@ def test_the_image_installs_only_the_runtime_dependencies_and_keeps_bytecode() -
 
 
 def rendered_deployments(helm: Helm, value_set: str) -> dict[str, dict[str, Any]]:
-    return deployments(helm.render(VALUE_SETS[value_set]))
+    """The Deployments, and the StatefulSet of the embedded Temporal when there is one, by component."""
+    return workloads(helm.render(VALUE_SETS[value_set]))
+
+
+COMMANDS = {"temporal": "dev-server"}
+"""The nodewright command of a component, where it is not the component's name (or its first part)."""
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_every_command_line_the_chart_renders_is_one_the_cli_accepts(helm: Helm, value_set: str) -> None:
     rendered = rendered_deployments(helm, value_set)
-    split = ["worker-activities"] if value_set == "full" else []  # the full values split the workers
-    assert sorted(rendered) == ["controller", "worker", *split]
+    split = ["worker-activities"] if value_set.startswith("full") else []  # the full values split the workers
+    embedded = ["temporal"] if value_set != "full" else []  # the full values use Temporal Cloud
+    assert sorted(rendered) == sorted(["controller", "worker", *split, *embedded])
     for component, deployment in rendered.items():
         spec = container(deployment)
         assert "command" not in spec, "the chart must run the image's entrypoint, `nodewright`"
@@ -108,7 +91,7 @@ def test_every_command_line_the_chart_renders_is_one_the_cli_accepts(helm: Helm,
                 f"the chart ({value_set} values) runs `nodewright {shlex.join(args)}` in the {component}, "
                 f"which the CLI rejects:\n{errors.getvalue()}"
             )
-        assert parsed.command == component.partition("-")[0]
+        assert parsed.command == COMMANDS.get(component, component.partition("-")[0])
 
 
 def variables_the_code_reads() -> set[str]:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.karpenter import KWOK_KUBE_RESERVED, karpenter_instance_types
 from benchmarks.lifecycle import (
     PINNED_INSTANCE_TYPE,
     bench_deployment,
     floor_node,
-    karpenter_instance_types,
     karpenter_objects,
     print_comparison,
 )
@@ -22,7 +22,9 @@ def test_karpenter_gets_the_emulated_azure_instance_types_in_its_kwok_format() -
     pinned = types[PINNED_INSTANCE_TYPE]
     assert pinned["architecture"] == "amd64"
     assert pinned["operatingSystems"] == ["linux"]
-    assert pinned["resources"]["cpu"] == "2000m"
+    # Its resources are nodewright's allocatable plus the kwok provider's own reserve, which it takes off again.
+    assert pinned["resources"]["cpu"] == f"{1900 + KWOK_KUBE_RESERVED['cpu']}m"
+    assert int(pinned["resources"]["memory"]) == 5_226_731_929 + KWOK_KUBE_RESERVED["memory"]
     offered = {
         tuple(requirement["values"][0] for requirement in offering["Requirements"])
         for offering in pinned["offerings"]

@@ -4,9 +4,11 @@ stop), search attributes on any server, and `nodewright dev-server`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import io
 import os
+import signal
 import sqlite3
 import subprocess
 import sysconfig
@@ -207,6 +209,40 @@ async def test_run_dev_server_serves_grpc_and_the_ui_until_stopped() -> None:
     assert text.endswith("Stopping the Temporal dev server.\n")
     with pytest.raises(RuntimeError):
         await Client.connect(f"127.0.0.1:{port}")
+
+
+def server_pid(port: int) -> int:
+    """The pid of the `temporal server start-dev` serving `port` (a child of `run_dev_server`)."""
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"start-dev" in words and bytes(str(port), "ascii") in words:
+                return int(entry.name)
+    raise AssertionError(f"no dev server on port {port}")
+
+
+async def test_run_dev_server_serves_probes_and_ends_when_its_server_dies() -> None:
+    """The chart's embedded Temporal: ready while its namespace answers; a server that dies ends the command with
+    an error, so that Kubernetes restarts the container instead of leaving it running without a server."""
+    port, probe_port = free_port(), free_port()
+    settings = Settings(temporal_address=f"127.0.0.1:{port}")
+    out = io.StringIO()
+    serving = asyncio.create_task(
+        run_dev_server(settings, ui_port=free_port(), probe_port=probe_port, out=out)
+    )
+    while "Press Ctrl-C" not in out.getvalue():
+        assert not serving.done(), out.getvalue()
+        await asyncio.sleep(0.05)
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):
+            async with http.get(f"http://127.0.0.1:{probe_port}/readyz") as response:
+                if response.status == 200:
+                    break
+            await asyncio.sleep(0.1)
+        assert response.status == 200
+    os.kill(server_pid(port), signal.SIGKILL)
+    with pytest.raises(DevServerError, match=f"the Temporal server on 127.0.0.1:{port} exited with code"):
+        await asyncio.wait_for(serving, 30)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 _VALIDITY = datetime.timedelta(days=365)
-API_SERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+API_SERVER_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +46,10 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
     path.chmod(0o600)
 
 
-def make_pki(directory: Path) -> Pki:
-    """Write a CA, the API server's serving certificate (loopback and `kubernetes.default` names) and the
-    service-account key pair into `directory`."""
+def make_pki(directory: Path, service_ip: str | None = None) -> Pki:
+    """Write a CA, the API server's serving certificate (loopback and `kubernetes.default` names, and the
+    `kubernetes` Service's ClusterIP `service_ip`, which pods connect to) and the service-account key pair into
+    `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -63,7 +70,8 @@ def make_pki(directory: Path) -> Pki:
     )
     serving_key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in API_SERVER_NAMES]
-    names += [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1"))]
+    addresses = ["127.0.0.1", "::1", *([service_ip] if service_ip else [])]
+    names += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
     serving = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import secrets
 import shutil
 import socket
@@ -343,7 +344,8 @@ def start_control_plane(
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    pki: Pki = make_pki(directory / "pki")
+    # The first address of the Service range is the `kubernetes` Service's, which pods reach the API server at.
+    pki: Pki = make_pki(directory / "pki", str(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE)[1]))
     etcd_port, peer_port, api_port, kwok_port = free_port(), free_port(), free_port(), free_port()
     admin_token = secrets.token_hex(16)
     tokens = directory / "tokens.csv"

@@ -113,6 +113,8 @@ spec:
     spec:
       serviceAccountName: {{ include "nodewright.serviceAccountName" $root }}
       automountServiceAccountToken: true
+      {{- /* Without it, a Service called nodewright-metrics would give every pod NODEWRIGHT_METRICS_PORT=tcp://... */}}
+      enableServiceLinks: false
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}

@@ -12,6 +12,11 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
 {{- if or $tls.enabled $tls.secretName .Values.temporal.apiKey.secretName -}}true{{- end -}}
 {{- end -}}
 
+{{/* Where the pods reach Temporal: temporal.address, else the Service of the release's embedded Temporal. */}}
+{{- define "nodewright.temporalAddress" -}}
+{{- .Values.temporal.address | default (printf "%s-temporal.%s.svc:%d" (include "nodewright.fullname" .) .Release.Namespace (int .Values.temporal.embedded.port)) -}}
+{{- end -}}
+
 {{/* A value nodewright cannot run without: fails `helm template` naming the value and what it is. */}}
 {{- define "nodewright.required" -}}
 {{- required (printf "%s is required: %s" (index . 0) (index . 2)) (index . 1) | quote -}}
@@ -36,7 +41,7 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
 - name: NODEWRIGHT_HEALTH_PROBE_PORT
   value: {{ .Values.healthProbe.port | int64 | quote }}
 - name: NODEWRIGHT_TEMPORAL_ADDRESS
-  value: {{ .Values.temporal.address | quote }}
+  value: {{ include "nodewright.temporalAddress" . | quote }}
 - name: NODEWRIGHT_TEMPORAL_NAMESPACE
   value: {{ .Values.temporal.namespace | quote }}
 - name: NODEWRIGHT_TASK_QUEUE
@@ -226,6 +231,9 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
 {{- end -}}
 {{- if lt (float64 .Values.settings.batchMaxSeconds) (float64 .Values.settings.batchIdleSeconds) -}}
 {{- fail "settings.batchMaxSeconds must be at least settings.batchIdleSeconds: a batch closes after at most the maximum" -}}
+{{- end -}}
+{{- if and (not .Values.temporal.address) (include "nodewright.temporalTls" .) -}}
+{{- fail "temporal.tls and temporal.apiKey are for an external Temporal: set temporal.address too (the embedded Temporal serves plain gRPC inside the cluster)" -}}
 {{- end -}}
 {{- with .Values.temporal.tls -}}
 {{- if and .secretName (not (or .clientCertificate .caCertificate)) -}}
