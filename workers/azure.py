@@ -7,12 +7,12 @@ resource group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWR
 `NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET`, `NODEWRIGHT_AZURE_POLL_SECONDS` and `NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS`
 (optional), `NODEWRIGHT_AZURE_CLOUD` (the cloud: `AzurePublicCloud`, `AzureUSGovernment`, `AzureChinaCloud`, as
 the AKS provider's `ARM_CLOUD` names them), and `NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM
-emulator instead of the cloud's ARM (and its Entra ID instead of the cloud's, for any credential). `NODEWRIGHT_AZURE_CREDENTIAL` says what signs in
-(`activities.azure.credentials`): `workloadIdentity` (the default on Azure: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`
-and `AZURE_FEDERATED_TOKEN_FILE` must be set), `servicePrincipal` (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and
-`AZURE_CLIENT_SECRET` or `AZURE_CLIENT_CERTIFICATE_PATH`) or `managedIdentity` (optionally `AZURE_CLIENT_ID`);
-against an emulator it defaults to a static token. Whatever is missing or invalid is reported in one message that
-names every variable (`AzureSettingsError`).
+emulator instead of the cloud's ARM (and its Entra ID instead of the cloud's authority).
+`NODEWRIGHT_AZURE_CREDENTIAL` says what signs in (`activities.azure.credentials`): `workloadIdentity` (the default
+on Azure: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set), `servicePrincipal`
+(`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_CLIENT_SECRET` or `AZURE_CLIENT_CERTIFICATE_PATH`) or
+`managedIdentity` (optionally `AZURE_CLIENT_ID`); against an emulator it defaults to a static token. Whatever is
+missing or invalid is reported in one message that names every variable (`AzureSettingsError`).
 """
 
 from __future__ import annotations

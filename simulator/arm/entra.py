@@ -279,7 +279,10 @@ class Directory:
         key = keys.get(str(header.get("kid")))
         if key is None or not verify_jwt(token, key):
             raise TokenError(401, "invalid_client", 700027, "Client assertion failed signature validation.")
-        if claims.get("sub") != federation.subject or claims.get("aud") != federation.audience:
+        audiences = claims.get("aud")
+        if federation.audience not in (audiences if isinstance(audiences, list) else [audiences]):
+            raise TokenError(401, "invalid_client", 700212, _no_federation("audience", audiences))
+        if claims.get("sub") != federation.subject:
             raise TokenError(401, "invalid_client", 700213, _no_federation("subject", claims.get("sub")))
         _check_lifetime(claims)
 
