@@ -70,7 +70,7 @@ async def test_a_labelled_pod_gets_a_token_the_emulated_entra_id_takes_for_its_s
         plane.kubectl("create", "namespace", namespace)
         try:
             # kubectl in a thread: the webhook the API server calls is served by this event loop.
-            accounts = [
+            accounts: list[dict[str, object]] = [
                 {
                     "apiVersion": "v1",
                     "kind": "ServiceAccount",

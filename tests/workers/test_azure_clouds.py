@@ -291,7 +291,12 @@ async def test_against_an_emulator_s_endpoint_the_worker_signs_in_at_the_emulato
     emulator = urlsplit(arm.url).netloc
     assert [(r.host, r.status) for r in arm.state.requests] == [(emulator, 200)]
     [token] = arm.state.directory.requests
-    assert (token.host, token.client_id, token.grant, token.status) == (emulator, CLIENT, "federated_token", 200)
+    assert (token.host, token.client_id, token.grant, token.status) == (
+        emulator,
+        CLIENT,
+        "federated_token",
+        200,
+    )
 
 
 async def test_the_node_s_managed_identity_signs_in_through_imds(monkeypatch: pytest.MonkeyPatch) -> None:
