@@ -26,14 +26,14 @@ from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
 from core.features import FeatureGates, MinValuesPolicy
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, shipped_regions
-from core.instancetypes.custom import custom_instance_types
+from core.instancetypes.custom import parse_custom_catalog
 from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import (
     InstanceTypeProvider,
     azure_provider,
     build_snapshot,
-    fixed_provider,
+    catalog_provider,
     merge,
 )
 from core.static_capacity import static_preview
@@ -101,7 +101,7 @@ def instance_type_provider(
             raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as error:
             raise UsageError(f"--catalog {catalog}: not valid YAML or JSON: {error}") from error
-        return fixed_provider(custom_instance_types(raw, unavailable))
+        return catalog_provider(parse_custom_catalog(raw), unavailable)
     try:
         return azure_provider(load_shipped_catalog(region), unavailable)
     except UnknownRegionError as error:
