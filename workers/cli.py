@@ -162,6 +162,8 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"note: {note}", file=err)
     static = static_preview(manifests, provider, datetime.now(UTC))
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
+    # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
+    results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes

@@ -52,9 +52,9 @@ def render_table(
                 file=out,
             )
         for index, claim in enumerate(claims, start=1):
-            print(
-                f"  [{index}] {claim.nodepool}/{claim.instance_type}: pods {', '.join(claim.pods)}", file=out
-            )
+            # Only CapacityBuffers' virtual pods (listed under CapacityBuffers) make a NodeClaim without pods.
+            pods = f"pods {', '.join(claim.pods)}" if claim.pods else "no pods: room for CapacityBuffers"
+            print(f"  [{index}] {claim.nodepool}/{claim.instance_type}: {pods}", file=out)
             print(f"      options (cheapest first): {_summary(claim.instance_type_options)}", file=out)
             if claim.taints:
                 print(f"      taints: {', '.join(_taint_text(t) for t in claim.taints)}", file=out)
