@@ -164,17 +164,18 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
     # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
     results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})
+    results.static_price_micros = static.price_micros
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes
         document["instance_types_left_out"] = snapshot.left_out
-        document["static"] = static
+        document["static"] = static.pools
         if buffers:
             document["buffers"] = buffers
         write_json(document, manifests, out)
     else:
         render_table(results, out, snapshot.left_out)
-        render_static_table(static, out)
+        render_static_table(static.pools, out)
         render_buffers(buffers, out)
     return 1 if manifests.problems else 0
 

@@ -77,7 +77,8 @@ def render_table(
             print(f"  {name}: {refused[name]}", file=out)
         if len(names) > SHOWN_LEFT_OUT:
             print(f"  ... ({len(names) - SHOWN_LEFT_OUT} more; -o json lists them all)", file=out)
-    print(f"Total for new NodeClaims: ${dollars(results.total_price_micros):.4f}/hour", file=out)
+    static = " (static NodePools' included)" if results.static_price_micros else ""
+    print(f"Total for new NodeClaims{static}: ${dollars(results.total_price_micros):.4f}/hour", file=out)
 
 
 def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO) -> None:

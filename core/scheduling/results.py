@@ -175,10 +175,13 @@ class SchedulingResults:
     nodeclaims: list[NewNodeClaim] = field(default_factory=list)
     existing: list[ExistingPlacement] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
+    static_price_micros: int = 0
+    """What the NodeClaims static NodePools would create cost per hour (the what-if commands count them)."""
 
     @property
     def total_price_micros(self) -> int:
-        return sum(claim.price_micros or 0 for claim in self.nodeclaims)
+        """What every NodeClaim to create costs per hour: the new ones, and the static pools'."""
+        return sum(claim.price_micros or 0 for claim in self.nodeclaims) + self.static_price_micros
 
     def without(self, pods: Collection[str]) -> SchedulingResults:
         """The results with these pods (`namespace/name`) left out wherever a pod is listed, and the existing
@@ -195,6 +198,7 @@ class SchedulingResults:
                 if (kept := [pod for pod in placement.pods if pod not in pods])
             ],
             unschedulable=[entry for entry in self.unschedulable if entry.pod not in pods],
+            static_price_micros=self.static_price_micros,
         )
 
     def to_json(self) -> dict[str, object]:
