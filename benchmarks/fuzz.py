@@ -17,7 +17,9 @@ Every object goes
     each object is created for real. Then a canary pod must still get a NodeClaim (the watch loops and the
     provisioner keep going), no workflow may have failed or be stuck on a failing workflow task, neither process
     may have exited or logged a traceback, and every sampled object nodewright cannot honour (its models refuse
-    it) must have an event or a status condition naming it and the field (the model's first field path).
+    it as the API server stores it) must have an event or a status condition naming it and the field (the
+    model's first field path). A NodePool or NodeClaim whose nodeClassRef is another provider's is not
+    nodewright's to honour: Karpenter leaves it to that provider, and so does nodewright.
 
 The table: objects by kind, valid (by their schema, CEL aside) and accepted by the API server; crashes (0),
 stopped loops and workflows (0); accepted objects nodewright cannot honour, reported and not (the unreported
@@ -55,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fuzz_objects import POD_API, Fuzzed, Kind, crd_kinds, objects, pod_kind
 from core.api.manifests import parse_manifests
+from workers.controller.nodepool_status import NODECLASS_GROUP, NODECLASS_KIND
 from workers.controlplane.run import ControlPlane, start_control_plane
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,8 +101,22 @@ class Outcome:
     """For a sampled object nodewright refuses: the event or condition that says so, when there is one."""
 
     @property
+    def ours(self) -> bool:
+        """Whether nodewright is the one to honour the object: a NodePool or NodeClaim whose nodeClassRef is
+        another provider's is left to that provider, as Karpenter leaves it."""
+        body = self.stored or self.fuzzed.body
+        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        if self.fuzzed.kind.name == "NodePool":
+            template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+            spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+        elif self.fuzzed.kind.name != "NodeClaim":
+            return True
+        reference = spec.get("nodeClassRef") if isinstance(spec.get("nodeClassRef"), dict) else {}
+        return (reference.get("group"), reference.get("kind")) == (NODECLASS_GROUP, NODECLASS_KIND)
+
+    @property
     def unhonoured(self) -> bool:
-        return bool(self.accepted and self.problems)
+        return bool(self.accepted and self.problems and self.ours)
 
     @property
     def field(self) -> str:
@@ -247,7 +264,7 @@ def sample(outcomes: Sequence[Outcome], size: int, seed_value: int) -> list[Outc
     import random
 
     accepted = [outcome for outcome in outcomes if outcome.accepted]
-    refused = [outcome for outcome in accepted if outcome.problems][:size]
+    refused = [outcome for outcome in accepted if outcome.unhonoured][:size]
     others = [outcome for outcome in accepted if not outcome.problems]
     random.Random(seed_value).shuffle(others)
     chosen = refused + others[: max(0, size - len(refused))]
@@ -419,7 +436,7 @@ async def through_the_system(
                 await asyncio.sleep(1.0)
             events = await kube.list_objects("Event")
             for outcome in chosen:
-                if outcome.sampled and outcome.problems:
+                if outcome.sampled and outcome.unhonoured:
                     outcome.reported = await report_of(kube, outcome, events)
             check.workflows_ended, check.workflows_stuck = await workflow_problems(client)
             check.exits = [
