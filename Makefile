@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos clean
+.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos bench-fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,14 @@ bench-consolidation: $(STAMP)
 N ?= 1000
 bench-chaos: $(STAMP)
 	$(BIN)/python benchmarks/chaos.py --pods $(N)
+
+# OBJECTS seeded objects of every kind (valid and invalid) through the API server, the models, the what-if
+# commands, and SAMPLE of them into the running controller and worker; fails on a crash, a stopped loop or
+# workflow, or an accepted object nodewright cannot honour that it does not report (OBJECTS=300 for a quick run).
+OBJECTS ?= 10000
+SAMPLE ?= 300
+bench-fuzz: $(STAMP)
+	$(BIN)/python benchmarks/fuzz.py --objects $(OBJECTS) --sample $(SAMPLE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -25,7 +25,8 @@ _DECIMAL = {
 }
 _PATTERN = re.compile(
     r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[numkMGTPE]?))$"
+    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[numkMGTPE]?))$",
+    re.ASCII,  # digits are 0-9, as in Go's regular expressions: Python's \d also takes other scripts' digits
 )
 
 

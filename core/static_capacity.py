@@ -271,12 +271,21 @@ def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep
     return plan_static(pool.name, pool.spec.replicas or 0, node_limit(pool), members, budget)
 
 
-def static_preview(
-    manifests: Manifests, provider: InstanceTypeProvider, now: datetime
-) -> list[dict[str, object]]:
-    """What each static NodePool would do now, for the what-if commands: its step, and the NodeClaim it launches
-    when it creates any (the cheapest offering for an empty node)."""
+@dataclass(frozen=True, slots=True)
+class StaticPreview:
+    """What the static NodePools would do now, for the what-if commands."""
+
+    pools: list[dict[str, object]]
+    """Per static pool: its step, and the NodeClaim it launches when it creates any (the `static` section)."""
+    price_micros: int = 0
+    """What the NodeClaims they would create cost per hour, each at its launch offering."""
+
+
+def static_preview(manifests: Manifests, provider: InstanceTypeProvider, now: datetime) -> StaticPreview:
+    """What each static NodePool would do now: its step, and the NodeClaim it launches when it creates any (the
+    cheapest offering for an empty node)."""
     previews: list[dict[str, object]] = []
+    price_micros = 0
     for pool in manifests.nodepools:
         if not pool.is_static or pool.metadata.deletion_timestamp is not None:
             continue
@@ -296,6 +305,7 @@ def static_preview(
                 preview["error"] = template.reason
             else:
                 first = template.claim.launch_candidates[0]
+                price_micros += step.create * first.offering.price_micros
                 preview["nodeclaim"] = {
                     "instance_type": first.instance_type,
                     "zone": first.offering.zone,
@@ -304,4 +314,4 @@ def static_preview(
                     "instance_type_options": len(template.claim.instance_type_options),
                 }
         previews.append(preview)
-    return previews
+    return StaticPreview(previews, price_micros)

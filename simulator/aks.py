@@ -22,6 +22,10 @@ the cluster's add-ons act with. Tests and the demo steer it through the ARM emul
 - `POST /_emulator/vanish` `{"vm": name}`: the VM is gone at once, with no notice (a host failure);
 - `GET` and `POST /_emulator/metadata/scheduledevents?vm=<name>&api-version=2020-07-01` (`Metadata: true`): a
   VM's Scheduled Events, as its IMDS serves them, and their approval (`{"StartRequests": [{"EventId": id}]}`);
+- `POST /_emulator/workload-identity` `{"namespace": ns, "serviceAccount": name}`: with `workload_identity` on, a
+  user-assigned identity federated with that ServiceAccount (`simulator.workload_identity`: the cluster's OIDC
+  issuer is trusted by the emulated Entra ID, and the API server sends labelled pods to the webhook this server
+  serves);
 - and the ARM emulator's own: `/_emulator/faults`, `/_emulator/counters`, `/_emulator/restrictions`, ....
 """
 
@@ -44,9 +48,12 @@ from simulator.arm import ArmError, ArmSettings, ArmState, RunningArm, start_arm
 from simulator.arm.server import json_body
 from simulator.kubeapi import KubeApi, load_kubeconfig
 from simulator.nodeagent import NodeAgents, NodeAgentSettings, cancel_until_done
+from simulator.workload_identity import WorkloadIdentity
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_TENANT = "5f2c8e31-7a0d-4b6e-9c41-0d3a7e6b1f52"
+"""A made-up tenant id for the emulated cloud."""
 ADDON_USER_AGENT = "nodewright-cluster-addon"
 """The field manager of what the cluster add-on credential writes (startup taints removed)."""
 
@@ -64,6 +71,12 @@ class AksSettings(BaseModel):
     """What the cluster reports as its version; the API server's own when unset."""
     node_image_version: str = "202512.18.0"
     """The AKS node image version a worker boots when the AKSNodeClass status names no images."""
+    tenant_id: str = DEFAULT_TENANT
+    """The Entra ID tenant of the cluster's subscription (what the workload identity webhook tells pods)."""
+    workload_identity: bool = False
+    """The OIDC issuer and workload identity (`--enable-oidc-issuer --enable-workload-identity`): Entra ID trusts
+    the API server's service-account issuer, and labelled pods get their federated token
+    (`simulator.workload_identity`)."""
     arm: ArmSettings = Field(default_factory=ArmSettings)
     agent: NodeAgentSettings = Field(default_factory=NodeAgentSettings)
 
@@ -84,6 +97,8 @@ FIXED_SETTINGS = (
     ("cluster_name",),
     ("kubernetes_version",),
     ("node_image_version",),
+    ("tenant_id",),
+    ("workload_identity",),
     ("arm", "subscription_id"),
     ("arm", "resource_group"),
     ("arm", "resource_groups"),
@@ -149,6 +164,11 @@ class ClusterInfo(BaseModel):
     """The ARM emulator's base URL (https), once it is served."""
     arm_ca_file: str | None = None
     """The CA certificate (PEM) that signs the emulator's certificate."""
+    tenant_id: str | None = None
+    """The Entra ID tenant of the cluster's subscription."""
+    oidc_issuer_url: str | None = None
+    """With workload identity, the cluster's service-account issuer that Entra ID trusts (AKS's
+    `oidcIssuerProfile.issuerURL`)."""
 
 
 @dataclass
@@ -159,6 +179,8 @@ class EmulatedAks:
     info: ClusterInfo
     agents: NodeAgents
     settings: AksSettings
+    workload_identity: WorkloadIdentity | None = None
+    """With `AksSettings.workload_identity`: the issuer, the federated identities and the webhook."""
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -178,10 +200,17 @@ def _arm_errors(handler: Handler) -> Handler:
 class _Control:
     """The AKS endpoints of the control API."""
 
-    def __init__(self, settings: AksSettings, state: ArmState, agents: NodeAgents) -> None:
+    def __init__(
+        self,
+        settings: AksSettings,
+        state: ArmState,
+        agents: NodeAgents,
+        workload_identity: WorkloadIdentity | None,
+    ) -> None:
         self.settings = settings
         self.state = state
         self.agents = agents
+        self.workload_identity = workload_identity
         self.info: ClusterInfo | None = None
 
     def routes(self) -> list[web.RouteDef]:
@@ -192,6 +221,8 @@ class _Control:
             web.post("/_emulator/crash-agent", _arm_errors(self.crash_agent)),
             web.get("/_emulator/settings", _arm_errors(self.get_settings)),
             web.patch("/_emulator/settings", _arm_errors(self.patch_settings)),
+            web.post("/_emulator/workload-identity", _arm_errors(self.federate)),
+            *(self.workload_identity.routes() if self.workload_identity else []),
         ]
 
     async def cluster_info(self, request: web.Request) -> web.Response:
@@ -220,6 +251,17 @@ class _Control:
         if not self.agents.crash(vm):
             raise ArmError(404, "NotFound", f"VM '{vm}' has no node agent.")
         return web.json_response({})
+
+    async def federate(self, request: web.Request) -> web.Response:
+        if self.workload_identity is None or self.workload_identity.issuer is None:
+            raise ArmError(
+                400, "WorkloadIdentityDisabled", "The emulated AKS runs without workload identity."
+            )
+        body = await json_body(request)
+        namespace, account = body.get("namespace"), body.get("serviceAccount")
+        if not isinstance(namespace, str) or not namespace or not isinstance(account, str) or not account:
+            raise ArmError(400, "InvalidRequestContent", "'namespace' and 'serviceAccount' are required.")
+        return web.json_response(self.workload_identity.federate(namespace, account).model_dump(mode="json"))
 
     async def get_settings(self, request: web.Request) -> web.Response:
         return web.json_response(self.settings.model_dump(mode="json"))
@@ -270,11 +312,22 @@ async def serve_aks(
             work_dir=directory / "nodes",
         )
         state.on_change = agents.wake
-        control = _Control(settings, state, agents)
+        identity = (
+            WorkloadIdentity(addon, state.directory, settings.tenant_id)
+            if settings.workload_identity
+            else None
+        )
+        control = _Control(settings, state, agents, identity)
         try:
             version = settings.kubernetes_version or await _server_version(addon)
             arm = await start_arm(state, directory, host, port, routes=control.routes())
         except BaseException:
+            await addon.close()
+            raise
+        try:
+            issuer = None if identity is None else await identity.start(arm.url, arm.ca_pem)
+        except BaseException:
+            await arm.close()
             await addon.close()
             raise
         arm_settings = settings.arm
@@ -294,6 +347,8 @@ async def serve_aks(
             windows_admin_secret=windows_admin_secret,
             arm_endpoint=arm.url,
             arm_ca_file=str(arm.ca_pem),
+            tenant_id=settings.tenant_id,
+            oidc_issuer_url=issuer,
         )
         task = asyncio.create_task(agents.run(), name="node-agents")
         logger.info(
@@ -304,8 +359,10 @@ async def serve_aks(
             control.info.api_server,
         )
         try:
-            yield EmulatedAks(arm, control.info, agents, settings)
+            yield EmulatedAks(arm, control.info, agents, settings, identity)
         finally:
+            if identity is not None:
+                await identity.stop()
             await cancel_until_done([task])
             await agents.close()
             await arm.close()

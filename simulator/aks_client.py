@@ -1,6 +1,7 @@
 """A client of the emulated AKS's control API (`/_emulator` on the ARM emulator, `simulator.aks`): faults and
 counters of its ARM, what a worker must know about the cluster, the custom data a VM got, VMs whose node never
-joins, Spot evictions and VMs that vanish, a VM's Scheduled Events as it reads them, and the settings. The cloud
+joins, Spot evictions and VMs that vanish, a VM's Scheduled Events as it reads them, the settings, and identities
+federated with a ServiceAccount. The cloud
 itself is reached through ARM with the Azure SDK, and Kubernetes through its API server: never through this
 client.
 
@@ -28,6 +29,7 @@ from core.errors import CloudError, InvalidError, NotFoundError, TransientError
 from simulator.aks import AksSettings, ClusterInfo
 from simulator.arm import Counters, Fault, ScheduledEvent
 from simulator.arm.imds import SCHEDULED_EVENTS_API_VERSION, SCHEDULED_EVENTS_PATH
+from simulator.workload_identity import FederatedIdentity
 
 
 def decode_error(status: int, body: Any) -> CloudError:
@@ -173,6 +175,13 @@ class AksEmulatorClient:
             body,
             params={"vm": vm_name, "api-version": SCHEDULED_EVENTS_API_VERSION},
             headers={"Metadata": "true"},
+        )
+
+    async def federate(self, namespace: str, service_account: str) -> FederatedIdentity:
+        """A user-assigned identity federated with the ServiceAccount (the emulated AKS runs workload identity)."""
+        body = {"namespace": namespace, "serviceAccount": service_account}
+        return FederatedIdentity.model_validate(
+            await self._call("POST", "/_emulator/workload-identity", body)
         )
 
     async def settings(self) -> AksSettings:

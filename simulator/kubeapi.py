@@ -144,10 +144,11 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         *,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> Json:
-        """One call; the JSON answer, or `KubeApiError`."""
+        """One call; the JSON answer (of a JSON media type `accept` names), or `KubeApiError`."""
         data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers = {"Content-Type": content_type, "Accept": accept}
         try:
             async with self._http().request(
                 method, self.credential.server + path, data=data, headers=headers

@@ -8,7 +8,8 @@ resource group), `NODEWRIGHT_AZURE_LOCATION` (else `NODEWRIGHT_REGION`), `NODEWR
 (optional), for Windows nodes `NODEWRIGHT_WINDOWS_ADMIN_SECRET`, `NODEWRIGHT_WINDOWS_LICENSE_TYPE` and
 `NODEWRIGHT_IMAGE_GALLERY_SUBSCRIPTION_ID` (optional), `NODEWRIGHT_AZURE_CLOUD` (the cloud: `AzurePublicCloud`,
 `AzureUSGovernment`, `AzureChinaCloud`, as the AKS provider's `ARM_CLOUD` names them), and
-`NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of the cloud's ARM.
+`NODEWRIGHT_ARM_ENDPOINT` / `NODEWRIGHT_ARM_CA_FILE` to use an ARM emulator instead of the cloud's ARM (and its
+Entra ID instead of the cloud's authority).
 `NODEWRIGHT_AZURE_CREDENTIAL` says what signs in (`activities.azure.credentials`): `workloadIdentity` (the default
 on Azure: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set), `servicePrincipal`
 (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_CLIENT_SECRET` or `AZURE_CLIENT_CERTIFICATE_PATH`) or
@@ -253,6 +254,15 @@ def emulator_environment(info: ClusterInfo, poll_seconds: float = 0.1) -> dict[s
     return {ENV_PREFIX + name: value for name, value in values.items()}
 
 
+def authority_host(config: AzureConfig) -> str:
+    """Where the worker's credential asks for tokens: its cloud's Entra ID authority, or the emulator's own, which
+    serves Entra ID beside ARM (as the AKS provider takes its authority from its cloud's environment, a custom one
+    included, and never from `AZURE_AUTHORITY_HOST`, which the workload identity webhook sets)."""
+    if config.endpoint is None:
+        return config.cloud.authority_host
+    return urlsplit(config.endpoint.url).netloc
+
+
 def price_settings(config: AzureConfig) -> PriceSettings:
     """Where the worker reads live prices: the cloud's Retail Prices API (none but the public cloud has one), or,
     in the public cloud, the emulator's copy of it."""
@@ -283,7 +293,7 @@ async def cloud_provider(
         credential: AsyncTokenCredential = (
             StaticTokenCredential()
             if config.credential is None
-            else make_credential(config.credential, config.cloud, transport(session))
+            else make_credential(config.credential, authority_host(config), transport(session))
         )
         async with (
             credential,

@@ -26,7 +26,7 @@ from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
 from core.features import FeatureGates, MinValuesPolicy
 from core.instancetypes.catalog import UnknownRegionError, load_shipped_catalog, snapshot_regions
-from core.instancetypes.custom import custom_instance_types
+from core.instancetypes.custom import parse_custom_catalog
 from core.instancetypes.regions import normalize_region
 from core.scheduling.results import SchedulingResults
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
@@ -34,7 +34,7 @@ from core.scheduling.snapshot import (
     InstanceTypeProvider,
     azure_provider,
     build_snapshot,
-    fixed_provider,
+    catalog_provider,
     merge,
 )
 from core.static_capacity import static_preview
@@ -102,7 +102,7 @@ def instance_type_provider(
             raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as error:
             raise UsageError(f"--catalog {catalog}: not valid YAML or JSON: {error}") from error
-        return fixed_provider(custom_instance_types(raw, unavailable))
+        return catalog_provider(parse_custom_catalog(raw), unavailable)
     try:
         return azure_provider(load_shipped_catalog(region), unavailable)
     except UnknownRegionError as error:
@@ -170,17 +170,20 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"note: {note}", file=err)
     static = static_preview(manifests, provider, datetime.now(UTC))
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
+    # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
+    results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})
+    results.static_price_micros = static.price_micros
     if args.output == "json":
         document = results.to_json()
         document["notes"] = snapshot.notes
         document["instance_types_left_out"] = snapshot.left_out
-        document["static"] = static
+        document["static"] = static.pools
         if buffers:
             document["buffers"] = buffers
         write_json(document, manifests, out)
     else:
         render_table(results, out, snapshot.left_out)
-        render_static_table(static, out)
+        render_static_table(static.pools, out)
         render_buffers(buffers, out)
     return 1 if manifests.problems else 0
 

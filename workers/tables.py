@@ -52,9 +52,9 @@ def render_table(
                 file=out,
             )
         for index, claim in enumerate(claims, start=1):
-            print(
-                f"  [{index}] {claim.nodepool}/{claim.instance_type}: pods {', '.join(claim.pods)}", file=out
-            )
+            # Only CapacityBuffers' virtual pods (listed under CapacityBuffers) make a NodeClaim without pods.
+            pods = f"pods {', '.join(claim.pods)}" if claim.pods else "no pods: room for CapacityBuffers"
+            print(f"  [{index}] {claim.nodepool}/{claim.instance_type}: {pods}", file=out)
             print(f"      options (cheapest first): {_summary(claim.instance_type_options)}", file=out)
             if claim.taints:
                 print(f"      taints: {', '.join(_taint_text(t) for t in claim.taints)}", file=out)
@@ -77,7 +77,8 @@ def render_table(
             print(f"  {name}: {refused[name]}", file=out)
         if len(names) > SHOWN_LEFT_OUT:
             print(f"  ... ({len(names) - SHOWN_LEFT_OUT} more; -o json lists them all)", file=out)
-    print(f"Total for new NodeClaims: ${dollars(results.total_price_micros):.4f}/hour", file=out)
+    static = " (static NodePools' included)" if results.static_price_micros else ""
+    print(f"Total for new NodeClaims{static}: ${dollars(results.total_price_micros):.4f}/hour", file=out)
 
 
 def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO) -> None:

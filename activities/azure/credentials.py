@@ -1,5 +1,6 @@
 """How the worker signs in to Azure: workload identity (the default, as the AKS provider runs), a service principal
-(a client secret, or a certificate), or the node's managed identity (IMDS), each in its cloud's Entra ID authority.
+(a client secret, or a certificate), or the node's managed identity (IMDS), each in its cloud's Entra ID authority
+(or an emulator's).
 
 The credentials are azure-identity's async ones, made from a `CredentialSettings` (which the worker reads from the
 variables Azure's SDKs read: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_FEDERATED_TOKEN_FILE`,
@@ -22,8 +23,6 @@ from azure.identity.aio import (
     ManagedIdentityCredential,
     WorkloadIdentityCredential,
 )
-
-from core.clouds import AzureCloud
 
 
 class CredentialKind(StrEnum):
@@ -58,10 +57,12 @@ class CredentialSettings:
 
 
 def make_credential(
-    settings: CredentialSettings, cloud: AzureCloud, transport: AioHttpTransport | None = None
+    settings: CredentialSettings, authority_host: str, transport: AioHttpTransport | None = None
 ) -> AsyncTokenCredential:
-    """The async credential of `settings`, asking the cloud's authority for tokens."""
-    options: dict[str, Any] = {"authority": cloud.authority_host}
+    """The async credential of `settings`, asking the Entra ID at `authority_host` (a cloud's authority, or an
+    emulator's `host:port`) for tokens. Given explicitly, it wins over `AZURE_AUTHORITY_HOST` in azure-identity, as
+    the AKS provider's cloud configuration wins over it in the Go SDK."""
+    options: dict[str, Any] = {"authority": authority_host}
     if transport is not None:
         options["transport"] = transport
     if settings.kind is CredentialKind.MANAGED_IDENTITY:

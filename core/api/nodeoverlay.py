@@ -37,9 +37,9 @@ from core.scheduling.requirements import Requirement, Requirements
 
 API_VERSION = "karpenter.sh/v1alpha1"
 
-PRICE = re.compile(r"\d+(\.\d+)?")
+PRICE = re.compile(r"\d+(\.\d+)?", re.ASCII)
 """An absolute price in the provider's units per hour (Karpenter's pattern for `price`)."""
-PRICE_ADJUSTMENT = re.compile(r"([+-]\d*\.?\d+)|(\+\d*\.?\d+%)|(-\d{1,2}(\.\d+)?%)|(-100%)")
+PRICE_ADJUSTMENT = re.compile(r"([+-]\d*\.?\d+)|(\+\d*\.?\d+%)|(-\d{1,2}(\.\d+)?%)|(-100%)", re.ASCII)
 """A signed amount, an increase by any percentage, or a decrease by at most 100% (Karpenter's pattern)."""
 
 RESTRICTED_CAPACITY = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)

@@ -276,48 +276,104 @@ def supports_trusted_launch(sku: AzureSku) -> bool:
     return "V2" in sku.hyperv_generations and sku.trusted_launch_disabled is not True
 
 
+@dataclass(frozen=True, slots=True)
+class SizeTraits:
+    """What the AKSNodeClass's rules read of a size, from any catalog; `None` where the catalog does not say,
+    which the rules read as supported (a user's catalog says little, the shipped ones not everything)."""
+
+    cpu_millis: int
+    memory_mib: int
+    architecture: str
+    gpu_manufacturer: str | None
+    """`nvidia` or `amd` for a size with supported GPUs, `None` without."""
+    gpu_os: frozenset[str] | None = None
+    """The OSes the size's GPUs are supported on (`ImageFamily.gpu_os_names`)."""
+    encryption_at_host: bool | None = None
+    trusted_launch: bool | None = None
+
+    @classmethod
+    def of(cls, sku: AzureSku) -> SizeTraits:
+        """An Azure size's traits; a GPU the registry does not list counts as none (that size is never
+        offered)."""
+        return cls(
+            cpu_millis=sku.vcpus * 1000,
+            memory_mib=memory_mib(sku),
+            architecture=sku.architecture,
+            gpu_manufacturer=sku.gpu_manufacturer,
+            gpu_os=sku.gpu_os,
+            encryption_at_host=sku.encryption_at_host_supported,
+            trusted_launch=supports_trusted_launch(sku),
+        )
+
+
+def nodeclass_filter_reason(traits: SizeTraits, settings: NodeClassSettings) -> FilterReason | None:
+    """Why an AKSNodeClass with these settings cannot launch a size, or `None` if it can: the provider's rules
+    that depend on the AKSNodeClass, the first failing one winning. Every catalog goes through them."""
+    gpu = traits.gpu_manufacturer
+    checks = (
+        (
+            gpu is not None
+            and traits.gpu_os is not None
+            and not traits.gpu_os & settings.image_family.gpu_os_names(),
+            FilterReason.GPU_IMAGE_FAMILY,
+        ),
+        (
+            settings.encryption_at_host and traits.encryption_at_host is False,
+            FilterReason.ENCRYPTION_AT_HOST,
+        ),
+        (
+            settings.local_dns
+            and (
+                traits.cpu_millis < LOCAL_DNS_MIN_VCPUS * 1000 or traits.memory_mib < LOCAL_DNS_MIN_MEMORY_MIB
+            ),
+            FilterReason.LOCAL_DNS,
+        ),
+        (
+            settings.gpu_mode is GpuMode.DRIVER and gpu is not None and gpu != NVIDIA,
+            FilterReason.GPU_DRIVER_MODE,
+        ),
+        (settings.artifact_streaming and traits.architecture == ARM64, FilterReason.ARTIFACT_STREAMING),
+        (settings.trusted_launch and traits.trusted_launch is False, FilterReason.TRUSTED_LAUNCH),
+        (
+            settings.image_family.os == OS_WINDOWS and traits.architecture != AMD64,
+            FilterReason.WINDOWS_ARCHITECTURE,
+        ),
+    )
+    return next((reason for failed, reason in checks if failed), None)
+
+
+def nodeclass_requirements(settings: NodeClassSettings) -> list[Requirement]:
+    """The labels an AKSNodeClass gives every node it launches, whatever the size: the OS SKU of its image
+    family, and `fips_enabled`, which AKS writes on FIPS nodes only."""
+    return [
+        _in(labels.AKS_OS_SKU, [settings.image_family.os_sku()]),
+        (
+            _in(labels.AKS_FIPS_ENABLED, ["true"])
+            if settings.fips
+            else Requirement.new(labels.AKS_FIPS_ENABLED, Operator.DOES_NOT_EXIST)
+        ),
+    ]
+
+
 def filter_reason(sku: AzureSku, settings: NodeClassSettings = DEFAULT_SETTINGS) -> FilterReason | None:
     """Why the provider would not offer this size with these settings, or `None` if it would.
 
-    The first failing rule wins: first the rules for every AKSNodeClass, then those that depend on it.
-    Encryption at host is read as supported when the catalog does not know (only the sizes with Resource SKU
-    data say), so that enabling it does not empty the catalog.
+    The first failing rule wins: first the rules for every AKSNodeClass, then those that depend on it
+    (`nodeclass_filter_reason`). Encryption at host is read as supported when the catalog does not know (only
+    the sizes with Resource SKU data say), so that enabling it does not empty the catalog.
     """
     size = parse_size_name(sku.name)
-    registered_gpu = sku.gpu_manufacturer is not None
     checks = (
         (size is None, FilterReason.UNPARSABLE_NAME),
         (sku.name in RESTRICTED_SIZES, FilterReason.RESTRICTED_SIZE),
         (sku.vcpus < MIN_VCPUS, FilterReason.TOO_FEW_VCPUS),
         (sku.memory_gib < MIN_MEMORY_GIB, FilterReason.TOO_LITTLE_MEMORY),
-        (sku.gpu_count > 0 and not registered_gpu, FilterReason.UNSUPPORTED_GPU),
+        (sku.gpu_count > 0 and sku.gpu_manufacturer is None, FilterReason.UNSUPPORTED_GPU),
         (size is not None and size.constrained_cpus != "", FilterReason.CONSTRAINED_VCPUS),
         (size_of(sku.name).startswith(("DC", "EC")), FilterReason.CONFIDENTIAL),
-        (
-            registered_gpu and not sku.gpu_os & settings.image_family.gpu_os_names(),
-            FilterReason.GPU_IMAGE_FAMILY,
-        ),
-        (
-            settings.encryption_at_host and sku.encryption_at_host_supported is False,
-            FilterReason.ENCRYPTION_AT_HOST,
-        ),
-        (
-            settings.local_dns
-            and (sku.vcpus < LOCAL_DNS_MIN_VCPUS or memory_mib(sku) < LOCAL_DNS_MIN_MEMORY_MIB),
-            FilterReason.LOCAL_DNS,
-        ),
-        (
-            settings.gpu_mode is GpuMode.DRIVER and registered_gpu and sku.gpu_manufacturer != NVIDIA,
-            FilterReason.GPU_DRIVER_MODE,
-        ),
-        (settings.artifact_streaming and sku.architecture == ARM64, FilterReason.ARTIFACT_STREAMING),
-        (settings.trusted_launch and not supports_trusted_launch(sku), FilterReason.TRUSTED_LAUNCH),
-        (
-            settings.image_family.os == OS_WINDOWS and sku.architecture != AMD64,
-            FilterReason.WINDOWS_ARCHITECTURE,
-        ),
     )
-    return next((reason for failed, reason in checks if failed), None)
+    failed = next((reason for failed, reason in checks if failed), None)
+    return failed or nodeclass_filter_reason(SizeTraits.of(sku), settings)
 
 
 # --- capacity and overhead -----------------------------------------------------------------------------
@@ -550,13 +606,7 @@ def requirements(
             _in(labels.AKS_MODE, AKS_MODES),
             _in(labels.AKS_SCALESET_PRIORITY, [PRIORITY_REGULAR, PRIORITY_SPOT]),
             _in(labels.AKS_PRIORITY, [PRIORITY_REGULAR, PRIORITY_SPOT]),
-            _in(labels.AKS_OS_SKU, [settings.image_family.os_sku()]),
-            # AKS writes the label on FIPS nodes only.
-            (
-                _in(labels.AKS_FIPS_ENABLED, ["true"])
-                if settings.fips
-                else Requirement.new(labels.AKS_FIPS_ENABLED, Operator.DOES_NOT_EXIST)
-            ),
+            *nodeclass_requirements(settings),
         ]
     )
 

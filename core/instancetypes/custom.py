@@ -25,8 +25,14 @@ an object `{instanceTypes: [...]}`; each entry describes one instance type::
           available: false           # default true
 
 Quantities use the Kubernetes notation. Labels may not set the zone, the capacity type or the instance type:
-those come from the offerings and the name. Unknown fields are rejected, and every error names the entry
-(index and name), the field and the rule.
+those come from the offerings and the name; nor the OS SKU or `fips_enabled`: those come from the AKSNodeClass.
+Unknown fields are rejected, and every error names the entry (index and name), the field and the rule.
+
+Each NodePool's AKSNodeClass shapes these types as it shapes the shipped Azure ones, through the same rules
+(`core.instancetypes.azure.nodeclass_filter_reason` and `nodeclass_requirements`): LocalDNS needs 4 vCPUs,
+gpu.mode Driver takes NVIDIA GPUs only, artifact streaming no arm64, and every node gets the AKSNodeClass's
+OS SKU and FIPS labels. What an entry does not say (GPU OSes, encryption at host, Trusted Launch unless
+`karpenter.azure.com/sku-hyperv-generation` is given) is read as supported, as for the shipped catalogs.
 """
 
 from __future__ import annotations
@@ -40,14 +46,25 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from core import labels as wellknown
 from core.api.kube import ResourceList
 from core.api.meta import InvalidObjectError, StrictKubeModel, problems_of
+from core.instancetypes.azure import (
+    AMD,
+    DEFAULT_SETTINGS,
+    MIB,
+    NVIDIA,
+    NodeClassSettings,
+    SizeTraits,
+    nodeclass_filter_reason,
+    nodeclass_requirements,
+)
 from core.instancetypes.types import InstanceType, Offering, Overhead, usd_to_micros
-from core.resources import CPU, MEMORY, PODS, Resources, parse_resources
+from core.resources import AMD_GPU, CPU, MEMORY, NVIDIA_GPU, PODS, Resources, parse_resources
 from core.scheduling.requirements import Operator, Requirement, Requirements
 
 KIND = "instance type catalog"
 DEFAULT_PODS = 110
 DEFAULT_LABELS = {wellknown.ARCH: "amd64", wellknown.OS: "linux"}
 _FROM_OFFERINGS_OR_NAME = (wellknown.ZONE, wellknown.CAPACITY_TYPE, wellknown.INSTANCE_TYPE)
+_FROM_NODECLASS = (wellknown.AKS_OS_SKU, wellknown.AKS_FIPS_ENABLED)
 
 
 class CustomOffering(StrictKubeModel):
@@ -84,11 +101,13 @@ class CustomInstanceType(StrictKubeModel):
     @field_validator("labels")
     @classmethod
     def _not_from_offerings(cls, node_labels: dict[str, str]) -> dict[str, str]:
-        reserved = sorted(
-            key for key in node_labels if wellknown.normalize_key(key) in _FROM_OFFERINGS_OR_NAME
-        )
-        if reserved:
-            raise ValueError(f"may not set {', '.join(reserved)}: the offerings and the name give it")
+        for given, source in (
+            (_FROM_OFFERINGS_OR_NAME, "the offerings and the name give it"),
+            (_FROM_NODECLASS, "each NodePool's AKSNodeClass gives it"),
+        ):
+            reserved = sorted(key for key in node_labels if wellknown.normalize_key(key) in given)
+            if reserved:
+                raise ValueError(f"may not set {', '.join(reserved)}: {source}")
         return node_labels
 
     @field_validator("offerings")
@@ -132,8 +151,27 @@ class CustomInstanceType(StrictKubeModel):
         allocatable = parse_resources(self.allocatable)
         return Overhead(kube_reserved={name: capacity[name] - amount for name, amount in allocatable.items()})
 
-    def instance_type(self, unavailable: Collection[tuple[str, str, str]] = frozenset()) -> InstanceType:
-        """The entry as an instance type.
+    def traits(self) -> SizeTraits:
+        """What the AKSNodeClass's rules read of the entry: capacity, architecture, GPU maker (its label, else
+        the GPU resource it has), Trusted Launch when the Hyper-V generation label says."""
+        capacity = self.capacity_resources()
+        node_labels = {**DEFAULT_LABELS, **self.labels}
+        gpus = [maker for maker, resource in ((NVIDIA, NVIDIA_GPU), (AMD, AMD_GPU)) if capacity.get(resource)]
+        generation = node_labels.get(wellknown.SKU_HYPERV_GENERATION)
+        return SizeTraits(
+            cpu_millis=capacity[CPU],
+            memory_mib=capacity[MEMORY] // MIB,
+            architecture=node_labels[wellknown.ARCH],
+            gpu_manufacturer=node_labels.get(wellknown.SKU_GPU_MANUFACTURER, next(iter(gpus), None)),
+            trusted_launch=None if generation is None else generation == "2",
+        )
+
+    def instance_type(
+        self,
+        unavailable: Collection[tuple[str, str, str]] = frozenset(),
+        settings: NodeClassSettings = DEFAULT_SETTINGS,
+    ) -> InstanceType:
+        """The entry as an instance type of an AKSNodeClass with these settings (its labels included).
 
         Offerings listed in `unavailable` (name, zone, capacity type) are not available, and the zone and
         capacity-type labels cover the available offerings only.
@@ -165,6 +203,7 @@ class CustomInstanceType(StrictKubeModel):
                 Requirement(
                     wellknown.CAPACITY_TYPE, False, {offering.capacity_type for offering in available}
                 ),
+                *nodeclass_requirements(settings),
             ]
         )
         return InstanceType(
@@ -211,12 +250,19 @@ def parse_custom_catalog(raw: Any) -> list[CustomInstanceType]:
     return entries
 
 
-def custom_instance_types(
-    raw: Any, unavailable: Collection[tuple[str, str, str]] = frozenset()
+def catalog_instance_types(
+    entries: Collection[CustomInstanceType],
+    settings: NodeClassSettings = DEFAULT_SETTINGS,
+    unavailable: Collection[tuple[str, str, str]] = frozenset(),
 ) -> list[InstanceType]:
-    """The instance types of a parsed `--catalog` file, sorted by name (format: see the module docstring)."""
+    """The instance types of a parsed catalog that an AKSNodeClass with these settings can launch (the rules
+    the Azure catalogs go through, `nodeclass_filter_reason`), sorted by name."""
     blocked = frozenset(unavailable)
     return sorted(
-        (entry.instance_type(blocked) for entry in parse_custom_catalog(raw)),
+        (
+            entry.instance_type(blocked, settings)
+            for entry in entries
+            if nodeclass_filter_reason(entry.traits(), settings) is None
+        ),
         key=lambda instance_type: instance_type.name,
     )

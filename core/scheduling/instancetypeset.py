@@ -23,6 +23,16 @@ IntArray = npt.NDArray[np.int64]
 
 NO_PRICE = np.iinfo(np.int64).max
 """Sentinel price of a type that has no available compatible offering."""
+HELD_AT = 2**53
+"""The largest amount (of a resource, or micro-dollars of a price) the arrays hold; larger ones are held at it.
+It is more than any node has (9 billion cores, 8 PiB) and any price ($9 billion an hour), so a request beyond it
+still fits nowhere; yet sums of a thousand such amounts stay within int64, where a quantity Kubernetes allows (up
+to 2^63-1) or an overlay's price would overflow the arrays."""
+
+
+def held(amount: int) -> int:
+    """`amount` within plus or minus `HELD_AT`."""
+    return max(-HELD_AT, min(HELD_AT, amount))
 
 
 class ResourceAxes:
@@ -38,7 +48,7 @@ class ResourceAxes:
         for name, amount in resources.items():
             position = self.index.get(name)
             if position is not None:
-                vector[position] = amount
+                vector[position] = held(amount)
         return vector
 
     def resources(self, vector: IntArray) -> dict[str, int]:
@@ -119,7 +129,9 @@ class InstanceTypeSet:
 
         offerings = [(row, offering) for row, it in enumerate(self.types) for offering in it.offerings]
         self.offering_type = np.array([row for row, _ in offerings], dtype=np.int64)
-        self.offering_price = np.array([offering.price_micros for _, offering in offerings], dtype=np.int64)
+        self.offering_price = np.array(
+            [held(offering.price_micros) for _, offering in offerings], dtype=np.int64
+        )
         self.offering_available = np.array([offering.available for _, offering in offerings], dtype=np.bool_)
         self.offerings = [offering for _, offering in offerings]
         self._offering_distinct, self._offering_positions = _index_by_key(

@@ -3,8 +3,8 @@ and instance-type options, and unschedulable pods with a reason per NodePool."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -175,10 +175,31 @@ class SchedulingResults:
     nodeclaims: list[NewNodeClaim] = field(default_factory=list)
     existing: list[ExistingPlacement] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
+    static_price_micros: int = 0
+    """What the NodeClaims static NodePools would create cost per hour (the what-if commands count them)."""
 
     @property
     def total_price_micros(self) -> int:
-        return sum(claim.price_micros or 0 for claim in self.nodeclaims)
+        """What every NodeClaim to create costs per hour: the new ones, and the static pools'."""
+        return sum(claim.price_micros or 0 for claim in self.nodeclaims) + self.static_price_micros
+
+    def without(self, pods: Collection[str]) -> SchedulingResults:
+        """The results with these pods (`namespace/name`) left out wherever a pod is listed, and the existing
+        nodes that then receive none: what is said of pods, the virtual ones of CapacityBuffers being no pods of
+        the cluster. NodeClaims stay, with the requests they were sized for."""
+        return SchedulingResults(
+            nodeclaims=[
+                replace(claim, pods=[pod for pod in claim.pods if pod not in pods])
+                for claim in self.nodeclaims
+            ],
+            existing=[
+                ExistingPlacement(placement.node, kept)
+                for placement in self.existing
+                if (kept := [pod for pod in placement.pods if pod not in pods])
+            ],
+            unschedulable=[entry for entry in self.unschedulable if entry.pod not in pods],
+            static_price_micros=self.static_price_micros,
+        )
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -25,6 +25,7 @@ from core.api.nodepool import ConditionStatus, NodePool
 from core.capacity_buffer import BufferPods, Targets, buffer_pods
 from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
+from core.instancetypes.custom import CustomInstanceType, catalog_instance_types
 from core.instancetypes.images import NodeImages, bootable
 from core.instancetypes.overlay import OverlayPool, OverlayVerdict, apply_overlays
 from core.instancetypes.types import InstanceType
@@ -56,23 +57,38 @@ def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
     )
 
 
-def azure_provider(
-    catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = ()
-) -> InstanceTypeProvider:
-    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass."""
+def nodeclass_provider(build: Callable[[NodeClassSettings], list[InstanceType]]) -> InstanceTypeProvider:
+    """Instance types shaped by each NodePool's AKSNodeClass, built once per distinct set of its settings."""
     cache: dict[NodeClassSettings, list[InstanceType]] = {}
 
     def provide(nodeclass: AKSNodeClass | None) -> list[InstanceType]:
         settings = nodeclass_settings(nodeclass)
         if settings not in cache:
-            cache[settings] = azure_instance_types(catalog, settings, frozenset(unavailable))
+            cache[settings] = build(settings)
         return cache[settings]
 
     return provide
 
 
+def azure_provider(
+    catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = ()
+) -> InstanceTypeProvider:
+    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass."""
+    blocked = frozenset(unavailable)
+    return nodeclass_provider(lambda settings: azure_instance_types(catalog, settings, blocked))
+
+
+def catalog_provider(
+    entries: Collection[CustomInstanceType], unavailable: Collection[tuple[str, str, str]] = ()
+) -> InstanceTypeProvider:
+    """Instance types from a user's own catalog (`--catalog`), shaped by each NodePool's AKSNodeClass by the
+    same rules as the Azure catalogs."""
+    blocked = frozenset(unavailable)
+    return nodeclass_provider(lambda settings: catalog_instance_types(entries, settings, blocked))
+
+
 def fixed_provider(instance_types: list[InstanceType]) -> InstanceTypeProvider:
-    """The same instance types for every NodePool (a user's own catalog)."""
+    """The same instance types for every NodePool, whatever its AKSNodeClass."""
     return lambda _nodeclass: instance_types
 
 

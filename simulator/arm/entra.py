@@ -5,8 +5,10 @@ ARM makes with what it issued.
   signs in an application registered with `Directory.register`: with its client secret (`client_secret`), with a
   client assertion signed by its certificate's private key (`client_assertion`, a JWT whose header names the
   certificate by its SHA-256 thumbprint, `x5t#S256`, and whose `aud` is this endpoint's URL), or with a federated
-  token (a JWT from a registered issuer, for the registered subject and audience `api://AzureADTokenExchange`, as
-  AKS workload identity presents a projected ServiceAccount token).
+  token (a JWT of a federated credential's issuer, for its subject and audience `api://AzureADTokenExchange`, as
+  AKS workload identity presents a projected ServiceAccount token), checked against the key its `kid` names in the
+  JSON Web Key Set the issuer published (`Directory.publish_issuer`, as Entra ID reads an OIDC issuer's
+  `jwks_uri`).
 - `GET /metadata/identity/oauth2/token?api-version=...&resource=<audience>[&client_id=...]` with `Metadata: true`
   is IMDS's managed identity token, for an identity assigned with `Directory.assign_managed_identity`.
 
@@ -16,7 +18,8 @@ the bearer tokens issued here for that audience (401 `InvalidAuthenticationToken
 `InvalidAuthenticationTokenAudience`). Every token request is recorded (`Directory.requests`) with the host it
 was sent to, never with its secret or assertion.
 
-`sign_jwt` makes the tokens a test's issuer (the cluster's OIDC issuer) would sign; the keys are `cryptography`'s.
+`sign_jwt` makes the tokens a test's issuer (the cluster's OIDC issuer) would sign, and `jwks` the key set it would
+publish; the keys are `cryptography`'s.
 """
 
 from __future__ import annotations
@@ -51,8 +54,6 @@ class Federation:
 
     issuer: str
     subject: str
-    issuer_key: rsa.RSAPublicKey
-    """The issuer's signing key (Entra reads it from the issuer's JWKS)."""
     audience: str = TOKEN_EXCHANGE_AUDIENCE
 
 
@@ -114,6 +115,8 @@ class Directory:
         """Client ids of the managed identities assigned to the node; `system` is the system-assigned one."""
         self.issued: dict[str, Issued] = {}
         self.requests: list[TokenRequest] = []
+        self.issuer_keys: dict[str, dict[str, rsa.RSAPublicKey]] = {}
+        """The OIDC issuers' signing keys by their key id, as each issuer's JWKS lists them."""
 
     @property
     def enforced(self) -> bool:
@@ -122,6 +125,14 @@ class Directory:
 
     def register(self, application: Application) -> None:
         self.applications[application.client_id] = application
+
+    def publish_issuer(self, issuer: str, key_set: Mapping[str, Any]) -> None:
+        """What Entra ID reads from an OIDC issuer's discovery document: its JSON Web Key Set (RSA keys only)."""
+        self.issuer_keys[issuer] = {
+            str(key["kid"]): rsa.RSAPublicNumbers(_integer(key["e"]), _integer(key["n"])).public_key()
+            for key in key_set.get("keys") or []
+            if key.get("kty") == "RSA" and key.get("kid")
+        }
 
     def assign_managed_identity(self, client_id: str | None = None) -> None:
         """Assign the node a user-assigned managed identity (`client_id`), or its system-assigned one."""
@@ -214,7 +225,7 @@ class Directory:
         if "x5t#S256" in header or "x5t" in header:
             self._check_certificate_assertion(application, str(assertion), header, claims, token_url)
             return "client_certificate"
-        self._check_federated_token(application, str(assertion), claims)
+        self._check_federated_token(application, str(assertion), header, claims)
         return "federated_token"
 
     def _check_certificate_assertion(
@@ -251,13 +262,27 @@ class Directory:
             )
         _check_lifetime(claims)
 
-    def _check_federated_token(self, application: Application, token: str, claims: Mapping[str, Any]) -> None:
+    def _check_federated_token(
+        self, application: Application, token: str, header: Mapping[str, Any], claims: Mapping[str, Any]
+    ) -> None:
         federation = application.federation
         if federation is None or claims.get("iss") != federation.issuer:
             raise TokenError(401, "invalid_client", 700211, _no_federation("issuer", claims.get("iss")))
-        if not verify_jwt(token, federation.issuer_key):
+        keys = self.issuer_keys.get(federation.issuer)
+        if keys is None:
+            raise TokenError(
+                401,
+                "invalid_client",
+                50166,
+                f"Request to External OIDC endpoint failed: no key set published by '{federation.issuer}'.",
+            )
+        key = keys.get(str(header.get("kid")))
+        if key is None or not verify_jwt(token, key):
             raise TokenError(401, "invalid_client", 700027, "Client assertion failed signature validation.")
-        if claims.get("sub") != federation.subject or claims.get("aud") != federation.audience:
+        audiences = claims.get("aud")
+        if federation.audience not in (audiences if isinstance(audiences, list) else [audiences]):
+            raise TokenError(401, "invalid_client", 700212, _no_federation("audience", audiences))
+        if claims.get("sub") != federation.subject:
             raise TokenError(401, "invalid_client", 700213, _no_federation("subject", claims.get("sub")))
         _check_lifetime(claims)
 
@@ -315,6 +340,23 @@ def sign_jwt(claims: Mapping[str, Any], key: rsa.RSAPrivateKey, kid: str = "issu
     return f"{signing_input.decode()}.{_b64(signature)}"
 
 
+def jwks(keys: Mapping[str, rsa.RSAPublicKey]) -> dict[str, Any]:
+    """The JSON Web Key Set an issuer publishes for its RSA signing keys, by key id."""
+    return {
+        "keys": [
+            {
+                "kty": "RSA",
+                "use": "sig",
+                "alg": "RS256",
+                "kid": kid,
+                "n": _b64(_bytes(key.public_numbers().n)),
+                "e": _b64(_bytes(key.public_numbers().e)),
+            }
+            for kid, key in keys.items()
+        ]
+    }
+
+
 def verify_jwt(token: str, key: rsa.RSAPublicKey) -> bool:
     """Whether the JWT's signature (RS256 or PS256, as its header says) is the key's."""
     try:
@@ -368,3 +410,12 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _bytes(number: int) -> bytes:
+    return number.to_bytes((number.bit_length() + 7) // 8, "big")
+
+
+def _integer(text: str) -> int:
+    """A JWK's base64url big-endian integer (`n`, `e`)."""
+    return int.from_bytes(_unb64(text), "big")

@@ -33,7 +33,9 @@ def test_parse_is_exact(text: str | int | float, value: Fraction) -> None:
     assert parse_quantity(text) == value
 
 
-@pytest.mark.parametrize("text", ["1x", "", "Gi", "1.2.3", "1 Gi", "1e", "1ki", "--1", "1e1000"])
+@pytest.mark.parametrize(
+    "text", ["1x", "", "Gi", "1.2.3", "1 Gi", "1e", "1ki", "--1", "1e1000", "\u0661\u0662", "1e\u0663"]
+)
 def test_malformed_quantities_are_refused_with_the_text(text: str) -> None:
     with pytest.raises(QuantityError, match="quantity"):
         parse_quantity(text)

@@ -3,6 +3,11 @@ control plane brings a Node for a pending pod through the release's own worker, 
 Temporal, with nothing installed beforehand; `helm test` checks it; and deleting the Temporal pod while several
 NodeClaims launch loses none of them.
 
+The worker signs in as the chart's default says, by workload identity, as on AKS: the emulated AKS runs the
+workload identity webhook and trusts the API server's service-account issuer (`simulator.workload_identity`), the
+test federates an identity with the chart's ServiceAccount and gives the chart its client id, and the emulated
+Entra ID issues every token the worker calls ARM with for the ServiceAccount's projected token.
+
 The release's pods run for real, as processes of the chart's image (the repository's Dockerfile, from this
 virtualenv), on the process kubelet's system nodes (`simulator.kubelet`); the nodes nodewright launches are the
 emulated Azure's VMs, joined by its node agents and run by kwok, as in every other test. The control plane is
@@ -27,6 +32,7 @@ from activities.kubeclient import KubernetesCluster
 from core.api.nodeclaim import NodeClaimConditionType
 from simulator.aks import AksSettings, ClusterInfo
 from simulator.kubelet.namespaces import unsupported_reason
+from simulator.workload_identity import TOKEN_FILE, TOKEN_VOLUME
 from tests.cluster import EXAMPLES, eventually, process_kubelet
 from tests.deploy.helm import CHART, Helm
 from workers.azure import EMULATOR_SSH_KEY
@@ -46,11 +52,13 @@ VM_CREATE_SECONDS = 8.0
 """How long each VM of the second part takes to create: long enough to delete Temporal while they launch."""
 
 
-def emulator_values(info: ClusterInfo) -> dict[str, Any]:
-    """What a user of the emulated AKS sets besides the defaults: the cluster's settings, and the worker pointed
-    at the ARM emulator (its CA certificate from the ConfigMap `arm-emulator-ca`)."""
+def emulator_values(info: ClusterInfo, client_id: str) -> dict[str, Any]:
+    """What a user of the emulated AKS sets besides the defaults: the cluster's settings, the client id of the
+    identity federated with the chart's ServiceAccount, and the worker pointed at the ARM emulator (its CA
+    certificate from the ConfigMap `arm-emulator-ca`)."""
     assert info.arm_endpoint is not None
     return {
+        "azure": {"workloadIdentity": {"clientId": client_id}},
         "settings": {
             "clusterName": info.cluster_name,
             "clusterEndpoint": info.api_server,
@@ -113,6 +121,7 @@ async def test_helm_install_with_default_values_brings_a_node_and_survives_losin
 ) -> None:
     settings = AksSettings.instant(seed=37)
     settings.cluster_name = "chart"
+    settings.workload_identity = True
     async with simulated_aks(plane, settings) as aks:
         info = aks.emulated.info
         assert info.arm_endpoint is not None and info.arm_ca_file is not None
@@ -144,8 +153,10 @@ async def _install_and_test(
     plane.kubectl(
         "create", "configmap", "arm-emulator-ca", "-n", NAMESPACE, f"--from-file=ca.crt={info.arm_ca_file}"
     )
+    # As `az identity create` and `az identity federated-credential create` for the chart's ServiceAccount.
+    identity = await aks.emulator.federate(NAMESPACE, RELEASE)
     values = tmp_path / "emulator-values.yaml"
-    values.write_text(yaml.safe_dump(emulator_values(info)))
+    values.write_text(yaml.safe_dump(emulator_values(info, identity.client_id)))
     await asyncio.to_thread(
         helm.run,
         "install",
@@ -185,6 +196,22 @@ async def _install_and_test(
     assert len(launched) == 1, [node.metadata.name for node in nodes]
     (claim,) = (await claims(aks.kube)).values()
     assert initialized(claim) and claim.status.node_name == launched[0].metadata.name
+    # The worker signed in by workload identity: the webhook gave its pods the identity and the projected token,
+    # and every token it called ARM with was issued by the emulated Entra ID to the federated identity.
+    workers = [item for item in running.values() if "worker" in item["metadata"]["name"]]
+    for worker in workers:
+        env = {variable["name"]: variable.get("value") for variable in worker["spec"]["containers"][0]["env"]}
+        assert env["AZURE_CLIENT_ID"] == identity.client_id and env["AZURE_TENANT_ID"] == info.tenant_id
+        assert env["AZURE_FEDERATED_TOKEN_FILE"] == TOKEN_FILE
+        assert any(volume["name"] == TOKEN_VOLUME for volume in worker["spec"]["volumes"])
+    state = aks.emulated.arm.state
+    emulator = urlsplit(info.arm_endpoint or "").netloc
+    assert state.directory.requests and {
+        (request.host, request.client_id, request.grant, request.status)
+        for request in state.directory.requests
+    } == {(emulator, identity.client_id, "federated_token", 200)}
+    assert state.requests and all(record.status != 401 for record in state.requests)
+    assert {issued.client_id for issued in state.directory.issued.values()} == {identity.client_id}
 
 
 async def _lose_temporal_while_launching(plane: ControlPlane, aks: SimulatedAks, temporal_port: int) -> None:

@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trustme
@@ -18,13 +20,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from activities.azure.clients import azure_session
+from activities.azure.credentials import CredentialKind
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
 from core.cloudprovider import LaunchRequest
 from core.clouds import AZURE_CHINA_CLOUD, AZURE_PUBLIC_CLOUD, AZURE_US_GOVERNMENT, AzureCloud
 from core.errors import InvalidError
 from simulator.arm import RunningArm, serve_arm
-from simulator.arm.entra import Application, Federation, sign_jwt
+from simulator.arm.entra import Application, Federation, jwks, sign_jwt
 from simulator.retail_prices import RETAIL_PRICES_KEY
 from tests.activities.azure.test_clients import SecretOnly
 from workers.azure import AzureConfig, cloud_provider, load_azure
@@ -215,8 +218,9 @@ async def test_a_service_principal_signs_in_with_its_certificate(tmp_path: Path)
             await signed_in(arm, environ)
 
 
-async def test_workload_identity_signs_in_with_the_federated_service_account_token(tmp_path: Path) -> None:
-    issuer_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+def workload_identity(directory: Path, issuer_key: rsa.RSAPrivateKey) -> dict[str, str]:
+    """What the workload identity webhook gives a pod: its client and tenant, and its ServiceAccount's token (for
+    Entra ID's audience) in a file."""
     now = int(time.time())
     claims = {
         "iss": ISSUER,
@@ -225,22 +229,74 @@ async def test_workload_identity_signs_in_with_the_federated_service_account_tok
         "iat": now,
         "exp": now + 3600,
     }
-    token_file = tmp_path / "azure-identity-token"
+    token_file = directory / "azure-identity-token"
     token_file.write_text(sign_jwt(claims, issuer_key))
-    environ = {
+    return {
         "AZURE_CLIENT_ID": CLIENT,
         "AZURE_TENANT_ID": TENANT,
         "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
     }
-    federation = Federation(ISSUER, SERVICE_ACCOUNT, issuer_key.public_key())
+
+
+def federate(arm: RunningArm, published: dict[str, Any], subject: str = SERVICE_ACCOUNT) -> None:
+    arm.state.directory.publish_issuer(ISSUER, published)
+    arm.state.directory.register(Application(TENANT, CLIENT, federation=Federation(ISSUER, subject)))
+
+
+async def test_workload_identity_signs_in_with_the_federated_service_account_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cloud's authority wins over the one the webhook names (the resolver knows no other host), as the AKS
+    # provider's cloud configuration does.
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", "https://login.elsewhere.example/")
+    issuer_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    environ = workload_identity(tmp_path, issuer_key)
+    published = jwks({"issuer-key": issuer_key.public_key()})
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
-        arm.state.directory.register(Application(TENANT, CLIENT, federation=federation))
+        federate(arm, published)
         assert await signed_in(arm, environ) == "federated_token"  # the default credential
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
-        elsewhere = Federation(ISSUER, "system:serviceaccount:other:other", issuer_key.public_key())
-        arm.state.directory.register(Application(TENANT, CLIENT, federation=elsewhere))
+        federate(arm, published, subject="system:serviceaccount:other:other")
         with pytest.raises(InvalidError, match="AADSTS700213"):
             await signed_in(arm, environ)
+    async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
+        # Signed by a key the issuer does not publish.
+        other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        federate(arm, jwks({"issuer-key": other_key.public_key()}))
+        with pytest.raises(InvalidError, match="AADSTS700027"):
+            await signed_in(arm, environ)
+
+
+async def test_against_an_emulator_s_endpoint_the_worker_signs_in_at_the_emulator_s_entra_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`NODEWRIGHT_ARM_ENDPOINT` makes the emulator the worker's Azure: ARM and Entra ID both (a pod of the chart
+    on the local control plane reaches nothing else), whatever `AZURE_AUTHORITY_HOST` says."""
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.com/")
+    issuer_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    async with serve_arm("westeurope", SUBSCRIPTION, resource_group=GROUP) as arm:
+        federate(arm, jwks({"issuer-key": issuer_key.public_key()}))
+        environ = {
+            **AZURE,
+            **workload_identity(tmp_path, issuer_key),
+            "NODEWRIGHT_AZURE_CREDENTIAL": "workloadIdentity",  # as the chart sets it (else a static token)
+            "NODEWRIGHT_ARM_ENDPOINT": arm.url,
+            "NODEWRIGHT_ARM_CA_FILE": str(arm.ca_pem),
+        }
+        config = load_azure(load_settings(region="westeurope", cluster_name="prod"), environ=environ)
+        assert config.credential is not None and config.credential.kind is CredentialKind.WORKLOAD_IDENTITY
+        catalogs = CatalogSource.shipped("westeurope")
+        async with cloud_provider(SecretOnly(), config, catalogs) as provider:  # type: ignore[arg-type]
+            assert await provider.list() == []
+    emulator = urlsplit(arm.url).netloc
+    assert [(r.host, r.status) for r in arm.state.requests] == [(emulator, 200)]
+    [token] = arm.state.directory.requests
+    assert (token.host, token.client_id, token.grant, token.status) == (
+        emulator,
+        CLIENT,
+        "federated_token",
+        200,
+    )
 
 
 async def test_the_node_s_managed_identity_signs_in_through_imds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -407,6 +407,37 @@ def test_a_pod_selecting_fips_schedules_only_on_a_fips_nodeclass(tmp_path: Path)
     ]
 
 
+CATALOG = """
+instanceTypes:
+  - name: two
+    capacity: {cpu: 2, memory: 8Gi}
+    offerings: [{zone: eastus-1, capacityType: on-demand, price: 0.096}]
+  - name: four
+    capacity: {cpu: 4, memory: 16Gi}
+    offerings: [{zone: eastus-1, capacityType: on-demand, price: 0.192}]
+"""
+
+
+def test_a_catalog_of_ones_own_goes_through_the_aksnodeclass_rules(tmp_path: Path) -> None:
+    """LocalDNS Required and FIPS shape a `--catalog` as they shape the shipped ones."""
+    catalog = write(tmp_path, "catalog.yaml", CATALOG)
+    local_dns = {"localDNS": configured_nodeclass_spec()["localDNS"]}
+    fips_pod = pod("fips", "100m", "128Mi", '  nodeSelector: {"kubernetes.azure.com/fips_enabled": "true"}')
+
+    def plan(name: str, text: str) -> dict[str, Any]:
+        return schedule_json("-f", write(tmp_path, name, text), "--catalog", catalog)
+
+    [claim] = plan("plain.yaml", NODEPOOL + nodeclass({}) + SMALL_POD)["nodeclaims"]
+    assert claim["instance_type"] == "two" and claim["labels"]["kubernetes.azure.com/os-sku"] == "Ubuntu"
+    [claim] = plan("dns.yaml", NODEPOOL + nodeclass(local_dns) + SMALL_POD)["nodeclaims"]
+    assert claim["instance_type_options"] == ["four"]
+    document = plan("fips-on-plain.yaml", NODEPOOL + nodeclass({}) + fips_pod)
+    assert document["nodeclaims"] == [] and [u["pod"] for u in document["unschedulable"]] == ["default/fips"]
+    [claim] = plan("fips.yaml", NODEPOOL + nodeclass({"fipsMode": "FIPS"}) + fips_pod)["nodeclaims"]
+    assert claim["pods"] == ["default/fips"]
+    assert claim["labels"]["kubernetes.azure.com/fips_enabled"] == "true"
+
+
 def test_pod_level_requests_choose_a_size_that_holds_them(tmp_path: Path) -> None:
     pod_level = """
 ---

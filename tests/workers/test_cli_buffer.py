@@ -71,12 +71,14 @@ def test_schedule_shows_each_buffers_virtual_pods_and_where_they_go(
         False,
         "ScalableRefNotFound",
     )
-    claimed = {pod for claim in document["nodeclaims"] for pod in claim["pods"]}
+    [claim] = document["nodeclaims"]
     for name in ("warm", "web-room"):
         pods = buffers[f"default/{name}"]["pods"]
         assert len(pods) == buffers[f"default/{name}"]["replicas"]
-        assert set(pods) <= claimed, "scheduled like real pods"
-        assert all(where.startswith("new NodeClaim ") for where in pods.values())
+        assert set(pods.values()) == {f"new NodeClaim 1 (default, {claim['instance_type']})"}
+    # Scheduled like real pods (the NodeClaim is sized for them), but listed only under `buffers`.
+    assert len(claim["pods"]) == 4 and all(pod.startswith("default/web-") for pod in claim["pods"])
+    assert claim["requests"]["pods"] == "9"
     assert not any(
         "CapacityBuffer" in warning or "PodTemplate" in warning for warning in document["warnings"]
     )
@@ -84,6 +86,54 @@ def test_schedule_shows_each_buffers_virtual_pods_and_where_they_go(
     code, out, _ = run("schedule", "-f", manifests)
     assert "CapacityBuffers:" in out and "default/warm: 3 chunk(s) -> new NodeClaim 1" in out
     assert "default/lost: not ready (ScalableRefNotFound" in out
+
+
+NODE = """
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: aks-existing-1
+  labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux, topology.kubernetes.io/zone: eastus-1}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: PodTemplate
+metadata: {name: huge, namespace: default}
+template:
+  spec:
+    containers: [{name: c, resources: {requests: {cpu: "900"}}}]
+---
+apiVersion: autoscaling.x-k8s.io/v1beta1
+kind: CapacityBuffer
+metadata: {name: too-big, namespace: default}
+spec:
+  podTemplateRef: {name: huge}
+  replicas: 1
+"""
+
+
+def test_virtual_pods_are_listed_only_under_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the provisioner nominates no virtual pod and reports none unschedulable, `schedule` lists them under
+    `buffers` only: not among a NodeClaim's or a node's pods, nor the unschedulable ones."""
+    monkeypatch.setenv("FEATURE_GATES", "CapacityBuffer=true")
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + BUFFERS + NODE)
+    code, out, err = run("schedule", "-o", "json", "-f", manifests)
+    assert code == 0, err
+    document = json.loads(out)
+    where = {pod: place for entry in document["buffers"] for pod, place in entry["pods"].items()}
+    assert where["default/capacity-buffer-warm-1"] == "node/aks-existing-1"
+    assert where["default/capacity-buffer-too-big-1"].startswith("unschedulable: ")
+    listed = [
+        *(pod for claim in document["nodeclaims"] for pod in claim["pods"]),
+        *(pod for placement in document["existing"] for pod in placement["pods"]),
+        *(entry["pod"] for entry in document["unschedulable"]),
+    ]
+    assert len(listed) == 4 and all(pod.startswith("default/web-") for pod in listed)
+    assert not any(placement["pods"] == [] for placement in document["existing"])
 
 
 def test_with_the_gate_off_buffers_are_ignored_with_a_warning(

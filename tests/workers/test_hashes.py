@@ -44,6 +44,8 @@ def claim(name: str, annotations: dict[str, str]) -> NodeClaim:
 class FakeCluster:
     def __init__(self, claims: list[NodeClaim], fail: bool = False) -> None:
         self.claims = claims
+        self.raw: list[dict[str, Any]] = []
+        """NodeClaims as listed that the models refuse."""
         self.fail = fail
         self.annotated: list[tuple[str, str, dict[str, str]]] = []
         self.patched: list[tuple[str, dict[str, str]]] = []
@@ -54,8 +56,11 @@ class FakeCluster:
         self.annotated.append((kind, name, annotations))
         return True
 
-    async def list_nodeclaims(self) -> list[NodeClaim]:
-        return self.claims
+    async def list_objects(self, kind: str) -> list[dict[str, Any]]:
+        assert kind == "NodeClaim"
+        return [
+            claim.model_dump(mode="json", by_alias=True, exclude_none=True) for claim in self.claims
+        ] + self.raw
 
     async def patch_nodeclaim_metadata(self, name: str, annotations: dict[str, str]) -> None:
         self.patched.append((name, annotations))
@@ -93,3 +98,15 @@ async def test_a_bad_object_or_a_failed_write_is_logged_not_raised(
     cluster = FakeCluster([], fail=True)
     assert not await reconcile_hash(cluster, "NodePool", manifest)  # type: ignore[arg-type]
     assert "could not stamp the drift hash of NodePool default" in caplog.text
+
+
+async def test_a_nodeclaim_the_models_refuse_leaves_the_others_restamped() -> None:
+    """Found by the fuzz benchmark: one NodeClaim with an over-long terminationGracePeriod (the API server takes
+    it) made every NodePool's and AKSNodeClass's stamp fail."""
+    cluster = FakeCluster([claim("default-a", {})])
+    unreadable = claim("default-b", {}).model_dump(mode="json", by_alias=True, exclude_none=True)
+    unreadable["spec"]["terminationGracePeriod"] = "9999999999h"
+    cluster.raw.append(unreadable)
+
+    assert await reconcile_hash(cluster, "NodePool", POOL)  # type: ignore[arg-type]
+    assert cluster.patched == [("default-a", STAMP.nodeclaim_annotations())]

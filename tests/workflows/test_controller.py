@@ -480,7 +480,7 @@ class StatusWrites:
         """The drift hash stamps the controller also writes; not what this fake records."""
         return True
 
-    async def list_nodeclaims(self) -> list[Any]:
+    async def list_objects(self, kind: str) -> list[Any]:
         return []
 
 
@@ -604,3 +604,47 @@ def test_a_nodeclaim_is_checked_only_after_its_plan_had_the_grace_to_start_it() 
     assert [c.name for c in adoption.due(created + timedelta(seconds=30))] == ["waiting"]
     adoption.observe(NodeClaim.parse(claim("waiting", launched)))
     assert adoption.due(created + timedelta(seconds=30)) == []
+
+
+class Events:
+    """A ClusterAPI that records the events the controller publishes."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def record_event(self, event: Any) -> None:
+        self.events.append(event)
+
+
+async def test_an_object_the_models_refuse_gets_a_warning_event_naming_the_field_and_the_watch_goes_on() -> (
+    None
+):
+    """Found by the fuzz benchmark: the API server takes a NodeClaim whose terminationGracePeriod is longer than
+    any duration, which the controller could only log."""
+    cluster = Events()
+    controller = offline_controller(cluster=cluster)
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "odd", "uid": "u-1"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+            "terminationGracePeriod": "9999999999h",
+        },
+    }
+    await controller.receive(_watched("NodeClaim", claim, 1))
+    await controller.receive(
+        _watched("Pod", builders.pod("web", cpu="1").model_dump(mode="json", by_alias=True), 2)
+    )
+
+    [event] = cluster.events
+    assert (event.reason, event.type, event.involved_object.kind, event.involved_object.name) == (
+        "InvalidNodeClaim",
+        "Warning",
+        "NodeClaim",
+        "odd",
+    )
+    assert event.involved_object.uid == "u-1"
+    assert event.message.startswith("NodeClaim odd: spec.terminationGracePeriod: ")
+    assert controller.requeued() == ["default/web"], "the next object is still handled"

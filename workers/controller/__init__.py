@@ -32,15 +32,27 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
+from activities.kube import kube_event
 from activities.metrics import Metrics
 from core import labels, summaries
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.conditions import AWAITING_RECONCILIATION
-from core.api.kube import DEFAULT_NAMESPACE, Node, Pod, is_daemonset_pod, is_node_ready, is_terminal, pod_key
+from core.api.kube import (
+    DEFAULT_NAMESPACE,
+    Event,
+    Node,
+    Pod,
+    is_daemonset_pod,
+    is_node_ready,
+    is_terminal,
+    pod_key,
+)
+from core.api.meta import InvalidObjectError, problems_of
 from core.api.nodeclaim import (
     KNOWN_EPHEMERAL_TAINTS_EXIST,
     NODE_NOT_FOUND,
@@ -166,6 +178,23 @@ def lifecycle_adoption(
     return LifecycleAdoption(client, cluster, start, deletion_requested, **timing)
 
 
+def invalid_object_event(event: WatchEvent, error: InvalidObjectError | ValidationError) -> Event:
+    """The Warning event on a watched object that breaks a rule: `Invalid<Kind>`, with each field and rule."""
+    metadata = event.object.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    problems = error.problems if isinstance(error, InvalidObjectError) else problems_of(error)
+    name = f"{namespace}/{event.name}" if namespace else event.name
+    return kube_event(
+        event.kind,
+        event.name,
+        f"Invalid{event.kind}",
+        "; ".join(f"{event.kind} {name}: {problem}" for problem in problems),
+        namespace,
+        warning=True,
+        uid=metadata.get("uid"),
+    )
+
+
 class Controller:
     def __init__(
         self,
@@ -267,10 +296,20 @@ class Controller:
 
     async def _watch(self) -> None:
         async for event in self.cluster.watch(0):
-            try:
-                await self.handle(event)
-            except (ValueError, RPCError) as error:
-                logger.warning("ignoring %s %s: %s", event.kind, event.name, error)
+            await self.receive(event)
+
+    async def receive(self, event: WatchEvent) -> None:
+        """`handle` the event; an object the controller cannot read, or a signal that fails, is logged and left for
+        its next event (the watch goes on), and an object that breaks a rule gets a Warning event `Invalid<Kind>`
+        naming each field, which `kubectl describe` lists."""
+        try:
+            await self.handle(event)
+        except (InvalidObjectError, ValidationError) as error:
+            logger.warning("ignoring %s %s: %s", event.kind, event.name, error)
+            if event.type is not EventType.DELETED:
+                await self.cluster.record_event(invalid_object_event(event, error))
+        except (ValueError, RPCError) as error:
+            logger.warning("ignoring %s %s: %s", event.kind, event.name, error)
 
     async def handle(self, event: WatchEvent) -> None:
         if self.state is not None:

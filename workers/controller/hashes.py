@@ -16,7 +16,7 @@ from typing import Any
 
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import HashStamp, nodeclass_stamp, nodepool_stamp, restamp_annotations
-from core.api.meta import ObjectMeta
+from core.api.meta import InvalidObjectError, ObjectMeta
 from core.api.nodeclaim import NodeClaim, NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -40,7 +40,7 @@ async def reconcile_hash(cluster: ClusterAPI, kind: str, manifest: dict[str, Any
             return False
         if held.get(stamp.version_key) != stamp.version:
             await _restamp(
-                cluster, [claim for claim in await cluster.list_nodeclaims() if owns(claim)], held, stamp
+                cluster, [claim for claim in await _readable_claims(cluster) if owns(claim)], held, stamp
             )
         return await cluster.annotate(kind, owner.name, wanted)
     except (CloudError, ValueError) as error:
@@ -60,6 +60,18 @@ def _parse(kind: str, manifest: dict[str, Any]) -> tuple[ObjectMeta, HashStamp, 
         nodeclass_stamp(nodeclass),
         lambda claim: claim.node_class_ref.name == nodeclass.name,
     )
+
+
+async def _readable_claims(cluster: ClusterAPI) -> list[NodeClaim]:
+    """Every NodeClaim the controller can read: one it cannot is left as it is (the controller's event on it
+    says why), where raising would leave every other owner unstamped."""
+    claims = []
+    for raw in await cluster.list_objects("NodeClaim"):
+        try:
+            claims.append(NodeClaim.parse(raw))
+        except InvalidObjectError as error:
+            logger.debug("not re-stamping an unreadable NodeClaim: %s", error)
+    return claims
 
 
 async def _restamp(

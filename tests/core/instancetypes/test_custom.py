@@ -8,7 +8,8 @@ import yaml
 
 from core import labels
 from core.api.meta import InvalidObjectError
-from core.instancetypes.custom import custom_instance_types, parse_custom_catalog
+from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings
+from core.instancetypes.custom import catalog_instance_types, parse_custom_catalog
 from core.instancetypes.types import InstanceType
 from core.resources import CPU, MEMORY, NVIDIA_GPU, PODS
 
@@ -29,6 +30,10 @@ def entry(**overrides: Any) -> dict[str, Any]:
         "offerings": [offering()],
         **overrides,
     }
+
+
+def custom_instance_types(raw: Any, **kwargs: Any) -> list[InstanceType]:
+    return catalog_instance_types(parse_custom_catalog(raw), **kwargs)
 
 
 def only(raw: Any, **kwargs: Any) -> InstanceType:
@@ -151,6 +156,11 @@ def test_example_file_parses() -> None:
         ),
         ([entry(labels={labels.ZONE: "eastus-1"})], f"labels: may not set {labels.ZONE}"),
         ([entry(labels={labels.INSTANCE_TYPE: "x"})], f"labels: may not set {labels.INSTANCE_TYPE}"),
+        (
+            [entry(labels={labels.AKS_FIPS_ENABLED: "true"})],
+            f"labels: may not set {labels.AKS_FIPS_ENABLED}: each NodePool's AKSNodeClass gives it",
+        ),
+        ([entry(labels={labels.AKS_OS_SKU: "Ubuntu"})], f"labels: may not set {labels.AKS_OS_SKU}"),
         ([entry(labels={"example.com/size": 4})], "labels.example.com/size: Input should be a valid string"),
         (
             [entry(allocatable={"cpu": 1}, overhead={"cpu": 1})],
@@ -174,3 +184,45 @@ def test_every_problem_is_reported() -> None:
         parse_custom_catalog([entry(capacity={"cpu": 4}), entry(name="b", offerings=[])])
 
     assert len(error.value.problems) == 2
+
+
+def names(raw: Any, settings: NodeClassSettings) -> list[str]:
+    return [it.name for it in custom_instance_types(raw, settings=settings)]
+
+
+def test_the_aksnodeclass_rules_of_the_azure_catalogs_apply() -> None:
+    """The rules that depend on the AKSNodeClass are the same as for the shipped catalogs."""
+    small = entry(name="small", capacity={"cpu": 2, "memory": "8Gi"})
+    large = entry(name="large", capacity={"cpu": 4, "memory": "16Gi"})
+    arm = entry(name="arm", capacity={"cpu": 4, "memory": "16Gi"}, labels={labels.ARCH: "arm64"})
+    amd_gpu = entry(name="amd-gpu", capacity={"cpu": 8, "memory": "32Gi", "amd.com/gpu": 1})
+    nvidia = entry(
+        name="nvidia", capacity={"cpu": 8, "memory": "32Gi"}, labels={labels.SKU_GPU_MANUFACTURER: "nvidia"}
+    )
+    gen1 = entry(
+        name="gen1", capacity={"cpu": 4, "memory": "16Gi"}, labels={labels.SKU_HYPERV_GENERATION: "1"}
+    )
+    raw = [small, large, arm, amd_gpu, nvidia, gen1]
+    everything = ["amd-gpu", "arm", "gen1", "large", "nvidia", "small"]
+
+    assert names(raw, NodeClassSettings(gpu_mode=GpuMode.NONE)) == everything
+    assert names(raw, NodeClassSettings()) == ["arm", "gen1", "large", "nvidia", "small"]
+    assert "small" not in names(raw, NodeClassSettings(local_dns=True))
+    assert "arm" not in names(raw, NodeClassSettings(artifact_streaming=True))
+    # Only an entry that says it is generation 1 is known not to boot Trusted Launch images.
+    assert names(raw, NodeClassSettings(trusted_launch=True, gpu_mode=GpuMode.NONE)) == [
+        n for n in everything if n != "gen1"
+    ]
+
+
+def test_every_type_gets_the_aksnodeclass_labels() -> None:
+    [plain] = custom_instance_types([entry()])
+    [fips] = custom_instance_types([entry()], settings=NodeClassSettings(fips=True))
+    [azure_linux] = custom_instance_types(
+        [entry()], settings=NodeClassSettings(image_family=ImageFamily.AZURE_LINUX)
+    )
+
+    assert values(plain, labels.AKS_OS_SKU) == ["Ubuntu"]
+    assert plain.requirements.get(labels.AKS_FIPS_ENABLED).operator().value == "DoesNotExist"
+    assert values(fips, labels.AKS_FIPS_ENABLED) == ["true"]
+    assert values(azure_linux, labels.AKS_OS_SKU) == ["AzureLinux"]

@@ -190,6 +190,9 @@ def test_the_nodeclaim_annotations_say_which_overlays_applied() -> None:
         ({"priceAdjustment": "-101%"}, "spec.priceAdjustment"),
         ({"priceAdjustment": "10%"}, "spec.priceAdjustment"),
         ({"price": "-1"}, "spec.price"),
+        # Digits are ASCII, as in the CRD's pattern on the API server (Go): Python's \d takes others too.
+        ({"price": "\u0661"}, "spec.price"),
+        ({"priceAdjustment": "+\u0661\u0662%"}, "spec.priceAdjustment"),
         ({"capacity": {"cpu": "1"}}, "spec.capacity: invalid resource restricted"),
         ({"weight": 0}, "spec.weight"),
     ],

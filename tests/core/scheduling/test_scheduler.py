@@ -996,3 +996,17 @@ def test_a_bound_pod_with_a_hostname_selector_still_uses_its_room():
     p = pod(cpu="2")
     results = solve([p], nodes=[busy])
     assert where(results)[pod_key(p)].startswith("new-")
+
+
+def test_requests_and_prices_beyond_int64_are_unschedulable_not_a_crash():
+    """Kubernetes takes quantities up to 2^63-1 (and an overlay any price): the simulation's int64 arrays hold
+    them at a bound larger than any node, so such a pod fits nowhere, and a price that large never overflows."""
+    huge = pod("huge", cpu=1, memory="8Ei")
+    twice = pod("twice", requests={"cpu": "1", "example.com/dongle": str(2**70)})
+    small = pod("small", cpu=1, memory="1Gi")
+    dear = [instance_type("dear", price=10**30), *catalog_p()]
+
+    results = solve([huge, twice, small], types=dear)
+
+    assert set(unschedulable(results)) == {"default/huge", "default/twice"}
+    assert where(results)["default/small"].startswith("new")
