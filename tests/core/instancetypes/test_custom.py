@@ -209,6 +209,8 @@ def test_the_aksnodeclass_rules_of_the_azure_catalogs_apply() -> None:
     assert names(raw, NodeClassSettings()) == ["arm", "gen1", "large", "nvidia", "small"]
     assert "small" not in names(raw, NodeClassSettings(local_dns=True))
     assert "arm" not in names(raw, NodeClassSettings(artifact_streaming=True))
+    # AKS runs Windows Server on amd64 sizes only.
+    assert "arm" not in names(raw, NodeClassSettings(image_family=ImageFamily.WINDOWS_2022))
     # Only an entry that says it is generation 1 is known not to boot Trusted Launch images.
     assert names(raw, NodeClassSettings(trusted_launch=True, gpu_mode=GpuMode.NONE)) == [
         n for n in everything if n != "gen1"
