@@ -42,7 +42,7 @@ from core.disruption import DisruptionOptions, plan_disruption
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
-from core.resources import CPU, MEMORY
+from core.resources import CPU, MEMORY, format_resources
 from core.scheduling.snapshot import azure_provider
 
 NODES = 1000
@@ -155,7 +155,7 @@ def node_pair(
         wk.HOSTNAME: name,
         "workload": pool.name,
     }
-    allocatable = {key: str(value) for key, value in it.allocatable().items()}
+    allocatable = format_resources(it.allocatable())
     provider_id = f"azure:///subscriptions/bench/resourceGroups/bench/providers/Microsoft.Compute/{name}"
     claim = {
         "apiVersion": "karpenter.sh/v1",
