@@ -143,6 +143,32 @@ def daemonset() -> dict[str, Any]:
     }
 
 
+Layout = Sequence[tuple[str, str, Sequence[tuple[int, int]]]]
+"""Nodes as (instance type, zone, pods as (millicores, MiB))."""
+
+
+def build(layout: Layout, types: dict[str, InstanceType]) -> Cluster:
+    """The manifests of a cluster laid out so: the NodePool, the DaemonSet, each node with its pods."""
+    documents: list[Any] = [
+        {
+            "apiVersion": "karpenter.azure.com/v1beta1",
+            "kind": "AKSNodeClass",
+            "metadata": {"name": "default"},
+        },
+        nodepool(),
+        daemonset(),
+    ]
+    pods: dict[str, tuple[int, int]] = {}
+    for index, (name, zone, shapes) in enumerate(layout):
+        node = f"node-{index}"
+        documents.extend(node_pair(node, POOL, types[name], zone, "on-demand"))
+        for number, (cpu, memory) in enumerate(shapes):
+            key = f"pod-{index}-{number}"
+            documents.append(pod(key, f"app-{index}-{number}", node, POOL, cpu, memory, {}))
+            pods[f"default/{key}"] = (cpu, memory * MIB)
+    return Cluster(documents, pods)
+
+
 def fragmented(seed: int, types: dict[str, InstanceType]) -> Cluster:
     """A seeded small fragmented cluster (see the module's docstring)."""
     rng = random.Random(seed)
@@ -154,16 +180,7 @@ def fragmented(seed: int, types: dict[str, InstanceType]) -> Cluster:
         shapes.append(rng.choice(SHAPES[kind]))
     homes = list(range(nodes)) + [rng.randrange(nodes) for _ in range(count - nodes)]
     rng.shuffle(homes)
-    documents: list[Any] = [
-        {
-            "apiVersion": "karpenter.azure.com/v1beta1",
-            "kind": "AKSNodeClass",
-            "metadata": {"name": "default"},
-        },
-        nodepool(),
-        daemonset(),
-    ]
-    pods: dict[str, tuple[int, int]] = {}
+    layout = []
     for index in range(nodes):
         mine = [shape for shape, home in zip(shapes, homes, strict=True) if home == index]
         cpu = sum(c for c, _ in mine)
@@ -174,13 +191,16 @@ def fragmented(seed: int, types: dict[str, InstanceType]) -> Cluster:
         if not fitting:
             fitting = [name for name in TYPES if _holds(types[name], cpu, memory)]
         name = fitting[1] if len(fitting) > 1 and rng.random() < 0.3 else fitting[0]
-        node = f"node-{index}"
-        documents.extend(node_pair(node, POOL, types[name], rng.choice(ZONES), "on-demand"))
-        for number, (pod_cpu, pod_memory) in enumerate(mine):
-            key = f"pod-{index}-{number}"
-            documents.append(pod(key, f"app-{index}-{number}", node, POOL, pod_cpu, pod_memory, {}))
-            pods[f"default/{key}"] = (pod_cpu, pod_memory * MIB)
-    return Cluster(documents, pods)
+        layout.append((name, rng.choice(ZONES), mine))
+    return build(layout, types)
+
+
+TWO_NODES: Layout = (
+    ("Standard_D4s_v5", "eastus-1", ((400, 6144), (1000, 3072), (1500, 1536))),
+    ("Standard_D4s_v5", "eastus-1", ((700, 2560), (1000, 3072), (700, 2560))),
+)
+"""The issue's typical miss: six pods on two D4s_v5, which Karpenter's methods leave as they are (neither node
+alone, nor both together, fits anything cheaper), while a D4s_v5 and an E2s_v5 hold them for $0.066/h less."""
 
 
 def cost(manifests: Manifests, types: dict[str, InstanceType]) -> int:

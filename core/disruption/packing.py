@@ -32,8 +32,9 @@ from core.scheduling.instancetypeset import BoolArray, IntArray
 FloatArray = npt.NDArray[np.float64]
 
 MICROS = 1_000_000.0
-MOVE_WEIGHT = 1e-6
-"""What one moved pod costs in the objective (dollars per hour): among plans that save the same, fewer moves."""
+MOVE_WEIGHT = 1e-9
+"""What one moved pod costs in the objective (dollars per hour): among plans that save the same, fewer moves
+(a thousandth of a micro-dollar, so that it never outweighs a price difference)."""
 INTEGER_TOLERANCE = 1e-6
 
 
@@ -331,7 +332,9 @@ def savings_bound(
     if not np.isfinite(dual):
         return None
     moves = MOVE_WEIGHT * float(problem.counts.sum())
-    return max(0, int(np.ceil((moves - dual) * MICROS)) + 1)
+    # Prices are whole micro-dollars, so is any plan's saving: the bound rounds to the nearest (the solver's
+    # tolerances are far below one).
+    return max(0, int(np.floor((moves - dual) * MICROS + 0.5)))
 
 
 def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) -> int | None:
@@ -365,5 +368,5 @@ def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) ->
     values = np.asarray(highs.getSolution().col_value)
     moved = float(sum(problem.counts[:, n].sum() * values[column] for n, column in enumerate(retire)))
     objective = highs.getInfo().objective_function_value - MOVE_WEIGHT * moved
-    # A tolerance's worth above the relaxation's optimum, so that rounding never puts the bound above a plan.
+    # Rounded up, and a tolerance's worth more, so that the bound is never above a plan.
     return max(0, int(np.ceil(-objective * MICROS)) + 1)

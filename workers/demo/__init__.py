@@ -54,6 +54,7 @@ from workers.demo.disruption import (
 )
 from workers.demo.interruption import spot_eviction_step
 from workers.demo.overlay import overlay_step
+from workers.demo.repack import repack_step
 from workers.demo.static import static_step
 from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.demo.window import window_finish, window_start
@@ -116,8 +117,9 @@ async def walk_through(self: Walkthrough) -> None:
     opens = await window_start(self, 12)
     await overlay_step(self, 13)
     await window_finish(self, 14, opens)
+    await repack_step(self, 15)
 
-    self.say("15. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("16. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
