@@ -10,9 +10,10 @@ What it relaxes, and why that keeps it below every plan: it knows requests, tain
 affinity between pods, host ports or minValues (leaving constraints out can only lower the optimum); it ignores
 the one-command-at-a-time order, nominations and the spot and price rules of replacements (plans obey them,
 the bound need not); pods that cannot move keep their nodes, as in every plan. A small cluster (a few candidates
-and pods) is solved exactly, so the bound is the cheapest home of its pods under those rules; a larger one is
-bounded by the linear relaxation (candidates retiring in fractions, nodes of the same kind pooling their room,
-new capacity bought by the fraction of a node), which is below the exact optimum.
+and pods) is solved exactly, so the bound is the cheapest home of its pods under those rules (or, should the
+search stop at its node limit, the bound it proved); a larger one is bounded by the linear relaxation
+(candidates retiring in fractions, nodes of the same kind pooling their room, new capacity bought by the
+fraction of a node), which is below the exact optimum.
 
 Budgets, PDB allowances and consolidateAfter change between passes, so this is the bound of this pass: a later
 pass, with those freed, may go lower.
@@ -34,10 +35,11 @@ from core.instancetypes.types import dollars
 from core.scheduling.instancetypeset import NO_PRICE, IntArray
 from core.scheduling.removal import PodFit
 
-EXACT_CANDIDATES = 12
+EXACT_CANDIDATES = 8
 """Up to this many candidates (and `EXACT_PODS` pods), the bound is the exact program's optimum."""
-EXACT_PODS = 40
-EXACT_SOLVER_NODES = 20_000
+EXACT_PODS = 16
+EXACT_SOLVER_NODES = 5_000
+"""Branch-and-bound nodes the exact bound may take; stopped early, it keeps the bound the search proved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +167,13 @@ def cluster_bound(state: PlanState) -> tuple[int, int, bool]:
         limits=_limits(state, candidates),
         slots=pods,
     )
-    saved = savings_bound(problem, EXACT_SOLVER_NODES) if exact else relaxed_savings(problem)
+    saved: int | None = None
+    if exact:
+        proven = savings_bound(problem, EXACT_SOLVER_NODES)
+        if proven is not None:
+            saved, exact = proven
     if saved is None:
-        saved = relaxed_savings(problem) if exact else None
-        exact = False
+        saved, exact = relaxed_savings(problem), False
     if saved is None:
         return now, 0, False
     return now, max(0, now - saved), exact

@@ -315,10 +315,11 @@ def solve_packing(
 
 def savings_bound(
     problem: PackingProblem, max_nodes: int = 2000, time_limit: float | None = None
-) -> int | None:
-    """An upper bound on what any plan can save (micro-dollars per hour): the program's optimum, or the bound its
-    search proved when it stopped early; None when it proved none. The minimum saving does not apply; give
-    `slots` as many as there are pods, so that the program is a relaxation of every plan."""
+) -> tuple[int, bool] | None:
+    """An upper bound on what any plan can save (micro-dollars per hour), and whether it is the program's
+    optimum (else the bound its search proved when it stopped early); None when it proved none. The minimum
+    saving does not apply; give `slots` as many as there are pods, so that the program is a relaxation of every
+    plan."""
     model, _, _, _ = _packing_model(problem, 0)
     highs, _ = model.solve(mip=True, max_nodes=max_nodes, time_limit=time_limit)
     if highs.getModelStatus() not in (
@@ -334,7 +335,8 @@ def savings_bound(
     moves = MOVE_WEIGHT * float(problem.counts.sum())
     # Prices are whole micro-dollars, so is any plan's saving: the bound rounds to the nearest (the solver's
     # tolerances are far below one).
-    return max(0, int(np.floor((moves - dual) * MICROS + 0.5)))
+    optimal = highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return max(0, int(np.floor((moves - dual) * MICROS + 0.5))), optimal
 
 
 def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) -> int | None:
