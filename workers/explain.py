@@ -723,8 +723,8 @@ def render_text(story: Story, out: TextIO) -> None:
             )
             for detail in span.reasons:
                 print(f"    {detail}", file=out)
-            for line in span.repack:
-                print(f"    {line}", file=out)
+            for text in span.repack:
+                print(f"    {text}", file=out)
 
     print("\nRemoval", file=out)
     removal = story.removal

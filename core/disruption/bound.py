@@ -75,7 +75,10 @@ class PlanCost:
 
 
 def _disruptable(state: PlanState, candidate: Candidate) -> bool:
-    """Whether some method could take the candidate in this pass, its pods leaving."""
+    """Whether some method could take the candidate in this pass, its pods leaving (only in the NodePools the
+    plan was asked for)."""
+    if state.options.nodepools is not None and candidate.nodepool.name not in state.options.nodepools:
+        return False
     if candidate.name in {c.name for c in state.report.expiring}:
         return True
     if candidate.drift is not None and state.pod_blocker(candidate, eventual=True) is None:

@@ -54,8 +54,11 @@ from core.scheduling.removal import Capacity, PlannedNodeClaim, PodFit
 
 HOSTS = 16
 """Nodes that stay, besides the window's candidates, offered as destinations (those with the most room)."""
-RETRIES = 3
+RETRIES = 4
 """Proposals of one window the simulation may refuse before the window is given up."""
+SETTLING_MARGIN = 0.1
+"""The share of every node's room the solver leaves unused, more at each try, when kube-scheduler's placement
+would not settle the pods of a tighter packing (`settles`)."""
 MAX_SOLVER_NODES = 2000
 """Branch-and-bound nodes one solve may explore (a deterministic bound on its work)."""
 
@@ -321,6 +324,45 @@ def _priced(
     return launched, savings
 
 
+def settles(window: _Window, outcome: Outcome, launched: Sequence[Priced]) -> bool:
+    """Whether the pods, evicted and recreated one by one in the order their nodes drain, each find room when
+    kube-scheduler puts it where its default scoring (least allocated) prefers, among the nodes the command
+    counts on. The simulation placed each pod where the solver sent it; kube-scheduler will not follow, and a
+    packing that only that placement completes would leave a pod pending (and the provisioner would launch a
+    node the plan did not pay for)."""
+    capacity = window.capacity
+    axes = [capacity.axes.index(name) for name in ("cpu", "memory") if name in capacity.axes]
+    requests = {fit.key: fit.requests for members in window.members for _, fit in members}
+    rows = {name: row for row, name in enumerate(capacity.nodes)}
+    rooms: list[IntArray] = []
+    totals: list[IntArray] = []
+    for node in sorted({p.destination for p in outcome.placements if p.nodeclaim is None and p.destination}):
+        free = np.maximum(capacity.free[rows[node]], 0)
+        rooms.append(free.copy())
+        totals.append(np.maximum(free, 1))
+    pools = {pool.nodepool: pool for pool in capacity.pools}
+    for priced in launched:
+        launch = priced.launch()
+        if launch is None:
+            return False
+        pool = pools[priced.claim.nodepool]
+        headroom = pool.headroom[pool.names.index(launch[0].name)]
+        rooms.append(headroom.copy())
+        totals.append(np.maximum(headroom, 1))
+    for placement in outcome.placements:
+        need = requests[placement.pod]
+        best, score = -1, -1.0
+        for index, room in enumerate(rooms):
+            if np.all(room >= need):
+                left = float(np.mean([(room[k] - need[k]) / totals[index][k] for k in axes]))
+                if left > score:
+                    best, score = index, left
+        if best < 0:
+            return False
+        rooms[best] = rooms[best] - need
+    return True
+
+
 def explanation(
     candidates: Sequence[Candidate], outcome: Outcome, launched: Sequence[Priced], savings: int
 ) -> Repacked:
@@ -436,10 +478,18 @@ class _Search:
         state = self.state
         problem = window.problem
         exclude: list[frozenset[int]] = []
+        margin = 0.0
         for _ in range(RETRIES):
             left = self.left()
             attempt = PackingProblem(
-                **{**_fields(problem), "exclude": tuple(exclude), "fixed": fixed}  # type: ignore[arg-type]
+                **{  # type: ignore[arg-type]
+                    **_fields(problem),
+                    "exclude": tuple(exclude),
+                    "fixed": fixed,
+                    "headroom": (problem.headroom * (1.0 - margin)).astype(np.int64),
+                    "free": (problem.free * (1.0 - margin)).astype(np.int64),
+                    "candidate_free": (problem.candidate_free * (1.0 - margin)).astype(np.int64),
+                }
             )
             packing = solve_packing(attempt, MAX_SOLVER_NODES, left)
             if packing is None or not packing.retire:
@@ -458,6 +508,11 @@ class _Search:
                 if outcome.scheduled
                 else outcome.describe_problems()
             )
+            if not isinstance(verdict, str) and not settles(window, outcome, verdict[0]):
+                # Too tight for kube-scheduler: solve again with room to spare on every node.
+                state.sandbox.rollback()
+                margin += SETTLING_MARGIN
+                continue
             if isinstance(verdict, str):
                 state.sandbox.rollback()
                 if fixed is not None:

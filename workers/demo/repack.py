@@ -1,13 +1,14 @@
-"""The demo's repack step: two nodes whose pods Karpenter's consolidation leaves where they are, although two
-other nodes hold them for less; the repack finds them, states the plan's cost and lower bound, and carries it
-out as a manual consolidation (`nodewright consolidate`), whose commands are validated, launched and drained as
-any disruption command; `nodewright explain` then says where the retired node's pods went and why.
+"""The demo's repack step: a node whose pods Karpenter's consolidation leaves where they are, although two smaller
+nodes and room on another node hold them for less (aws/karpenter-provider-aws#6635: "Karpenter will not
+consolidate one node into two nodes"); the repack finds that, states the plan's cost and lower bound, and
+carries it out as a manual consolidation (`nodewright consolidate`), whose commands are validated, launched and
+drained as any disruption command; `nodewright explain` then says where the retired node's pods went and why.
 
-Six pods (a memory-heavy one, CPU-heavy and balanced ones) arrive in two groups, in a NodePool of their own that
-first allows only Standard_D4s_v5, so they land on two D4s_v5 as `benchmarks/repack.py`'s TWO_NODES lays them
-out. The pool then allows the Fsv2, Dsv5 and Esv5 families (2 to 16 vCPUs): neither node alone, nor both
-together, fits one cheaper node, so Karpenter's methods find nothing, while a D4s_v5 and an E2s_v5 hold the six
-pods for $0.066/h less. The pool is tainted so that nothing else lands there."""
+Twenty pods in a NodePool of their own arrive in two groups: the first on a Standard_D8s_v5 (the only type the
+pool allows then), the second, with that node cordoned, on a Standard_F8s_v2. The pool then allows the Fsv2, Dsv5
+and Esv5 families (2 to 16 vCPUs): no single cheaper node holds either node's pods, nor both's, so Karpenter's
+methods find nothing, while an F4s_v2, an F2s_v2 and the D8s_v5's free room hold the F8s_v2's pods for
+$0.084/h less. The pool is tainted so that nothing else lands there."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ from workers.explain import explain, render_text
 POOL = "repack"
 TAINT = "nodewright.io/demo"
 GROUPS = (
-    ((400, 6144), (1000, 3072), (1500, 1536)),
-    ((700, 2560), (1000, 3072), (700, 2560)),
+    ("Standard_D8s_v5", ((250, 1536, 4), (250, 3072, 2), (500, 2048, 2), (750, 1024, 2), (1000, 512, 2))),
+    ("Standard_F8s_v2", ((250, 1536, 2), (750, 1024, 3), (1000, 512, 3))),
 )
-"""The pods (millicores, MiB) of the two nodes, in the order they arrive."""
+"""Each node's instance type and its pods as (millicores, MiB, replicas), in the order they arrive."""
 WIDER = [
     f"Standard_{family}{size}{suffix}"
     for family, suffix in (("F", "s_v2"), ("D", "s_v5"), ("E", "s_v5"))
@@ -59,12 +60,12 @@ spec:
 """
 
 
-def deployment(name: str, cpu: int, memory: int) -> str:
+def deployment(name: str, cpu: int, memory: int, replicas: int) -> str:
     return f"""apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: {name}, namespace: default}}
 spec:
-  replicas: 1
+  replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
   template:
     metadata: {{labels: {{app: {name}}}}}
@@ -80,20 +81,26 @@ spec:
 
 async def repack_step(walk: Walkthrough, number: int) -> None:
     walk.say(
-        f"{number}. Six pods on two D4s_v5 that Karpenter's consolidation leaves as they are: the repack finds "
-        "a D4s_v5 and an E2s_v5 that hold them for less, shows the bound, and carries it out"
+        f"{number}. A Standard_F8s_v2 whose pods Karpenter's consolidation leaves where they are: the repack "
+        "finds two smaller nodes and room elsewhere that hold them for less, shows the bound, and carries it out"
     )
-    await _apply(walk, pool_manifest(["Standard_D4s_v5"]), "repack-pool.yaml")
-    index = 0
-    for group in GROUPS:
-        names = []
-        for cpu, memory in group:
-            index += 1
-            names.append(f"repack-{index}")
-            await _apply(walk, deployment(names[-1], cpu, memory), f"{names[-1]}.yaml")
-        for name in names:
-            await walk.until(f"{name} running", lambda name=name: walk.running(name, 1))
+    deployments: list[tuple[str, int]] = []
+    for group, (instance_type, pods) in enumerate(GROUPS):
+        await _apply(walk, pool_manifest([instance_type]), "repack-pool.yaml")
+        for cpu, memory, replicas in pods:
+            name = f"repack-{group}-{cpu}m-{memory}mi"
+            deployments.append((name, replicas))
+            await _apply(walk, deployment(name, cpu, memory, replicas), f"{name}.yaml")
+        for name, replicas in deployments:
+            await walk.until(
+                f"{name} running", lambda name=name, replicas=replicas: walk.running(name, replicas)
+            )
+        # The next group gets a node of its own, as if it had come later to a full node.
+        for claim in await _claims(walk):
+            await walk.kubectl("cordon", claim.status.node_name or "", show=False)
     before = await _claims(walk)
+    for claim in before:
+        await walk.kubectl("uncordon", claim.status.node_name or "", show=False)
     await walk.kubectl("get", "nodeclaims", "-l", f"{labels.NODEPOOL}={POOL}", "-o", "wide")
     walk.say("The pool now allows the Fsv2, Dsv5 and Esv5 families, 2 to 16 vCPUs")
     await _apply(walk, pool_manifest(WIDER), "repack-pool.yaml")
@@ -107,22 +114,24 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
     await consolidate(walk.client, TASK_QUEUE, request, True, "table", walk.out, lambda question: "y")
 
     async def replaced() -> bool:
-        current = await _claims(walk)
-        running = [await walk.running(f"repack-{i}", 1) for i in range(1, index + 1)]
-        return bool(current) and not {c.name for c in before} & {c.name for c in current} and all(running)
+        names = {claim.name for claim in await _claims(walk)}
+        running = [await walk.running(name, replicas) for name, replicas in deployments]
+        return not {c.name for c in before} <= names and len(names) > 1 and all(running)
 
-    await walk.until("the repacked pods running on their new nodes", replaced)
+    await walk.until("the repacked pods running", replaced)
     after = await _claims(walk)
     print(f"before: {_describe(walk, before)}\nafter:  {_describe(walk, after)}", file=walk.out)
-    story = io.StringIO()
-    render_text(await explain(walk.client, "nodeclaim", before[0].name), story)
-    print(f"$ nodewright explain nodeclaim {before[0].name}  (its disruption)", file=walk.out)
-    lines = story.getvalue().splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("Disruption")), len(lines))
-    end = next((i for i, line in enumerate(lines) if line.startswith("Removal")), len(lines))
-    for line in lines[start:end]:
-        print(line, file=walk.out)
-    for name in [f"repack-{i}" for i in range(1, index + 1)]:
+    retired = [claim for claim in before if claim.name not in {c.name for c in after}]
+    if retired:
+        story = io.StringIO()
+        render_text(await explain(walk.client, "nodeclaim", retired[0].name), story)
+        print(f"$ nodewright explain nodeclaim {retired[0].name}  (its disruption)", file=walk.out)
+        lines = story.getvalue().splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("Disruption")), len(lines))
+        end = next((i for i, line in enumerate(lines) if line.startswith("Removal")), len(lines))
+        for line in lines[start:end]:
+            print(line, file=walk.out)
+    for name, _ in deployments:
         await walk.kubectl("delete", "deployment", name, "--wait=false", show=False)
 
 
