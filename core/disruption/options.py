@@ -36,6 +36,9 @@ class RepackOptions:
     """Seconds from any fixed origin (`time.monotonic`); None: no deadline, only the solver's node limits."""
     hint: frozenset[str] = frozenset()
     """The candidates of a repack command being validated: tried first, together, as they were planned."""
+    settling: bool = True
+    """Refuse packings kube-scheduler's least-allocated placement would not settle (`repack.settles`); False
+    trusts the pods to land where the plan sends them (what an evaluation that applies plans as written measures)."""
 
 
 @dataclass(frozen=True, slots=True)

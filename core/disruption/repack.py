@@ -508,7 +508,11 @@ class _Search:
                 if outcome.scheduled
                 else outcome.describe_problems()
             )
-            if not isinstance(verdict, str) and not settles(window, outcome, verdict[0]):
+            if (
+                not isinstance(verdict, str)
+                and self.options.settling
+                and not settles(window, outcome, verdict[0])
+            ):
                 # Too tight for kube-scheduler: solve again with room to spare on every node.
                 state.sandbox.rollback()
                 margin += SETTLING_MARGIN
