@@ -87,31 +87,48 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
     deployments: list[tuple[str, int]] = []
     for group, (instance_type, pods) in enumerate(GROUPS):
         await _apply(walk, pool_manifest([instance_type]), "repack-pool.yaml")
+        documents = []
         for cpu, memory, replicas in pods:
             name = f"repack-{group}-{cpu}m-{memory}mi"
             deployments.append((name, replicas))
-            await _apply(walk, deployment(name, cpu, memory, replicas), f"{name}.yaml")
+            documents.append(deployment(name, cpu, memory, replicas))
+        # In one apply, so that the group's pods are pending together and get one node.
+        await _apply(walk, "---\n".join(documents), f"repack-{group}.yaml")
         for name, replicas in deployments:
             await walk.until(
                 f"{name} running", lambda name=name, replicas=replicas: walk.running(name, replicas)
             )
-        # The next group gets a node of its own, as if it had come later to a full node.
-        for claim in await _claims(walk):
-            await walk.kubectl("cordon", claim.status.node_name or "", show=False)
+        if group + 1 < len(GROUPS):
+            # The next group gets a node of its own, as if it had come later to a full node.
+            for claim in await _claims(walk):
+                await walk.kubectl("cordon", claim.status.node_name or "", show=False)
     before = await _claims(walk)
     for claim in before:
         await walk.kubectl("uncordon", claim.status.node_name or "", show=False)
     await walk.kubectl("get", "nodeclaims", "-l", f"{labels.NODEPOOL}={POOL}", "-o", "wide")
     walk.say("The pool now allows the Fsv2, Dsv5 and Esv5 families, 2 to 16 vCPUs")
     await _apply(walk, pool_manifest(WIDER), "repack-pool.yaml")
-    print(f"$ nodewright consolidate --nodepool {POOL} --yes", file=walk.out, flush=True)
     request = DisruptionInput(
         cluster=walk.options.cluster,
         mode=DisruptionMode.MANUAL,
         nodepools=[POOL],
+        dry_run=True,
         settings=DisruptionSettings(validation_seconds=3, repack=RepackSettings()),
     )
-    await consolidate(walk.client, TASK_QUEUE, request, True, "table", walk.out, lambda question: "y")
+    print(f"$ nodewright consolidate --nodepool {POOL} --dry-run", file=walk.out, flush=True)
+    shown = io.StringIO()
+    await consolidate(walk.client, TASK_QUEUE, request, False, "table", shown, lambda question: "n")
+    print(shown.getvalue().rstrip(), file=walk.out)
+    if "Disruption commands: none" in shown.getvalue():
+        print(
+            "(the repack found nothing to do here this time: the pods did not land as laid out)",
+            file=walk.out,
+        )
+        await _remove(walk, deployments)
+        return
+    print(f"$ nodewright consolidate --nodepool {POOL} --yes", file=walk.out, flush=True)
+    executed = request.model_copy(update={"dry_run": False})
+    await consolidate(walk.client, TASK_QUEUE, executed, True, "table", walk.out, lambda question: "y")
 
     async def replaced() -> bool:
         names = {claim.name for claim in await _claims(walk)}
@@ -131,6 +148,10 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
         end = next((i for i, line in enumerate(lines) if line.startswith("Removal")), len(lines))
         for line in lines[start:end]:
             print(line, file=walk.out)
+    await _remove(walk, deployments)
+
+
+async def _remove(walk: Walkthrough, deployments: list[tuple[str, int]]) -> None:
     for name, _ in deployments:
         await walk.kubectl("delete", "deployment", name, "--wait=false", show=False)
 
