@@ -39,7 +39,9 @@ WIDER = [
 ]
 
 
-def pool_manifest(types: list[str]) -> str:
+def pool_manifest(types: list[str], cpus: int | None = None) -> str:
+    """The pool, allowing `types`; with `cpus`, limited to that many vCPUs (one more node while a group arrives)."""
+    limits = f"\n  limits: {{cpu: {cpus}}}" if cpus is not None else ""
     return f"""apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata:
@@ -56,7 +58,7 @@ spec:
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 0s
-    budgets: [{{nodes: "100%"}}]
+    budgets: [{{nodes: "100%"}}]{limits}
 """
 
 
@@ -86,7 +88,8 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
     )
     deployments: list[tuple[str, int]] = []
     for group, (instance_type, pods) in enumerate(GROUPS):
-        await _apply(walk, pool_manifest([instance_type]), "repack-pool.yaml")
+        # One more 8-vCPU node at most: the group's pods wait for it rather than spread over two.
+        await _apply(walk, pool_manifest([instance_type], 8 * (group + 1)), "repack-pool.yaml")
         documents = []
         for cpu, memory, replicas in pods:
             name = f"repack-{group}-{cpu}m-{memory}mi"
