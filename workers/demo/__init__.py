@@ -57,6 +57,7 @@ from workers.demo.disruption import (
 )
 from workers.demo.interruption import spot_eviction_step
 from workers.demo.overlay import overlay_step
+from workers.demo.repack import repack_step
 from workers.demo.static import static_step
 from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.demo.window import window_finish, window_start
@@ -120,8 +121,9 @@ async def walk_through(self: Walkthrough) -> None:
     await overlay_step(self, 13)
     await window_finish(self, 14, opens)
     await token_rotation_step(self, 15)
+    await repack_step(self, 16)
 
-    self.say("16. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("17. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:
