@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos bench-fuzz clean
+.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-repack bench-chaos bench-fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ SEED ?= 1
 MINUTES ?= 15
 bench-consolidation: $(STAMP)
 	$(BIN)/python benchmarks/consolidation.py $(if $(PEER),--peer $(PEER)) --seed $(SEED) --minutes $(MINUTES)
+
+# Small fragmented clusters planned round after round, against their cheapest home (SEEDS=0:200 is the tuning set).
+SEEDS ?= 1000:1200
+bench-repack: $(STAMP)
+	$(BIN)/python benchmarks/repack.py --seeds $(SEEDS)
 
 # N NodeClaims through worker, controller, Temporal, API server, etcd and node-agent crashes and Azure errors,
 # then a scale to zero; fails on anything leaked, made twice or stuck (N=200 for a quick run).

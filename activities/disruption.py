@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -35,8 +36,10 @@ from core.api.nodeclaim import NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
 from core.disruption import Command, DisruptionOptions, DisruptionPlan, Method, plan_disruption
+from core.disruption.bound import PlanCost
 from core.disruption.budgets import BudgetStatus
 from core.disruption.conditions import ConditionChange, disruption_conditions
+from core.disruption.options import RepackOptions
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
@@ -55,7 +58,10 @@ from core.messages import (
     LaunchReplacementsInput,
     LifecycleInput,
     LifecycleSettings,
+    PlanCostRecord,
     PlannedReplacement,
+    RepackRecord,
+    RepackSettings,
     RepairRecord,
     ReplacementProgress,
     TaintCandidates,
@@ -67,8 +73,49 @@ from core.scheduling.requirements import Requirements
 from core.scheduling.results import Launch, NewNodeClaim, launch_order
 from core.scheduling.snapshot import InstanceTypeProvider, azure_provider, build_snapshot
 
-CONSOLIDATION_METHODS = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
-"""What manual consolidation runs (`nodewright consolidate`)."""
+CONSOLIDATION_METHODS = frozenset(
+    {Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION, Method.REPACK}
+)
+"""What manual consolidation runs (`nodewright consolidate`): Karpenter's consolidation, then the repack."""
+
+
+def repack_options(settings: RepackSettings | None, hint: list[str] | None = None) -> RepackOptions | None:
+    """The planner's repack options from the workflow's settings, searching against the process's clock."""
+    if settings is None:
+        return None
+    return RepackOptions(
+        enabled=settings.enabled,
+        min_savings_micros=settings.min_savings_micros,
+        max_pods_moved=settings.max_pods_moved,
+        deadline=timedelta(seconds=settings.deadline_seconds),
+        clock=time.monotonic,
+        hint=frozenset(hint or ()),
+    )
+
+
+def repack_record(command: Command) -> RepackRecord | None:
+    """A repack command's explanation as the history records it."""
+    repacked = command.repacked
+    if repacked is None:
+        return None
+    return RepackRecord(
+        retired=list(repacked.retired),
+        launched=list(repacked.launched),
+        receiving=list(repacked.receiving),
+        moves=[f"{move.pod}: {move.source} -> {move.destination}" for move in command.pods_moved],
+        message=repacked.message,
+    )
+
+
+def cost_record(cost: PlanCost | None) -> PlanCostRecord | None:
+    if cost is None:
+        return None
+    return PlanCostRecord(
+        now_micros=cost.now_micros,
+        after_micros=cost.after_micros,
+        bound_micros=cost.bound_micros,
+        exact=cost.exact,
+    )
 
 
 def command_message(command: Command) -> DisruptionCommand:
@@ -111,6 +158,7 @@ def command_message(command: Command) -> DisruptionCommand:
         savings_micros=command.savings_micros,
         pods_moved=len(command.pods_moved),
         message=command.log_line(),
+        repack=repack_record(command),
     )
 
 
@@ -151,6 +199,7 @@ def pass_record(plan: DisruptionPlan, now: datetime, previous_fingerprint: str =
         budgets=[budget_line(status) for status in plan.budgets if status.limit.limit is not None],
         notes=list(plan.notes),
         savings_micros=plan.savings_micros,
+        cost=cost_record(plan.cost),
     )
     digest = hashlib.sha256()
     for part in (record.commands, record.kept, record.budgets, record.notes):
@@ -169,6 +218,7 @@ def pass_record(plan: DisruptionPlan, now: datetime, previous_fingerprint: str =
             unchanged=True,
             savings_micros=record.savings_micros,
             repairs=record.repairs,
+            cost=record.cost,
         )
     return record
 
@@ -250,6 +300,7 @@ class DisruptionActivities:
                 min_values_best_effort=request.min_values_policy is MinValuesPolicy.BEST_EFFORT
             ),
             repair=None if repair is None else aks_repair_policies(timedelta(seconds=repair)),
+            repack=repack_options(request.repack, request.repack_candidates),
         )
         automatic = request.mode is DisruptionMode.AUTOMATIC and not request.nodepools
         async with heartbeating():
@@ -263,6 +314,8 @@ class DisruptionActivities:
         if automatic:
             self.metrics.set_allowed_disruptions(plan.budgets)
             self.metrics.set_nodepool_costs(plan.costs)
+            if plan.cost is not None:
+                self.metrics.set_cluster_cost(plan.cost)
         return pass_record(plan, now, request.previous_fingerprint)
 
     async def _mark_nodeclaims(self, changes: list[ConditionChange]) -> None:
@@ -293,7 +346,7 @@ class DisruptionActivities:
         )
         patched = [await self.cluster.patch_node(node, add_taints=[DISRUPTED]) for node in nodes]
         if fresh and request.decision:
-            self.metrics.disruption_decided(request.decision, request.reason, request.method)
+            self.metrics.disruption_decided(request.decision, request.reason, request.method, len(nodes))
         return [node for node, result in zip(nodes, patched, strict=True) if result is not None]
 
     @activity.defn(name=DisruptionActivity.UNTAINT_CANDIDATES)

@@ -27,7 +27,9 @@ from core import labels
 from core.api.kube import Node
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
+from core.disruption.bound import PlanCost
 from core.disruption.budgets import BudgetStatus
+from core.instancetypes.types import dollars
 from core.messages import ConditionUpdate
 
 DURATION_BUCKETS = (
@@ -164,7 +166,10 @@ CONSOLIDATION_TYPES = {
 """`consolidation_type` per disruption method, as Karpenter's methods name themselves (drift and expiration: "")."""
 
 
-def consolidation_type(method: str) -> str:
+def consolidation_type(method: str, candidates: int = 1) -> str:
+    """A repack is labelled as Karpenter labels a consolidation of as many nodes: single or multi."""
+    if method == "repack":
+        return "multi" if candidates > 1 else "single"
     return CONSOLIDATION_TYPES.get(method, "")
 
 
@@ -296,6 +301,18 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self.cluster_cost = Gauge(
+            "nodewright_cluster_cost_dollars_per_hour",
+            "What the nodes of the NodePools cost per hour, as of the last disruption pass: now, after its plan, and "
+            "the lower bound no plan made then could beat (`core.disruption.bound`).",
+            ["state"],
+            registry=registry,
+        )
+        self.cost_gap = Gauge(
+            "nodewright_consolidation_gap_dollars_per_hour",
+            "What the last disruption pass's plan leaves above the lower bound, per hour.",
+            registry=registry,
+        )
         self.cluster_state_node_count = Gauge(
             "karpenter_cluster_state_node_count",
             "Nodes in the cluster as the controller last saw it.",
@@ -413,9 +430,21 @@ class Metrics:
         for nodepool, micros in costs.items():
             self.nodepools_cost.labels(nodepool=nodepool).set(micros / 1_000_000)
 
-    def disruption_decided(self, decision: str, reason: str, method: str) -> None:
+    def set_cluster_cost(self, cost: PlanCost) -> None:
+        """The cluster's cost now, after the plan and its bound, and the gap."""
+        for state, micros in (
+            ("now", cost.now_micros),
+            ("after_plan", cost.after_micros),
+            ("lower_bound", cost.bound_micros),
+        ):
+            self.cluster_cost.labels(state=state).set(dollars(micros))
+        self.cost_gap.set(dollars(cost.gap_micros))
+
+    def disruption_decided(self, decision: str, reason: str, method: str, candidates: int = 1) -> None:
         self.disruption_decisions.labels(
-            decision=decision, reason=reason.lower(), consolidation_type=consolidation_type(method)
+            decision=decision,
+            reason=reason.lower(),
+            consolidation_type=consolidation_type(method, candidates),
         ).inc()
 
     def nodeclaim_unhealthy_disrupted(self, condition: str, node: Node | None, claim: NodeClaim) -> None:

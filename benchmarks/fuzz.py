@@ -360,14 +360,8 @@ async def through_the_system(
 ) -> SystemCheck:
     """(c): the sample created for real while the worker and the controller run."""
     from activities.kubeclient import load_cluster
-    from benchmarks.lifecycle import (
-        CLUSTER,
-        child_process,
-        emulated_azure,
-        examples,
-        has_pollers,
-        workflow_exists,
-    )
+    from benchmarks.nodewright import CLUSTER, emulated_azure, examples, has_pollers, workflow_exists
+    from benchmarks.processes import child_process
     from workers.temporal_server import DevServer, free_port
     from workers.worker import connect
     from workflows.disruption import disruption_id

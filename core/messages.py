@@ -471,6 +471,22 @@ class DisruptionSettings(BaseModel):
     """Karpenter's MIN_VALUES_POLICY for the simulations that place the candidates' pods."""
     repair_not_ready_seconds: float = 600.0
     """How long a Node may be Ready=False or Ready=Unknown before it is repaired (the AKS provider's 10 min)."""
+    repack: RepackSettings | None = None
+    """The repack after Karpenter's methods (`core.disruption.repack`); None: Karpenter's methods alone, and no
+    cost or bound in the plan (what a workflow started before the repack existed does)."""
+
+
+class RepackSettings(BaseModel):
+    """The repack's settings (`core.disruption.options.RepackOptions`)."""
+
+    enabled: bool = True
+    """False: Karpenter's methods alone; plans still state their cost and bound."""
+    min_savings_micros: int = Field(default=20_000, ge=0)
+    """A repack command saves at least this per hour (micro-dollars)."""
+    max_pods_moved: int = Field(default=50, ge=1)
+    """A repack command evicts at most this many pods."""
+    deadline_seconds: float = Field(default=3.0, gt=0)
+    """How long one plan's repack may search."""
 
 
 class DisruptionInput(BaseModel):
@@ -534,6 +550,34 @@ class DisruptionCommand(BaseModel):
     pods_moved: int = 0
     message: str = ""
     """Karpenter's log line for it ("disrupting via consolidation replace, terminating 1 nodes ...")."""
+    repack: RepackRecord | None = None
+    """For a repack command: why the new set is cheaper, and where each pod goes."""
+
+
+class RepackRecord(BaseModel):
+    """What a repack command retires and launches, which nodes that stay take pods, each pod's move, and why the
+    new set is cheaper (`core.disruption.commands.Repacked`)."""
+
+    retired: list[str] = Field(default_factory=list)
+    launched: list[str] = Field(default_factory=list)
+    receiving: list[str] = Field(default_factory=list)
+    moves: list[str] = Field(default_factory=list)
+    """"namespace/name: from -> to" per pod."""
+    message: str = ""
+
+
+class PlanCostRecord(BaseModel):
+    """The cluster's cost per hour now and after a plan, and the bound no plan made now can beat
+    (`core.disruption.bound`), in micro-dollars."""
+
+    now_micros: int
+    after_micros: int
+    bound_micros: int
+    exact: bool = False
+
+    @property
+    def gap_micros(self) -> int:
+        return self.after_micros - self.bound_micros
 
 
 class KeptReason(BaseModel):
@@ -580,6 +624,8 @@ class DisruptionPassRecord(BaseModel):
     """The pass matched the previous fingerprint: commands and kept are left empty and mean "as before"."""
     repairs: list[RepairRecord] = Field(default_factory=list)
     """Node repairs, made at once (no budget, no validation) or refused."""
+    cost: PlanCostRecord | None = None
+    """The cluster's cost now, after the plan, and the lower bound (with the repack's settings)."""
 
 
 class CommandOutcome(StrEnum):
@@ -643,6 +689,10 @@ class DisruptionPlanInput(BaseModel):
     """Plan node repairs too, with a NotReady toleration this long; None: no repairs (validation, manual)."""
     previous_fingerprint: str = ""
     """The last recorded pass's fingerprint: an identical pass comes back `unchanged`, without its lists."""
+    repack: RepackSettings | None = None
+    """The repack's settings; None: Karpenter's methods alone."""
+    repack_candidates: list[str] = Field(default_factory=list)
+    """The candidates of a repack command being validated: the repack tries them first, together."""
 
 
 class LaunchReplacementsInput(BaseModel):

@@ -21,7 +21,7 @@ import yaml
 from core.api.manifests import Manifests, load_yaml, parse_manifests
 from core.api.meta import InvalidObjectError
 from core.capacity_buffer import buffer_report, destinations
-from core.disruption.options import DisruptionOptions
+from core.disruption.options import DisruptionOptions, RepackOptions
 from core.disruption.plan import plan_disruption
 from core.disruption.repair import aks_repair_policies
 from core.features import FeatureGates, MinValuesPolicy
@@ -145,6 +145,26 @@ def karpenter_settings() -> tuple[FeatureGates, MinValuesPolicy]:
     return settings.gates, settings.min_values_policy
 
 
+def repack_options(args: argparse.Namespace) -> RepackOptions:
+    """The repack of a what-if plan: the environment's settings (`NODEWRIGHT_REPACK_*`, as the worker reads
+    them) unless a flag says otherwise."""
+    import time
+
+    from workers.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        raise UsageError(str(error)) from None
+    return RepackOptions(
+        enabled=settings.repack_enabled if args.repack is None else args.repack,
+        min_savings_micros=round(settings.repack_min_savings_per_hour * 1_000_000),
+        max_pods_moved=settings.repack_max_pods_moved,
+        deadline=timedelta(seconds=settings.repack_deadline_seconds),
+        clock=time.monotonic,
+    )
+
+
 def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -> None:
     """A command's JSON answer, with the invalid objects it left out under `errors` and what it read past
     under `warnings`."""
@@ -230,6 +250,7 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
             is MinValuesPolicy.BEST_EFFORT
         ),
         repair=aks_repair_policies(timedelta(seconds=args.repair_not_ready_seconds)) if repair else None,
+        repack=repack_options(args),
     )
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
@@ -433,6 +454,16 @@ def add_spot_to_spot_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_repack_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repack",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after Karpenter's consolidation, re-home pods onto a cheaper set of nodes (default: "
+        "NODEWRIGHT_REPACK_ENABLED, on); --no-repack plans as Karpenter alone",
+    )
+
+
 def add_min_values_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-values-policy",
@@ -462,12 +493,13 @@ def build_parser() -> argparse.ArgumentParser:
         "plan-disruption",
         help="what disruption would do now to the cluster in these manifests, with reasons",
         description="Karpenter's disruption methods (expiration, emptiness, drift, multi- and single-node "
-        "consolidation) on a cluster snapshot: the commands in order with savings, and why every other node stays. "
-        "Changes nothing.",
+        "consolidation), then the repack, on a cluster snapshot: the commands in order with savings, why every "
+        "other node stays, and the cluster's cost now, after the plan and its lower bound. Changes nothing.",
     )
     add_snapshot_arguments(disrupt)
     disrupt.add_argument("--nodepool", action="append", default=[], help="only these NodePools (repeatable)")
     add_spot_to_spot_argument(disrupt)
+    add_repack_argument(disrupt)
     disrupt.add_argument("--now", help="plan as of this time (ISO 8601; default now, UTC)")
     disrupt.add_argument(
         "--repair",

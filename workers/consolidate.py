@@ -26,6 +26,7 @@ from core.messages import (
     DisruptionSettings,
     DisruptionStatus,
     LifecycleSettings,
+    RepackSettings,
 )
 from workers.settings import Settings
 from workers.tables import render_disruption_table
@@ -44,6 +45,17 @@ def disruption_settings(settings: Settings) -> DisruptionSettings:
         node_repair=gates.node_repair,
         min_values_policy=settings.min_values_policy,
         repair_not_ready_seconds=settings.repair_not_ready_seconds,
+        repack=repack_settings(settings),
+    )
+
+
+def repack_settings(settings: Settings) -> RepackSettings:
+    """The repack's settings from the process settings."""
+    return RepackSettings(
+        enabled=settings.repack_enabled,
+        min_savings_micros=round(settings.repack_min_savings_per_hour * 1_000_000),
+        max_pods_moved=settings.repack_max_pods_moved,
+        deadline_seconds=settings.repack_deadline_seconds,
     )
 
 
@@ -66,7 +78,7 @@ def disruption_input(settings: Settings) -> DisruptionInput:
 
 def add_consolidate_parser(commands: Any) -> None:
     """Register `nodewright consolidate` on the CLI's subcommands."""
-    from workers.cli import add_min_values_argument, add_spot_to_spot_argument
+    from workers.cli import add_min_values_argument, add_repack_argument, add_spot_to_spot_argument
 
     parser = commands.add_parser(
         "consolidate",
@@ -79,6 +91,7 @@ def add_consolidate_parser(commands: Any) -> None:
     parser.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
     parser.add_argument("--yes", action="store_true", help="execute without asking")
     add_spot_to_spot_argument(parser)
+    add_repack_argument(parser)
     add_min_values_argument(parser)
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.set_defaults(handler=consolidate_command)
@@ -96,6 +109,8 @@ def consolidate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
         flags["spot_to_spot_consolidation"] = args.spot_to_spot
     if args.min_values_policy is not None:
         flags["min_values_policy"] = MinValuesPolicy(args.min_values_policy)
+    if args.repack is not None:
+        flags["repack"] = repack_settings(settings).model_copy(update={"enabled": args.repack})
 
     async def run() -> int:
         client = await connect_configured(settings.temporal_connection())

@@ -34,6 +34,7 @@ from core.messages import (
     ActivityName,
     ConditionUpdate,
     DeletionRequested,
+    DisruptionCommand,
     DisruptionPassRecord,
     DisruptNodeClaim,
     DrainInput,
@@ -117,6 +118,8 @@ class DisruptionSpan(BaseModel):
     command: str = ""
     """The command's log line."""
     savings_per_hour: float = 0.0
+    repack: list[str] = Field(default_factory=list)
+    """For a repack: why the new set is cheaper, what it launches and where this node's pods went."""
 
 
 class Step(BaseModel):
@@ -484,6 +487,7 @@ def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> 
                 command=command.message,
                 savings_per_hour=round(dollars(command.savings_micros), 6),
                 reasons=[c.detail for c in chosen if c.detail],
+                repack=_repack_lines(command, {c.node for c in chosen}),
             )
     for repair in record.repairs:
         if about(repair.node, repair.nodeclaim):
@@ -493,6 +497,21 @@ def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> 
         if about(kept.node, kept.nodeclaim):
             return span("kept", reasons=[reason.message for reason in kept.reasons])
     return None
+
+
+def _repack_lines(command: DisruptionCommand, nodes: set[str]) -> list[str]:
+    """A repack's sentence, its new nodes and nodes that take pods, and where the chosen node's pods went."""
+    repack = command.repack
+    if repack is None:
+        return []
+    moves = [move for move in repack.moves if move.split(": ", 1)[-1].split(" -> ", 1)[0] in nodes]
+    return [
+        f"why cheaper: {repack.message}",
+        *(f"retires {line}" for line in repack.retired),
+        *(f"launches {line}" for line in repack.launched),
+        *(f"room on {line}" for line in repack.receiving),
+        *(f"pod {move}" for move in moves),
+    ]
 
 
 def disruption_spans(passes: Sequence[Pass], node: str | None, nodeclaim: str) -> list[DisruptionSpan]:
@@ -704,6 +723,8 @@ def render_text(story: Story, out: TextIO) -> None:
             )
             for detail in span.reasons:
                 print(f"    {detail}", file=out)
+            for text in span.repack:
+                print(f"    {text}", file=out)
 
     print("\nRemoval", file=out)
     removal = story.removal

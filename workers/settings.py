@@ -140,6 +140,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("NODEWRIGHT_MIN_VALUES_POLICY", "MIN_VALUES_POLICY"),
     )
     """Karpenter's MIN_VALUES_POLICY: Strict, or BestEffort to relax minValues rather than not launch."""
+    repack_enabled: bool = True
+    """The repack after Karpenter's consolidation (`core.disruption.repack`); false: Karpenter's alone."""
+    repack_min_savings_per_hour: float = Field(default=0.02, ge=0)
+    """A repack command saves at least this many dollars per hour."""
+    repack_max_pods_moved: int = Field(default=50, ge=1)
+    """A repack command evicts at most this many pods."""
+    repack_deadline_seconds: float = Field(default=3.0, gt=0)
+    """How long one plan's repack may search."""
     repair_not_ready_seconds: float = Field(default=600.0, ge=0)
     """How long a Node may be Ready=False or Unknown before node repair replaces it (the AKS provider's 10 min)."""
     catalog_refresh_seconds: float = Field(default=12 * 3600.0, gt=0)

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from core.api.meta import Taint
 from core.instancetypes.types import dollars
-from core.messages import DisruptionPassRecord
+from core.messages import DisruptionPassRecord, PlanCostRecord
 from core.scheduling.results import SchedulingResults
 
 SHOWN_LEFT_OUT = 5
@@ -89,6 +89,11 @@ def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO
         print(f"Disruption commands ({len(plan.commands)}), in the order they would start:", file=out)
         for command in plan.commands:
             print(f"  {command.message}", file=out)
+            if command.repack is not None:
+                print(f"    why: {command.repack.message}", file=out)
+                for line in (*command.repack.launched, *command.repack.receiving):
+                    print(f"    {line}", file=out)
+                continue
             for candidate in command.candidates:
                 if candidate.detail:
                     print(f"    {candidate.node}: {candidate.detail}", file=out)
@@ -111,6 +116,19 @@ def render_disruption_table(plan: DisruptionPassRecord, out: TextIO, err: TextIO
     for note in plan.notes:
         print(f"note: {note}", file=err)
     print(f"Savings: ${dollars(plan.savings_micros):.4f}/hour", file=out)
+    if plan.cost is not None:
+        print(cost_line(plan.cost), file=out)
+
+
+def cost_line(cost: PlanCostRecord) -> str:
+    """The cluster's cost now and after the plan, the bound no plan made now can beat, and the gap."""
+    gap = cost.gap_micros
+    percent = f", {100.0 * gap / cost.bound_micros:.1f}%" if cost.bound_micros else ""
+    kind = "exact" if cost.exact else "linear relaxation"
+    return (
+        f"Cost: ${dollars(cost.now_micros):.4f}/hour now, ${dollars(cost.after_micros):.4f}/hour after the plan; "
+        f"lower bound ${dollars(cost.bound_micros):.4f}/hour ({kind}), gap ${dollars(gap):.4f}/hour{percent}"
+    )
 
 
 def render_static_table(previews: Sequence[Mapping[str, Any]], out: TextIO) -> None:

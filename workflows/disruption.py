@@ -54,7 +54,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as attributes
     from workflows.provisioner import nodeclaim_id
 
-VALIDATED = frozenset({Method.EMPTINESS, Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
+VALIDATED = frozenset(
+    {Method.EMPTINESS, Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION, Method.REPACK}
+)
 """Methods whose commands wait and are validated before they execute (Karpenter's commandValidationDelay)."""
 
 UNCONSOLIDATABLE = frozenset(
@@ -255,7 +257,9 @@ class DisruptionWorkflow:
                     timedelta(seconds=validate_after),
                     summary=summaries.validation_wait_summary(validate_after, command),
                 )
-            fresh = await self._plan(request, "", summaries.validate_summary(command))
+            # A repack is planned again around the same candidates first, so that the fresh plan answers for them.
+            hint = [c.node for c in command.candidates] if command.method == Method.REPACK else []
+            fresh = await self._plan(request, "", summaries.validate_summary(command), hint=hint)
             validated, why = validate(command, fresh)
             if validated is None:
                 log(
@@ -387,7 +391,12 @@ class DisruptionWorkflow:
         return summaries.plan_pass_summary(request, self._status.passes)
 
     async def _plan(
-        self, request: DisruptionInput, fingerprint: str, summary: str, repair: bool = False
+        self,
+        request: DisruptionInput,
+        fingerprint: str,
+        summary: str,
+        repair: bool = False,
+        hint: list[str] | None = None,
     ) -> DisruptionPassRecord:
         workflow.set_current_details("planning")
         settings = request.settings
@@ -403,6 +412,8 @@ class DisruptionWorkflow:
                 if repair and settings.node_repair
                 else None,
                 previous_fingerprint=fingerprint,
+                repack=settings.repack,
+                repack_candidates=hint or [],
             ),
             DisruptionPassRecord,
             summary,

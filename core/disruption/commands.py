@@ -15,18 +15,21 @@ from core.instancetypes.types import MICROS_PER_DOLLAR, dollars
 
 
 class Method(StrEnum):
-    """Karpenter's disruption methods, plus expiration, which deletes without asking the budgets."""
+    """Karpenter's disruption methods, plus expiration, which deletes without asking the budgets, and the
+    repack, which runs after them (`core.disruption.repack`)."""
 
     EXPIRATION = "expiration"
     EMPTINESS = "emptiness"
     DRIFT = "drift"
     MULTI_NODE_CONSOLIDATION = "multi-node-consolidation"
     SINGLE_NODE_CONSOLIDATION = "single-node-consolidation"
+    REPACK = "repack"
 
     @property
     def log_name(self) -> str:
-        """How Karpenter's log line names the method ("disrupting via consolidation replace")."""
-        if self in (Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION):
+        """How Karpenter's log line names the method ("disrupting via consolidation replace"); a repack is a
+        consolidation to Karpenter's users."""
+        if self in (Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION, Method.REPACK):
             return "consolidation"
         return self.value
 
@@ -197,6 +200,28 @@ class PodMove:
 
 
 @dataclass(frozen=True, slots=True)
+class Repacked:
+    """Why a repack's new set of nodes is cheaper: what it retires, what it launches, which nodes that stay take
+    pods, and a sentence that says it with the prices."""
+
+    retired: tuple[str, ...]
+    """"node (type, $/h)" per candidate."""
+    launched: tuple[str, ...]
+    """"name (type, $/h): N pods" per replacement."""
+    receiving: tuple[str, ...]
+    """"node: N pods" per node that stays and takes pods."""
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "retired": list(self.retired),
+            "launched": list(self.launched),
+            "receiving": list(self.receiving),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Command:
     """What one disruption pass starts, in the order the plan starts them."""
 
@@ -208,6 +233,8 @@ class Command:
     savings_micros: int
     """Per hour: the candidates' prices minus the replacements' (negative when drift costs more)."""
     pods_moved: tuple[PodMove, ...]
+    repacked: Repacked | None = None
+    """For a repack: why the new set is cheaper."""
 
     def log_line(self) -> str:
         """The command as Karpenter logs it when it starts one."""
@@ -242,6 +269,7 @@ class Command:
             "savings_per_hour": round(dollars(self.savings_micros), 6),
             "pods_moved": [move.to_json() for move in self.pods_moved],
             "message": self.log_line(),
+            **({"repack": self.repacked.to_json()} if self.repacked is not None else {}),
         }
 
 

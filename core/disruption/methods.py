@@ -215,13 +215,14 @@ def _evaluate(
     )
     verdict = decide(candidates, outcome, state.catalogs, state.options.spot_to_spot_consolidation)
     if isinstance(verdict, Consolidation):
-        balanced = balanced_verdict(candidates, verdict, _pool_totals(state))
+        balanced = balanced_verdict(candidates, verdict, pool_totals(state))
         if balanced is not None:
             return outcome, balanced
     return outcome, verdict
 
 
-def _pool_totals(state: PlanState) -> dict[str, PoolTotals]:
+def pool_totals(state: PlanState) -> dict[str, PoolTotals]:
+    """What each NodePool costs and how much moving all its pods would disrupt (for the Balanced policy)."""
     return {
         pool: PoolTotals(price, state.report.pool_disruption.get(pool, 0.0))
         for pool, price in state.report.pool_price.items()

@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from core.disruption.commands import Method
 from core.disruption.drift import DriftInputs
 from core.disruption.repair import RepairPolicy
 from core.scheduling.scheduler import SchedulingOptions
+
+DEFAULT_MIN_SAVINGS_MICROS = 20_000
+"""A repack's default minimum saving: $0.02 per hour (about $15 a month) per command; see the README."""
+DEFAULT_MAX_PODS_MOVED = 50
+"""A repack's default cap on the pods one command evicts; see the README."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepackOptions:
+    """The repack (`core.disruption.repack`): whether it runs, what a command must be worth, and how long it may
+    search."""
+
+    enabled: bool = True
+    """False: Karpenter's methods alone (the plan still states its cost and bound)."""
+    min_savings_micros: int = DEFAULT_MIN_SAVINGS_MICROS
+    """A repack command must save at least this per hour."""
+    max_pods_moved: int = DEFAULT_MAX_PODS_MOVED
+    """A repack command evicts at most this many pods."""
+    window: int = 8
+    """Candidates one solve considers together."""
+    deadline: timedelta = timedelta(seconds=3)
+    """How long the repack may search, by `clock` (the bound and the commands found by then are kept)."""
+    clock: Callable[[], float] | None = None
+    """Seconds from any fixed origin (`time.monotonic`); None: no deadline, only the solver's node limits."""
+    hint: frozenset[str] = frozenset()
+    """The candidates of a repack command being validated: tried first, together, as they were planned."""
+    settling: bool = True
+    """Refuse packings kube-scheduler's least-allocated placement would not settle (`repack.settles`); False
+    trusts the pods to land where the plan sends them (what an evaluation that applies plans as written measures)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +54,5 @@ class DisruptionOptions:
     """How the simulation places the candidates' pods (preference and minValues policies)."""
     repair: tuple[RepairPolicy, ...] | None = None
     """Node repair with these policies (`aks_repair_policies()`); None: no repair (Karpenter's NodeRepair gate)."""
+    repack: RepackOptions | None = None
+    """The repack after Karpenter's methods, and the plan's cost and lower bound; None: neither."""

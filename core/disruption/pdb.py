@@ -111,6 +111,12 @@ class PdbLimits:
         budget = self._by_key.get(key)
         return None if budget is None else budget.allowed
 
+    def limits(self, pod: Pod) -> list[tuple[str, int]]:
+        """The PDBs that would count the pod's eviction, each with the evictions it still allows."""
+        if not is_evictable(pod):
+            return []
+        return [(budget.key, budget.allowed) for budget in self._budgets_of(pod)]
+
     def blocker(self, pods: Iterable[Pod]) -> str | None:
         """Why evicting these pods is refused now, or None when every PDB allows it."""
         for pod in pods:

@@ -16,6 +16,7 @@ from datetime import datetime
 from core.api.kube import Pod, pod_key
 from core.api.manifests import Manifests
 from core.capacity_buffer import buffer_report, destinations, is_virtual
+from core.disruption.bound import PlanCost, cluster_bound
 from core.disruption.budgets import Budgets, BudgetStatus
 from core.disruption.candidates import find_candidates, is_reschedulable, staying_pods
 from core.disruption.commands import Blocked, Command, Method
@@ -29,6 +30,7 @@ from core.disruption.methods import (
 )
 from core.disruption.options import DisruptionOptions
 from core.disruption.pdb import PdbLimits
+from core.disruption.repack import repack
 from core.disruption.repair import RefusedRepair, Repair, RepairPlan, plan_repairs
 from core.disruption.replacements import Catalog
 from core.disruption.simulation import Sandbox
@@ -44,8 +46,9 @@ METHODS = (
     (Method.DRIFT, drift),
     (Method.MULTI_NODE_CONSOLIDATION, multi_node_consolidation),
     (Method.SINGLE_NODE_CONSOLIDATION, single_node_consolidation),
+    (Method.REPACK, repack),
 )
-"""The methods in the order a plan runs them."""
+"""The methods in the order a plan runs them: Karpenter's, then the repack on what they left."""
 
 
 def repair_json(repair: Repair) -> dict[str, object]:
@@ -88,6 +91,9 @@ class DisruptionPlan:
     """Each CapacityBuffer, and where its virtual pods stand (`core.capacity_buffer.buffer_report`)."""
     costs: dict[str, int] = field(default_factory=dict)
     """What each NodePool's NodeClaims cost per hour now, in micro-dollars (`core.disruption.cost`)."""
+    cost: PlanCost | None = None
+    """The cluster's cost now and after the plan, and the bound no plan made now can beat (with the repack's
+    options)."""
 
     @property
     def savings_micros(self) -> int:
@@ -104,6 +110,7 @@ class DisruptionPlan:
             "repairs": [repair_json(repair) for repair in self.repairs.repairs],
             "refused_repairs": [refused_json(refused) for refused in self.repairs.refused],
             **({"buffers": list(self.buffers)} if self.buffers else {}),
+            **({"cost": self.cost.to_json()} if self.cost is not None else {}),
         }
 
 
@@ -149,6 +156,7 @@ def plan_disruption(
         staying=staying,
     )
     state.settle(report.leaving)
+    bound = cluster_bound(state) if options.repack is not None else None
     for method, run in METHODS:
         if method in options.methods:
             run(state)
@@ -179,7 +187,17 @@ def plan_disruption(
         costs=nodepool_costs(
             (pool.name for pool in snapshot.nodepools), snapshot.nodeclaims, scheduling.listed_instance_types
         ),
+        cost=_cost(bound, state),
     )
+
+
+def _cost(bound: tuple[int, int, bool] | None, state: PlanState) -> PlanCost | None:
+    if bound is None:
+        return None
+    now, lowest, exact = bound
+    after = now - sum(command.savings_micros for command in state.commands)
+    # A plan's own cost is the best witness: the bound is never above it.
+    return PlanCost(now, after, min(lowest, after), exact)
 
 
 def _hold_buffer_room(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from core.api.kube import Pod
 from core.scheduling.instancetypeset import InstanceTypeSet
-from core.scheduling.removal import Removal, RemovalSimulation
+from core.scheduling.removal import Capacity, PlannedNodeClaim, Removal, RemovalSimulation
 from core.scheduling.results import NewNodeClaim
 from core.scheduling.scheduler import Scheduler, SchedulingOptions
 from core.scheduling.snapshot import SchedulingSnapshot
@@ -98,12 +98,21 @@ class Sandbox:
         """Whether the node's removal can be simulated: it is a node of the cluster not yet removed."""
         return self._removals.can_remove(node)
 
+    def capacity(self, nodes: Sequence[str], closed: Collection[str] = ()) -> Capacity:
+        """The cluster as a solver sees it, with the movable pods of `nodes` (`RemovalSimulation.capacity`)."""
+        return self._removals.capacity(nodes, closed)
+
     def simulate(
-        self, nodes: Sequence[str], max_nodeclaims: int | None = None, closed: Collection[str] = ()
+        self,
+        nodes: Sequence[str],
+        max_nodeclaims: int | None = None,
+        closed: Collection[str] = (),
+        directions: Mapping[str, str | int] | None = None,
+        planned: Sequence[PlannedNodeClaim] = (),
     ) -> Outcome:
-        """Where the pods of `nodes` would go without them (see `RemovalSimulation.simulate`); the trial
-        stays open until `commit` or `rollback`."""
-        return self._outcome(self._removals.simulate(nodes, max_nodeclaims, closed))
+        """Where the pods of `nodes` would go without them (see `RemovalSimulation.simulate`; with
+        `directions`, only where they say); the trial stays open until `commit` or `rollback`."""
+        return self._outcome(self._removals.simulate(nodes, max_nodeclaims, closed, directions, planned))
 
     def _outcome(self, removal: Removal) -> Outcome:
         uninitialized = self._removals.uninitialized

@@ -13,7 +13,16 @@ from collections.abc import Mapping, Sequence
 from core.api.nodepool import DisruptionReason
 from core.disruption.budgets import Budgets
 from core.disruption.candidates import Candidate, NodeReport, pod_blocker
-from core.disruption.commands import Blocked, BlockReason, Command, Decision, Method, PodMove, Reason
+from core.disruption.commands import (
+    Blocked,
+    BlockReason,
+    Command,
+    Decision,
+    Method,
+    PodMove,
+    Reason,
+    Repacked,
+)
 from core.disruption.options import DisruptionOptions
 from core.disruption.pdb import PdbLimits
 from core.disruption.replacements import Catalog, Priced
@@ -108,6 +117,7 @@ class PlanState:
         replacements: Sequence[Priced],
         savings_micros: int,
         detail: Mapping[str, str] | None = None,
+        repacked: Repacked | None = None,
     ) -> Command:
         """Start a command: its trial (or, for nodes with nothing to move, a trivial one) is kept, its
         candidates taken from their budgets, their pods' evictions counted against PDBs."""
@@ -139,6 +149,7 @@ class PlanState:
             ),
             savings_micros=savings_micros,
             pods_moved=moves,
+            repacked=repacked,
         )
         self.commands.append(command)
         return command

@@ -14,7 +14,7 @@ from __future__ import annotations
 from core.disruption.commands import BlockReason, Decision, Method
 from core.messages import DisruptionCommand, DisruptionPassRecord, KeptReason
 
-CONSOLIDATION = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
+CONSOLIDATION = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION, Method.REPACK})
 ANY_METHOD = frozenset(
     {
         BlockReason.NOT_MANAGED,
@@ -57,7 +57,13 @@ def validate(command: DisruptionCommand, fresh: DisruptionPassRecord) -> tuple[D
             continue
         if (planned.method, planned.decision) != (command.method, command.decision):
             return None, f"a fresh plan would now {planned.decision} them by {planned.method}"
-        if command.decision == Decision.REPLACE:
+        if command.decision == Decision.REPLACE and command.method == Method.REPACK:
+            # A repack launches several replacements: together they must be no dearer.
+            planned_total = sum(r.price_micros or 0 for r in command.replacements)
+            fresh_total = sum(r.price_micros or 0 for r in planned.replacements)
+            if fresh_total > planned_total:
+                return None, "the replacements would now cost more than planned"
+        elif command.decision == Decision.REPLACE:
             before = command.replacements[0].price_micros if command.replacements else None
             after = planned.replacements[0].price_micros if planned.replacements else None
             if before is not None and after is not None and after > before:

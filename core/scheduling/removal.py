@@ -26,10 +26,12 @@ from core.api.kube import Pod, pod_key
 from core.instancetypes.types import InstanceType
 from core.resources import Resources
 from core.scheduling.inputs import NodePoolSpec, NodeSnapshot, SchedulingOptions
-from core.scheduling.instancetypeset import InstanceTypeSet, IntArray
+from core.scheduling.instancetypeset import BoolArray, InstanceTypeSet, IntArray
+from core.scheduling.nodes import NodeClaimTemplate, untolerated_taint
 from core.scheduling.pods import InvalidPodConstraint, PodInfo, compile_pod
+from core.scheduling.requirements import Requirements
 from core.scheduling.results import NewNodeClaim
-from core.scheduling.simulation import Simulation, TooManyNodeClaims
+from core.scheduling.simulation import Directions, Simulation, TooManyNodeClaims
 from core.scheduling.topology import TopologyGroup
 
 REFUSE_ALL = -1
@@ -64,6 +66,62 @@ class Removal:
     def unplaced(self) -> list[Move]:
         """The pods that found no place, each with why."""
         return [move for move in self.moves if move.destination is None]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedNodeClaim:
+    """A NodeClaim a directed trial opens for the pods directed to it: its NodePool, and the instance types it
+    may be (the trial keeps those that fit its pods, as any NodeClaim's)."""
+
+    nodepool: str
+    instance_types: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """What a NodePool can launch, as the simulation sees it."""
+
+    nodepool: str
+    names: tuple[str, ...]
+    """Its instance types (the rows of `headroom`)."""
+    headroom: IntArray
+    """Per instance type, allocatable less the DaemonSet pods that would run on it (columns: `Capacity.axes`)."""
+    launchable: BoolArray
+    """The types compatible with the NodePool's requirements that have an offering."""
+    requirements: Requirements
+    """The NodePool's requirements (its labels and `karpenter.sh/nodepool` included), as new NodeClaims start."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodFit:
+    """One movable pod: what it asks for, and the places whose labels and taints admit it (a solver's view: the
+    trial still checks topology, host ports, volume topology and everything else)."""
+
+    key: str
+    node: str
+    """Where it runs now."""
+    requests: IntArray
+    nodes: BoolArray
+    """The existing nodes (rows of `Capacity.nodes`) that admit it."""
+    types: dict[str, BoolArray]
+    """Per NodePool, the instance types a new NodeClaim for it could be."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The cluster as a solver needs it: what is left on each node, what each NodePool can launch, and where
+    each movable pod may go."""
+
+    axes: tuple[str, ...]
+    nodes: tuple[str, ...]
+    nodepools: tuple[str | None, ...]
+    """Each node's NodePool, if it has one."""
+    free: IntArray
+    """Per existing node, what is left of each resource now (negative on a node that was removed)."""
+    open: BoolArray
+    """Nodes that may take pods: initialized, not removed, not closed to them."""
+    pools: tuple[PoolCapacity, ...]
+    pods: tuple[PodFit, ...]
 
 
 @dataclass(slots=True)
@@ -138,13 +196,70 @@ class RemovalSimulation:
         """Whether the node's removal can be simulated: it is a node of the cluster not yet removed."""
         return node in self._row and node not in self.removed
 
+    def capacity(self, nodes: Sequence[str], closed: Collection[str] = ()) -> Capacity:
+        """The cluster as it stands (after the committed trials), with the movable pods of `nodes`; the
+        `closed` nodes take no pods."""
+        sim = self._sim
+        open_rows = np.array(
+            [node.initialized and node.name not in self.removed for node in sim.existing], dtype=np.bool_
+        )
+        for node in closed:
+            if node in self._row:
+                open_rows[self._row[node]] = False
+        index = sim._index
+        cache: dict[tuple[object, ...], BoolArray] = {}
+        fits = []
+        for node in nodes:
+            for pod in self._pods.get(node, ()):
+                constraints = pod.constraints
+                strict = constraints.strict_requirements()
+                fits.append(
+                    PodFit(
+                        key=pod.key,
+                        node=node,
+                        requests=sim.vectors[pod.uid],
+                        nodes=index.admits(constraints, strict),
+                        types={
+                            template.nodepool: _launchable_for(template, pod, cache)
+                            for template in sim.templates
+                        },
+                    )
+                )
+        return Capacity(
+            axes=sim.axes.names,
+            nodes=tuple(node.name for node in sim.existing),
+            nodepools=tuple(node.nodepool for node in sim.existing),
+            free=sim.existing_free.copy(),
+            open=open_rows,
+            pools=tuple(
+                PoolCapacity(
+                    template.nodepool,
+                    tuple(template.instance_types.names),
+                    template.headroom,
+                    template.base_mask,
+                    template.requirements,
+                )
+                for template in sim.templates
+            ),
+            pods=tuple(fits),
+        )
+
     def simulate(
-        self, nodes: Sequence[str], max_nodeclaims: int | None = None, closed: Collection[str] = ()
+        self,
+        nodes: Sequence[str],
+        max_nodeclaims: int | None = None,
+        closed: Collection[str] = (),
+        directions: Mapping[str, str | int] | None = None,
+        planned: Sequence[PlannedNodeClaim] = (),
     ) -> Removal:
         """Where the pods of `nodes` would go without them. The trial stays open until `commit` or
         `rollback`. With `max_nodeclaims`, the trial stops as soon as it needs more new NodeClaims. The
         `closed` nodes stay but take none of the moving pods (Karpenter's consolidation will not move pods
-        onto a node whose pods changed within its NodePool's consolidateAfter)."""
+        onto a node whose pods changed within its NodePool's consolidateAfter).
+
+        With `directions` (pod `namespace/name` -> an existing node's name, or an index into `planned`), each
+        pod is tried only there, with every check the scheduler makes there, in the scheduler's order: a
+        solver's proposal, verified (a pod that does not fit where it was sent is unplaced, with why)."""
         if self._trial is not None:
             raise RuntimeError("a trial is already open: commit or roll it back first")
         unknown = [node for node in nodes if not self.can_remove(node)]
@@ -172,13 +287,46 @@ class RemovalSimulation:
         if rows:
             refusing = np.zeros(len(sim.existing), dtype=np.bool_)
             refusing[rows] = True
-        sim.reset(pods, _copy_limits(self._limits), max_nodeclaims, refusing)
+        sim.reset(
+            pods,
+            _copy_limits(self._limits),
+            max_nodeclaims,
+            refusing,
+            self._directions(pods, directions, planned),
+        )
         try:
             results = sim.solve()
         except TooManyNodeClaims as exceeded:
             return Removal((), (), exceeded=exceeded.count)
         failures = {entry.pod: entry.reasons for entry in results.unschedulable}
         return self._removal(nodes, results.nodeclaims, failures)
+
+    def _directions(
+        self,
+        pods: Sequence[PodInfo],
+        directions: Mapping[str, str | int] | None,
+        planned: Sequence[PlannedNodeClaim],
+    ) -> Directions | None:
+        if directions is None:
+            return None
+        sim = self._sim
+        templates = {template.nodepool: position for position, template in enumerate(sim.templates)}
+        existing: dict[str, int] = {}
+        claims: dict[str, int] = {}
+        for pod in pods:
+            where = directions.get(pod.key)
+            if isinstance(where, int):
+                claims[pod.uid] = where
+            elif where is not None and where in self._row:
+                existing[pod.uid] = self._row[where]
+        opened = []
+        for claim in planned:
+            position = templates.get(claim.nodepool)
+            if position is None:
+                raise ValueError(f'NodePool "{claim.nodepool}" has no template in this simulation')
+            names = sim.templates[position].instance_types.names
+            opened.append((position, np.isin(np.array(names, dtype=object), list(claim.instance_types))))
+        return Directions(existing, claims, opened)
 
     def _removal(
         self, nodes: Sequence[str], nodeclaims: list[NewNodeClaim], failures: Mapping[str, list[str]]
@@ -254,4 +402,28 @@ class RemovalSimulation:
         return trial
 
 
-__all__ = ["Move", "Removal", "RemovalSimulation"]
+def _launchable_for(
+    template: NodeClaimTemplate, pod: PodInfo, cache: dict[tuple[object, ...], BoolArray]
+) -> BoolArray:
+    """The template's instance types a NodeClaim holding the pod could be (its taints tolerated, its strict
+    requirements met, an offering left), memoized per pod shape."""
+    constraints = pod.constraints
+    strict = constraints.strict_requirements()
+    key = (id(template), strict.signature(), tuple(id(t) for t in constraints.tolerations))
+    found = cache.get(key)
+    if found is None:
+        types = template.instance_types
+        if (
+            untolerated_taint(template.taints, constraints) is not None
+            or template.requirements.compatible(strict, template.allowed_undefined) is not None
+        ):
+            found = np.zeros(len(types), dtype=np.bool_)
+        else:
+            merged = template.requirements.copy()
+            merged.add(*strict)
+            found = template.base_mask & types.compatible(merged) & types.has_offering(merged)
+        cache[key] = found
+    return found
+
+
+__all__ = ["Capacity", "Move", "PlannedNodeClaim", "PodFit", "PoolCapacity", "Removal", "RemovalSimulation"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,6 +54,19 @@ from core.scheduling.results import (
 from core.scheduling.topology import BoundPod, DomainSource, Topology, TopologyGroup, TopologyType
 
 MAX_INSTANCE_TYPES = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Directions:
+    """Where a directed solve must put each pod, instead of choosing: an existing node, or a NodeClaim of a
+    given NodePool whose instance types are limited to some (opened by the first pod directed to it)."""
+
+    existing: Mapping[str, int]
+    """Pod UID -> row of the existing node."""
+    claims: Mapping[str, int]
+    """Pod UID -> index into `planned`."""
+    planned: Sequence[tuple[int, BoolArray]]
+    """Per planned NodeClaim: the index of its template and the instance types it may be."""
 
 
 class TooManyNodeClaims(Exception):
@@ -194,6 +208,10 @@ class Simulation:
         """When set, `solve` raises `TooManyNodeClaims` as soon as it needs more new NodeClaims."""
         self._open: BoolArray | None = None
         """Existing nodes (rows) that may take pods in this solve; None when all may."""
+        self._directions: Directions | None = None
+        """When set, each pod goes only where it says (`Directions`)."""
+        self._planned: dict[int, SimNodeClaim] = {}
+        """The planned NodeClaims of a directed solve opened so far, by their index in `Directions.planned`."""
         self._index = _ExistingIndex(self.existing)
 
     # ----------------------------------------------------------------------------------------------- setup
@@ -356,9 +374,11 @@ class Simulation:
         remaining: dict[str, Resources],
         max_nodeclaims: int | None = None,
         closed: BoolArray | None = None,
+        directions: Directions | None = None,
     ) -> None:
         """Forget the NodeClaims and placements of the last solve, to place `pods` next with `remaining`
-        NodePool limits, at most `max_nodeclaims` new NodeClaims and the `closed` rows taking no pod."""
+        NodePool limits, at most `max_nodeclaims` new NodeClaims and the `closed` rows taking no pod; with
+        `directions`, each pod only where they say."""
         self.pods = pods
         self.claims = []
         self.claim_free[:] = 0
@@ -370,6 +390,8 @@ class Simulation:
         self.remaining = remaining
         self.max_nodeclaims = max_nodeclaims
         self._open = ~closed if closed is not None and closed.any() else None
+        self._directions = directions
+        self._planned = {}
 
     # ------------------------------------------------------------------------------------------------ solve
 
@@ -407,6 +429,8 @@ class Simulation:
     def _add(self, pod: PodInfo, constraints: Constraints) -> list[str] | None:
         pod_requirements = constraints.requirements(self.options.respect_preferences)
         requests = self.vectors[pod.uid]
+        if self._directions is not None:
+            return self._add_directed(pod, constraints, pod_requirements, requests, self._directions)
         if self._add_existing(pod, constraints, pod_requirements, requests):
             return None
         if self._add_in_flight(pod, constraints, pod_requirements, requests):
@@ -439,12 +463,69 @@ class Simulation:
                     requirements = node.try_add(pod, constraints, pod_requirements, requests, self.topology)
                 except Rejection:
                     continue
-            node.commit(pod, requests, requirements)
-            self.existing_free[row] = node.available
-            self.topology.count(pod, node.taints, node.requirements, 1)
-            self.placements[pod.uid] = node.name
+            self._commit_existing(row, pod, requests, requirements)
             return True
         return False
+
+    def _commit_existing(
+        self, row: int, pod: PodInfo, requests: IntArray, requirements: Requirements
+    ) -> None:
+        node = self.existing[row]
+        node.commit(pod, requests, requirements)
+        self.existing_free[row] = node.available
+        self.topology.count(pod, node.taints, node.requirements, 1)
+        self.placements[pod.uid] = node.name
+
+    def _add_directed(
+        self,
+        pod: PodInfo,
+        constraints: Constraints,
+        pod_requirements: Requirements,
+        requests: IntArray,
+        directions: Directions,
+    ) -> list[str] | None:
+        """Place the pod where the directions say, with every check the undirected solve makes there."""
+        row = directions.existing.get(pod.uid)
+        if row is not None:
+            node = self.existing[row]
+            if self._open is not None and not self._open[row]:
+                return [f'node "{node.name}" takes no pods in this simulation']
+            try:
+                requirements = node.try_add(pod, constraints, pod_requirements, requests, self.topology)
+            except Rejection as rejection:
+                return [f'incompatible with node "{node.name}": {rejection.message}']
+            self._commit_existing(row, pod, requests, requirements)
+            return None
+        index = directions.claims.get(pod.uid)
+        if index is None:
+            return ["no destination planned"]
+        claim = self._planned.get(index)
+        if claim is not None:
+            try:
+                merged, mask = claim.try_add(pod, constraints, pod_requirements, requests, self.topology)
+            except Rejection as rejection:
+                return [self._explain(claim.template, rejection)]
+            self._commit_claim(claim, pod, requests, merged, mask)
+            return None
+        position, allowed = directions.planned[index]
+        template = self.templates[position]
+        limit_mask, limit_reason = self._limit_mask(template)
+        claim = self._new_claim(template)
+        claim.mask = claim.mask & allowed
+        try:
+            merged, mask = claim.try_add(
+                pod, constraints, pod_requirements, requests, self.topology, limit_mask
+            )
+        except Rejection as rejection:
+            return [self._explain(template, rejection)]
+        if limit_reason is not None:
+            return [limit_reason]
+        self._grow()
+        self.claims.append(claim)
+        self._planned[index] = claim
+        self._commit_claim(claim, pod, requests, merged, mask)
+        self._charge_limits(template, mask)
+        return None
 
     def _shape(
         self, pod: PodInfo, constraints: Constraints, pod_requirements: Requirements

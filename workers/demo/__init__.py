@@ -11,7 +11,8 @@ newer node image so drift replaces the `storefront` nodes while its PDB holds; d
 NodeClaim's workflow drains and terminates; a dry-run manual consolidation; a static NodePool; a CapacityWindow
 (nodewright's extension) that scales the static pool up ahead of a window and back after it; a NodeOverlay that
 moves the same pod to a cheaper family; a bootstrap token rotation, after which a new node joins with the new
-token; and a Windows deployment on a Windows node, which a newer Windows image then drifts. Karpenter-style log
+token; a repack of a node Karpenter's consolidation leaves alone; and a Windows deployment on a Windows node, which a
+newer Windows image then drifts. Karpenter-style log
 lines and real `kubectl get nodeclaims` output show progress; the Temporal UI keeps every workflow's history.
 """
 
@@ -57,6 +58,7 @@ from workers.demo.disruption import (
 )
 from workers.demo.interruption import spot_eviction_step
 from workers.demo.overlay import overlay_step
+from workers.demo.repack import repack_step
 from workers.demo.static import static_step
 from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
 from workers.demo.window import window_finish, window_start
@@ -121,9 +123,10 @@ async def walk_through(self: Walkthrough) -> None:
     await overlay_step(self, 13)
     await window_finish(self, 14, opens)
     await token_rotation_step(self, 15)
-    await windows_step(self, 16)
+    await repack_step(self, 16)
+    await windows_step(self, 17)
 
-    self.say("17. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
+    self.say("18. What a Karpenter user looks at: the NodePools, and one NodeClaim with its events")
     await self.kubectl("get", "nodepools")
     remaining = sorted(claim.name for claim in await self.sim.list_nodeclaims())
     if remaining:

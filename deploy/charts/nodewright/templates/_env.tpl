@@ -97,6 +97,14 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.disruptionPollSeconds | quote }}
 - name: NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS
   value: {{ $settings.disruptionValidationSeconds | quote }}
+- name: NODEWRIGHT_REPACK_ENABLED
+  value: {{ $settings.repack.enabled | quote }}
+- name: NODEWRIGHT_REPACK_MIN_SAVINGS_PER_HOUR
+  value: {{ $settings.repack.minSavingsPerHour | quote }}
+- name: NODEWRIGHT_REPACK_MAX_PODS_MOVED
+  value: {{ $settings.repack.maxPodsMoved | quote }}
+- name: NODEWRIGHT_REPACK_DEADLINE_SECONDS
+  value: {{ $settings.repack.deadlineSeconds | quote }}
 {{- $gates := $settings.featureGates }}
 - name: FEATURE_GATES
   value: "NodeRepair={{ $gates.nodeRepair }},ReservedCapacity={{ $gates.reservedCapacity }},SpotToSpotConsolidation={{ $gates.spotToSpotConsolidation }},NodeOverlay={{ $gates.nodeOverlay }},StaticCapacity={{ $gates.staticCapacity }},CapacityBuffer={{ $gates.capacityBuffer }}"
