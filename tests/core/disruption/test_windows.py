@@ -7,7 +7,8 @@ from typing import Any
 
 from core import labels as wk
 from core.api.nodepool import NodePool
-from core.disruption.commands import Decision
+from core.disruption.commands import Decision, Method
+from core.disruption.options import RepackOptions
 from tests.core.disruption.fixtures import (
     bound,
     catalog_d,
@@ -94,3 +95,28 @@ def test_linux_pods_never_move_onto_a_windows_node() -> None:
     assert command.decision is Decision.REPLACE, "the Windows node's room is not the Linux pod's"
     [replacement] = command.replacements
     assert (replacement.nodepool, replacement.labels[wk.OS]) == ("linux", "linux")
+
+
+def test_the_repack_keeps_each_os_on_its_own_capacity() -> None:
+    snapshot = cluster(
+        pools(),
+        [
+            windows_node("win-a"),
+            windows_node("win-b"),
+            node_pair("linux-a", of("linux"), pool="linux", node_labels={wk.OS: "linux"}),
+            roomy_linux_node(),
+        ],
+        [
+            bound("win-a", cpu="1", **WINDOWS_POD),
+            bound("win-b", cpu="2", **WINDOWS_POD),
+            bound("linux-a", cpu="1"),
+        ],
+    )
+
+    # The repack alone, so that Karpenter's methods leave it every candidate.
+    result = plan(snapshot, methods=[Method.REPACK], repack=RepackOptions(min_savings_micros=0))
+
+    moves = {(move.source, move.destination) for command in result.commands for move in command.pods_moved}
+    assert moves == {("linux-a", "linux-big"), ("win-a", "replacement-1"), ("win-b", "replacement-1")}
+    [replacement] = [r for command in result.commands for r in command.replacements]
+    assert (replacement.nodepool, replacement.labels[wk.OS]) == ("windows", "windows")
