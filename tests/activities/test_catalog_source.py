@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from activities.catalog_source import CatalogSource
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
 
@@ -26,3 +28,21 @@ def test_a_derived_value_is_built_once_per_catalog() -> None:
     source.replace(smaller, datetime(2026, 11, 22, tzinfo=UTC))
     assert skus() == skus() == 3
     assert built == [SHIPPED, smaller]
+
+
+@pytest.mark.parametrize(
+    ("region", "described"),
+    [
+        ("eastus", "the shipped eastus snapshot of 2026-06-18"),
+        ("westeurope", "the eastus snapshot's sizes priced with the shipped westeurope prices of 2026-06-18"),
+        (
+            "belgiumcentral",
+            "the eastus snapshot's sizes priced with the shipped eastus prices of 2026-06-18 (the table has none "
+            "for belgiumcentral)",
+        ),
+    ],
+)
+def test_a_shipped_catalog_says_what_its_sizes_and_prices_are(region: str, described: str) -> None:
+    """Only two regions ship a snapshot: every other region's catalog is the eastus sizes at its own prices (or,
+    where the table lacks the region, at eastus's), and says so where a failed refresh names what stays."""
+    assert CatalogSource.shipped(region).describe() == described
