@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# REGION=westeurope plays another Azure region (its sizes, zones and prices).
 demo: $(STAMP)
-	$(BIN)/nodewright demo
+	$(BIN)/nodewright demo $(if $(REGION),--region $(REGION))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

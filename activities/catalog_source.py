@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
-from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
+from core.instancetypes.catalog import SIZE_FACTS_REGION, AzureCatalog, load_shipped_catalog, snapshot_regions
 from core.instancetypes.regions import region_prices
 from core.messages import CatalogOrigin
 
@@ -95,11 +95,14 @@ class CatalogSource:
         return get
 
     def describe(self) -> str:
-        """For log lines: `the shipped eastus snapshot of <date>` or `the live eastus catalog of <time>`."""
+        """For log lines: `the shipped eastus snapshot of <date>`, `the live eastus catalog of <time>`, or, in a
+        region no snapshot ships for, `the eastus snapshot's sizes priced with <its prices>`."""
         region = self._catalog.region
-        if self._origin is CatalogOrigin.SHIPPED or self._refreshed_at is None:
+        if self._origin is CatalogOrigin.LIVE and self._refreshed_at is not None:
+            return f"the live {region} catalog of {self._refreshed_at.isoformat(timespec='seconds')}"
+        if region in snapshot_regions():
             return f"the shipped {region} snapshot of {SHIPPED_SNAPSHOT_DATE}"
-        return f"the live {region} catalog of {self._refreshed_at.isoformat(timespec='seconds')}"
+        return f"the {SIZE_FACTS_REGION} snapshot's sizes priced with {self.describe_prices()}"
 
     def describe_prices(self) -> str:
         """For log lines: `the live westeurope prices of <time>`, or the shipped prices in use (naming the fallback

@@ -2,7 +2,8 @@
 
 Capacity, quota and invalid-request errors are non-retryable (retrying the same offering cannot help; the
 workflow moves to the next one); so is a conflict over a resource another cluster owns (`NotOwned`: it stays
-theirs however often we ask). Throttling retries after the cloud's Retry-After; everything else is left to the
+theirs however often we ask). Throttling retries after the cloud's Retry-After; everything else, a refused
+credential included (`Credential`: an administrator mends it while the activity retries), is left to the
 activity's retry policy.
 """
 
@@ -15,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from core.errors import (
     CloudError,
     ConflictError,
+    CredentialError,
     ErrorKind,
     InsufficientCapacityError,
     InvalidError,
@@ -55,6 +57,8 @@ def as_application_error(error: CloudError) -> ApplicationError:
             type=ErrorKind.THROTTLED,
             next_retry_delay=timedelta(seconds=max(1.0, error.retry_after_seconds)),
         )
+    if isinstance(error, CredentialError):
+        return ApplicationError(str(error), type=ErrorKind.CREDENTIAL)
     if isinstance(error, InvalidError):
         return ApplicationError(str(error), type=ErrorKind.INVALID, non_retryable=True)
     if isinstance(error, NotFoundError):

@@ -20,10 +20,16 @@ from activities.kube import apply_condition, kube_event, node_state, register_no
 from activities.metrics import Metrics, default_metrics
 from core import labels, summaries
 from core.api.meta import Taint, TaintEffect
-from core.api.nodeclaim import INSUFFICIENT_CAPACITY_ERROR, LAUNCH_FAILED, NODE_NOT_FOUND, NodeClaim
+from core.api.nodeclaim import (
+    CREDENTIAL_REFUSED,
+    INSUFFICIENT_CAPACITY_ERROR,
+    LAUNCH_FAILED,
+    NODE_NOT_FOUND,
+    NodeClaim,
+)
 from core.cloudprovider import CloudProvider, InstanceState, LaunchRequest
 from core.cluster import ClusterAPI
-from core.errors import OFFERING_ERROR_KINDS, CloudError, ErrorKind, NotFoundError
+from core.errors import OFFERING_ERROR_KINDS, CloudError, CredentialError, ErrorKind, NotFoundError
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
@@ -130,6 +136,8 @@ class LifecycleActivities:
             failure = launch_failure(error, offering)
             if not failure.non_retryable:
                 await self._launch_failing(request.nodeclaim, str(error))
+            if isinstance(error, CredentialError):
+                await self._tell_credential_refused(request.nodeclaim, error)
             await self._tell_offering_failed(request.nodeclaim, offering, failure)
             raise failure from error
         result = LaunchResult(
@@ -201,6 +209,14 @@ class LifecycleActivities:
             await apply_condition(self.cluster, update, unless=decided)
         except Exception as error:
             logger.warning("could not record the failed launch on NodeClaim %s: %s", nodeclaim, error)
+
+    async def _tell_credential_refused(self, nodeclaim: str, error: CredentialError) -> None:
+        """Azure refused the worker's identity: a warning on the NodeClaim saying so, with Azure's code and words
+        (which name the credential), while the launch is retried; repeats count on the same Event. Best effort."""
+        message = f"Azure refused the worker's identity, retrying: {summaries.truncated(str(error))}"
+        await self.cluster.record_event(
+            kube_event("NodeClaim", nodeclaim, CREDENTIAL_REFUSED, message, warning=True)
+        )
 
     async def _tell_offering_failed(
         self, nodeclaim: str, offering: OfferingChoice, failure: ApplicationError

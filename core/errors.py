@@ -23,6 +23,8 @@ class ErrorKind(StrEnum):
     PDB_VIOLATION = "PDBViolation"
     NODECLAIM_DELETED = "NodeClaimDeleted"
     """A launch found its NodeClaim gone or being deleted, and made nothing."""
+    CREDENTIAL = "Credential"
+    """The cloud refused the worker's identity (`CredentialError`)."""
 
 
 OFFERING_ERROR_KINDS = (ErrorKind.INSUFFICIENT_CAPACITY, ErrorKind.QUOTA_EXCEEDED)
@@ -51,6 +53,14 @@ class TransientError(CloudError):
 
 class InvalidError(CloudError):
     """The request itself is wrong; retrying will not help."""
+
+
+class CredentialError(CloudError):
+    """The cloud refused the worker's identity, not the request: its credential could not sign in (an expired or
+    revoked secret, a federated token Entra ID does not trust, a token file it cannot read), the cloud refused its
+    token, or the identity lacks the role the operation needs. Retried while it lasts, with the reason shown where
+    a user looks: an administrator mends it (a new secret, a federated credential, a role assignment) without a
+    restart, and no offering is to blame."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ Entra ID instead of the cloud's authority).
 on Azure: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_FEDERATED_TOKEN_FILE` must be set), `servicePrincipal`
 (`AZURE_CLIENT_ID`, `AZURE_TENANT_ID` and `AZURE_CLIENT_SECRET` or `AZURE_CLIENT_CERTIFICATE_PATH`) or
 `managedIdentity` (optionally `AZURE_CLIENT_ID`); against an emulator it defaults to a static token. Whatever is
-missing or invalid is reported in one message that names every variable (`AzureSettingsError`).
+missing or invalid, a file named that does not exist included, is reported in one message that names every
+variable (`AzureSettingsError`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ ARM_ENDPOINT_VARIABLE = "ARM_ENDPOINT"
 ARM_CA_FILE_VARIABLE = "ARM_CA_FILE"
 CLOUD_VARIABLE = "AZURE_CLOUD"
 CREDENTIAL_VARIABLE = "AZURE_CREDENTIAL"
-WORKLOAD_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE")
+TOKEN_FILE_VARIABLE = "AZURE_FEDERATED_TOKEN_FILE"
+WORKLOAD_IDENTITY_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", TOKEN_FILE_VARIABLE)
 SERVICE_PRINCIPAL_VARIABLES = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID")
 CLIENT_SECRET_VARIABLE = "AZURE_CLIENT_SECRET"
 CERTIFICATE_VARIABLE = "AZURE_CLIENT_CERTIFICATE_PATH"
@@ -165,6 +167,14 @@ def _credential(env: Mapping[str, str], emulator: bool, problems: list[str]) -> 
         missing = [name for name in WORKLOAD_IDENTITY_VARIABLES if not env.get(name)]
         if missing:
             problems.append(f"missing workload identity variables: {', '.join(missing)}")
+        token = value(TOKEN_FILE_VARIABLE)
+        if token and not os.path.isfile(token):
+            # The kubelet mounts the projected token before the container starts: a file missing now stays so.
+            problems.append(
+                f"invalid Azure setting {TOKEN_FILE_VARIABLE}: no file {token} (the ServiceAccount token the "
+                "workload identity webhook projects into pods labelled azure.workload.identity/use=true, whose "
+                "ServiceAccount is annotated azure.workload.identity/client-id)"
+            )
     if kind is CredentialKind.SERVICE_PRINCIPAL:
         missing = [name for name in SERVICE_PRINCIPAL_VARIABLES if not env.get(name)]
         if missing:
@@ -181,7 +191,7 @@ def _credential(env: Mapping[str, str], emulator: bool, problems: list[str]) -> 
         kind=kind,
         client_id=value("AZURE_CLIENT_ID"),
         tenant_id=value("AZURE_TENANT_ID"),
-        federated_token_file=value("AZURE_FEDERATED_TOKEN_FILE"),
+        federated_token_file=value(TOKEN_FILE_VARIABLE),
         client_secret=value(CLIENT_SECRET_VARIABLE) if kind is CredentialKind.SERVICE_PRINCIPAL else None,
         certificate_path=value(CERTIFICATE_VARIABLE) if kind is CredentialKind.SERVICE_PRINCIPAL else None,
         certificate_password=value(CERTIFICATE_PASSWORD_VARIABLE),

@@ -268,11 +268,18 @@ def plan_disruption_command(args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 def demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from workers.demo import run_demo
+    from workers.demo.region import UnknownDemoRegionError, demo_region
     from workers.demo.walkthrough import DemoOptions
 
     record = Path(args.record_histories) if args.record_histories else None
     directory = Path(args.dir) if args.dir else None
-    options = DemoOptions(keep_running=args.keep_running, record_histories=record, directory=directory)
+    try:
+        region = demo_region(args.region)
+    except UnknownDemoRegionError as error:
+        raise UsageError(str(error)) from None
+    options = DemoOptions(
+        keep_running=args.keep_running, record_histories=record, directory=directory, region=region
+    )
     return asyncio.run(run_demo(options, out))
 
 
@@ -534,6 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
     walk.add_argument(
         "--dir",
         help="where state, logs and the kubeconfig go (default: the cache directory's demo/, wiped each run)",
+    )
+    walk.add_argument(
+        "--region",
+        default="eastus",
+        help="the Azure region the emulated AKS plays: its VM sizes, zones and prices; the examples' eastus zones "
+        "become the region's (default eastus)",
     )
     walk.set_defaults(handler=demo)
 

@@ -8,7 +8,8 @@ unreachable Temporal is retried with backoff while `/readyz` says why the proces
 - the worker registers the search attributes and schedules, builds its catalog from the Resource SKUs API of its
   region, priced from the shipped table and the Retail Prices API (unless it runs workflows only: their local
   activities read no catalog), and polls its task queue for the tasks of its role (`WorkerRole`). Azure that
-  cannot be reached at start is retried with jittered backoff, each failure logged, while `/readyz` says why.
+  cannot be reached at start is retried with jittered backoff, each failure logged, while `/readyz` says why (a
+  refused credential, named, too: as a launch, the start waits for an administrator to mend it).
   On SIGTERM it stops polling, lets running activities finish for `NODEWRIGHT_SHUTDOWN_GRACE_SECONDS`, then
   cancels the rest (Temporal retries them on another worker) and exits 0. Ready: API server and Temporal answer,
   the worker has its catalog, and it polls.
@@ -35,7 +36,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from activities.azure.skus import SkuListError
 from activities.azure.windows import LICENSE_NONE as WINDOWS_LICENSE_NONE
 from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
-from core.errors import CloudError
+from core.errors import CloudError, CredentialError
 from core.messages import ProvisionerInput
 from workers.health import Check, Readiness, serve_probes
 from workers.settings import Settings, TemporalConnection
@@ -148,6 +149,8 @@ class CatalogStart:
 
     region: str
     error: str | None = "not listed yet"
+    signed_in_as: str = "the worker's credential"
+    """What signs in to Azure (`CredentialSettings.describe`), named when Azure refuses it."""
 
     async def ready(self) -> str | None:
         if self.error is None:
@@ -160,11 +163,14 @@ class CatalogStart:
 
         def failed(error: BaseException, wait: float) -> None:
             self.error = str(error)
+            if isinstance(error, SkuListError) and isinstance(error.failure, CredentialError):
+                # Retried like any other failure: a new secret or role assignment mends it without a restart.
+                self.error = f"Azure refused {self.signed_in_as}: {error}"
             logger.warning(
                 "waiting for Azure to list instance types for region %s, trying again in %.1f s: %s",
                 self.region,
                 wait,
-                error,
+                self.error,
             )
 
         retrying = retrying_while(SkuListError, failed, 1.0, max_wait_seconds)
@@ -215,7 +221,11 @@ async def serve_worker(
             return f"not polling task queue {settings.task_queue} for {role} tasks yet"
         return None
 
-    start = CatalogStart(azure.settings.location, None if not role.runs_activities else "not listed yet")
+    start = CatalogStart(
+        azure.settings.location,
+        None if not role.runs_activities else "not listed yet",
+        azure.credential.describe() if azure.credential else "the emulator's static token",
+    )
     readiness = Readiness(
         [*connections.checks(), Check("the catalog", start.ready), Check("the worker", polling)]
     )

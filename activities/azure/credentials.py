@@ -7,6 +7,11 @@ variables Azure's SDKs read: `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, `AZURE_FEDERA
 `AZURE_CLIENT_SECRET`, `AZURE_CLIENT_CERTIFICATE_PATH`, `AZURE_CLIENT_CERTIFICATE_PASSWORD`). A transport may be
 given, so that they share the worker's connection pool to Azure (and its CA, against an emulator). Nothing secret
 is ever printed: the secret and the password stay out of `repr`.
+
+A credential that cannot sign in says which one it is (`NamedCredential`): its failure, whether Entra ID's answer
+or a file it cannot read, is a `ClientAuthenticationError` that names the credential kind and its client, which
+`activities.azure.errors` classifies as a `CredentialError` wherever the token was needed (a launch, the worker's
+catalog start).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from azure.core.credentials import AccessToken, AccessTokenInfo
 from azure.core.credentials_async import AsyncTokenCredential
+from azure.core.exceptions import ClientAuthenticationError
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.identity.aio import (
     CertificateCredential,
@@ -56,12 +63,57 @@ class CredentialSettings:
         return f"workload identity {self.client_id}"
 
 
+class CredentialFileError(ClientAuthenticationError):
+    """A file the credential signs in with (the federated token, the certificate) cannot be read."""
+
+
+class NamedCredential(AsyncTokenCredential):
+    """A credential whose failures to sign in name it (`CredentialSettings.describe`)."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner = inner
+        self.name = name
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        try:
+            token: AccessToken = await self._inner.get_token(*scopes, **kwargs)
+        except (ClientAuthenticationError, OSError) as error:
+            raise self._failure(error) from error
+        return token
+
+    async def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
+        try:
+            token: AccessTokenInfo = await self._inner.get_token_info(*scopes, options=options)
+        except (ClientAuthenticationError, OSError) as error:
+            raise self._failure(error) from error
+        return token
+
+    def _failure(self, error: ClientAuthenticationError | OSError) -> ClientAuthenticationError:
+        if isinstance(error, ClientAuthenticationError):
+            return ClientAuthenticationError(
+                message=f"{self.name} could not sign in: {error.message}", response=error.response
+            )
+        return CredentialFileError(message=f"{self.name} could not sign in: {error}")
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+    async def __aexit__(self, *args: Any) -> None:
+        await self.close()
+
+
 def make_credential(
     settings: CredentialSettings, authority_host: str, transport: AioHttpTransport | None = None
-) -> AsyncTokenCredential:
+) -> NamedCredential:
     """The async credential of `settings`, asking the Entra ID at `authority_host` (a cloud's authority, or an
-    emulator's `host:port`) for tokens. Given explicitly, it wins over `AZURE_AUTHORITY_HOST` in azure-identity, as
-    the AKS provider's cloud configuration wins over it in the Go SDK."""
+    emulator's `host:port`) for tokens, named in its failures. Given explicitly, the authority wins over
+    `AZURE_AUTHORITY_HOST` in azure-identity, as the AKS provider's cloud configuration wins over it in the Go SDK."""
+    return NamedCredential(_credential(settings, authority_host, transport), settings.describe())
+
+
+def _credential(
+    settings: CredentialSettings, authority_host: str, transport: AioHttpTransport | None
+) -> AsyncTokenCredential:
     options: dict[str, Any] = {"authority": authority_host}
     if transport is not None:
         options["transport"] = transport

@@ -5,21 +5,27 @@ The SDK raises different exception classes for the same condition (a 409 `SkuNot
 class says little: the code in the ARM error body (`error.code`) decides, then the HTTP status. Quota errors are
 the one place Azure gives no specific code: they all arrive as `OperationNotAllowed`, and only the message says
 which quota ran out (the AKS provider matches the same phrases).
+
+A failure to sign in never reaches ARM: azure-identity raises `ClientAuthenticationError` with Entra ID's answer
+(`error_codes`, the `AADSTS` numbers), whose code is `AADSTS<number>`. It, and ARM's refusals of the token or of
+its identity (`CREDENTIAL_CODES`), are `CredentialError`s: the identity's fault, not the request's.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-from azure.core.exceptions import AzureError, HttpResponseError, ODataV4Format
+from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError, ODataV4Format
 
 from core.errors import (
     CloudError,
     ConflictError,
+    CredentialError,
     InsufficientCapacityError,
     InvalidError,
     NotFoundError,
@@ -48,6 +54,19 @@ INVALID_CODES = frozenset(
 )
 """Codes of a long-running operation's failure that say the request itself was wrong (other failures of an
 accepted operation may pass on their own)."""
+CREDENTIAL_CODES = frozenset(
+    {
+        "AuthenticationFailed",
+        "InvalidAuthenticationToken",
+        "ExpiredAuthenticationToken",
+        "InvalidAuthenticationTokenAudience",
+        "InvalidAuthenticationTokenTenant",
+        "AuthorizationFailed",
+        "LinkedAuthorizationFailed",
+    }
+)
+"""ARM's refusals of the worker's token (401) or of its identity (403: no role assignment for the action, here or
+on a linked resource such as the subnet)."""
 
 
 class CapacityFailure(StrEnum):
@@ -98,6 +117,8 @@ class ArmError:
     """The raw Retry-After header."""
     details: tuple[tuple[str, str], ...] = ()
     """(code, message) of every nested detail; ARM sometimes wraps the real code in one."""
+    sign_in: bool = False
+    """The credential failed to get a token (Entra ID's or IMDS's answer, not ARM's)."""
 
     def codes(self) -> list[tuple[str, str]]:
         """(code, message) of the error itself, then of each detail."""
@@ -106,6 +127,8 @@ class ArmError:
 
 def arm_error(error: AzureError) -> ArmError:
     """The status, code, message and Retry-After header of an Azure SDK exception."""
+    if isinstance(error, ClientAuthenticationError):
+        return _sign_in_error(error)
     if not isinstance(error, HttpResponseError):
         return ArmError(status=None, code=type(error).__name__, message=error.message)
     body = error.error
@@ -119,6 +142,29 @@ def arm_error(error: AzureError) -> ArmError:
         message=str(message),
         retry_after=headers.get("Retry-After"),
         details=tuple(_details(body)) if body else (),
+    )
+
+
+def _sign_in_error(error: ClientAuthenticationError) -> ArmError:
+    """A credential's failure to get a token, coded by Entra ID's first error code (`AADSTS7000222`), else its
+    OAuth error (`invalid_client`), else the exception's class (no answer: IMDS unreachable, a file unread)."""
+    code = type(error).__name__
+    response = error.response
+    try:
+        body = json.loads(response.text()) if response is not None else None
+    except (ValueError, TypeError):
+        body = None
+    if isinstance(body, dict):
+        codes = body.get("error_codes")
+        if isinstance(codes, list) and codes:
+            code = f"AADSTS{codes[0]}"
+        elif isinstance(body.get("error"), str):
+            code = body["error"]
+    return ArmError(
+        status=response.status_code if response is not None else None,
+        code=code,
+        message=error.message,
+        sign_in=True,
     )
 
 
@@ -172,7 +218,8 @@ def classify(
     """The `core.errors` kind of an Azure failure.
 
     Capacity and quota failures become `InsufficientCapacityError` / `QuotaExceededError` for `offering` when
-    one is given (a launch); then 429 is `ThrottledError` with the Retry-After delay, 5xx and connection
+    one is given (a launch); a credential that cannot sign in, or a token or identity ARM refuses, is a
+    `CredentialError`; then 429 is `ThrottledError` with the Retry-After delay, 5xx and connection
     failures are transient, 404 is not-found, 409 and 412 are conflicts, and other 4xx are invalid requests.
     A long-running operation that failed (status 200) is transient unless its code says the request was bad.
     Every string in `redact` is removed from the message (secrets must never reach an error).
@@ -187,6 +234,8 @@ def classify(
             return QuotaExceededError(message, offering, scope=scope, code=OPERATION_NOT_ALLOWED)
         # The matched code, which may have come from a detail of a wrapping error.
         return InsufficientCapacityError(message, offering, code=failure.value)
+    if details.sign_in or code in CREDENTIAL_CODES:
+        return CredentialError(message, code=code)
     status = details.status
     if status is None or code in TRANSIENT_CODES:
         return TransientError(message, code=code)

@@ -89,6 +89,7 @@ from core.cloudprovider import Instance, InstanceState, LaunchRequest
 from core.errors import (
     CloudError,
     ConflictError,
+    CredentialError,
     InsufficientCapacityError,
     InvalidError,
     NotFoundError,
@@ -747,8 +748,8 @@ def _settles_launch(error: AzureError, failure: CloudError) -> bool:
     """Whether a failed launch is over: its request was refused for good, or its operation ended failed. A server
     error, throttling, a lost response or a failed poll says nothing of the VM, which may be made or on its way:
     it stays for the retry to adopt (deleting it would have the retry make it a second time), and a lifecycle that
-    gives up on the launch deletes it."""
-    if not isinstance(failure, TransientError | ThrottledError):
+    gives up on the launch deletes it. So does a refused identity, which could not have made anything this time."""
+    if not isinstance(failure, TransientError | ThrottledError | CredentialError):
         return True
     return arm_error(error).status == HTTPStatus.OK  # the operation ran and failed
 

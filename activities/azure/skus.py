@@ -26,6 +26,7 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.compute.models import ResourceSku
 
 from activities.azure.errors import classify
+from core.errors import CloudError
 from core.instancetypes.azure import FilterReason, filter_reason
 from core.instancetypes.catalog import AzureCatalog, AzureSku
 from core.instancetypes.provider_facts import is_known_sku, registered_gpu
@@ -54,7 +55,12 @@ UNSUPPORTED_EVERYWHERE = frozenset(
 
 
 class SkuListError(RuntimeError):
-    """The Resource SKUs API could not be read, or returned no usable VM size."""
+    """The Resource SKUs API could not be read, or returned no usable VM size; `failure` is Azure's failure, as
+    classified, when there was one."""
+
+    def __init__(self, message: str, failure: CloudError | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 def location_filter(region: str) -> str:
@@ -68,7 +74,8 @@ async def list_skus(
     try:
         resources = [sku async for sku in compute.resource_skus.list(filter=location_filter(region))]
     except AzureError as error:
-        raise SkuListError(f"listing Resource SKUs for {region} failed: {classify(error)}") from error
+        failure = classify(error)
+        raise SkuListError(f"listing Resource SKUs for {region} failed: {failure}", failure) from error
     skus = skus_from_resources(resources, region, shipped)
     if not skus:
         raise SkuListError(f"the Resource SKUs API listed no usable VM size for {region}")

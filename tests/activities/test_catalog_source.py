@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from activities.catalog_source import CatalogSource
 from core.instancetypes.azure import ImageFamily, NodeClassSettings, azure_instance_types
 from core.instancetypes.catalog import AzureCatalog, load_shipped_catalog
@@ -39,3 +41,21 @@ def test_a_cluster_with_azure_hybrid_benefit_prices_windows_at_the_linux_rate() 
     linux_price = SHIPPED.sku("Standard_D4s_v5").on_demand_price_micros
     assert on_demand(CatalogSource.shipped("eastus", windows_license_included=False)) == linux_price
     assert on_demand(CatalogSource.shipped("eastus")) == linux_price + 4 * 46_000  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("region", "described"),
+    [
+        ("eastus", "the shipped eastus snapshot of 2026-06-18"),
+        ("westeurope", "the eastus snapshot's sizes priced with the shipped westeurope prices of 2026-06-18"),
+        (
+            "belgiumcentral",
+            "the eastus snapshot's sizes priced with the shipped eastus prices of 2026-06-18 (the table has none "
+            "for belgiumcentral)",
+        ),
+    ],
+)
+def test_a_shipped_catalog_says_what_its_sizes_and_prices_are(region: str, described: str) -> None:
+    """Only two regions ship a snapshot: every other region's catalog is the eastus sizes at its own prices (or,
+    where the table lacks the region, at eastus's), and says so where a failed refresh names what stays."""
+    assert CatalogSource.shipped(region).describe() == described

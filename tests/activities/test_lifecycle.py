@@ -9,10 +9,10 @@ from temporalio.exceptions import ApplicationError
 from activities.kube import apply_condition, nodeclaim_object
 from activities.lifecycle import LifecycleActivities
 from core.cloudprovider import Instance, LaunchRequest
-from core.errors import InvalidError, TransientError
+from core.errors import CredentialError, InvalidError, TransientError
 from core.instancetypes.catalog import load_shipped_catalog
 from core.messages import ConditionUpdate, LaunchInput, OfferingChoice, PlannedNodeClaim
-from tests.cluster import activity_environment
+from tests.cluster import activity_environment, events
 from workers.simulated_aks import SimulatedAks
 
 OFFERING = OfferingChoice(
@@ -62,3 +62,26 @@ async def test_a_retried_launch_is_launched_unknown_but_never_over_a_verdict(aks
     with pytest.raises(ApplicationError) as raised:
         await activity_environment().run(activities.launch_nodeclaim, request)
     assert (raised.value.type, raised.value.non_retryable) == ("Invalid", True)
+
+
+async def test_a_refused_identity_is_retried_with_a_warning_on_the_nodeclaim(aks: SimulatedAks) -> None:
+    """Not the request's fault nor the offering's: the launch is retried (until the lifecycle's launch timeout)
+    while the NodeClaim says why, and no offering is ruled out."""
+    name = "default-refused"
+    claim = PlannedNodeClaim(name=name, nodepool="default", launch_candidates=[OFFERING], labels={})
+    await aks.kube.create_nodeclaim(nodeclaim_object(claim, "default", []))
+    refused = (
+        "AADSTS7000222: service principal c1 (client secret) could not sign in: Microsoft Entra ID error "
+        "'(invalid_client) AADSTS7000222: The provided client secret keys for app 'c1' are expired.'"
+    )
+    cloud = FailingCloud(CredentialError(refused, code="AADSTS7000222"))
+    activities = LifecycleActivities(aks.kube, cloud, load_shipped_catalog("eastus"))  # type: ignore[arg-type]
+    request = LaunchInput(nodeclaim=name, nodepool="default", offering=OFFERING)
+
+    with pytest.raises(ApplicationError) as raised:
+        await activity_environment().run(activities.launch_nodeclaim, request)
+    assert (raised.value.type, raised.value.non_retryable, raised.value.details) == ("Credential", False, ())
+    assert await launched(aks, name) == ("Unknown", "LaunchFailed", refused)
+    [warning] = await events(aks.kube, "CredentialRefused", {name})
+    assert warning["type"] == "Warning"
+    assert warning["note"] == f"Azure refused the worker's identity, retrying: {refused}"

@@ -31,12 +31,19 @@ AZURE = {
     "NODEWRIGHT_CLUSTER_ENDPOINT": "cluster-dns-1.hcp.westus2.azmk8s.io",
     "NODEWRIGHT_BOOTSTRAP_TOKEN_SECRET": "kube-system/bootstrap-token-abcdef",
 }
-WORKLOAD_IDENTITY = {
-    "AZURE_CLIENT_ID": "client",
-    "AZURE_TENANT_ID": "tenant",
-    "AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token",
-}
 REQUIRED = list(AZURE)
+
+
+@pytest.fixture
+def workload_identity(tmp_path: Path) -> dict[str, str]:
+    """What the workload identity webhook gives a pod, its projected token file included."""
+    token = tmp_path / "azure-identity-token"
+    token.write_text("a projected service account token")
+    return {
+        "AZURE_CLIENT_ID": "client",
+        "AZURE_TENANT_ID": "tenant",
+        "AZURE_FEDERATED_TOKEN_FILE": str(token),
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -58,10 +65,10 @@ def test_every_missing_variable_is_named_in_one_message() -> None:
     )
 
 
-def test_invalid_values_are_named_with_the_rule() -> None:
+def test_invalid_values_are_named_with_the_rule(workload_identity: dict[str, str]) -> None:
     environ = {
         **AZURE,
-        **WORKLOAD_IDENTITY,
+        **workload_identity,
         "NODEWRIGHT_AZURE_SUBNET_ID": "aks-subnet",
         "NODEWRIGHT_AZURE_POLL_SECONDS": "soon",
         "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS": "-1",
@@ -73,12 +80,14 @@ def test_invalid_values_are_named_with_the_rule() -> None:
     assert "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS: not a number of seconds (0 or more)" in str(raised.value)
 
 
-def test_on_azure_the_region_and_cluster_come_from_the_common_settings() -> None:
+def test_on_azure_the_region_and_cluster_come_from_the_common_settings(
+    workload_identity: dict[str, str],
+) -> None:
     config = load_azure(
         load_settings(region="westus2", cluster_name="prod"),
         environ={
             **AZURE,
-            **WORKLOAD_IDENTITY,
+            **workload_identity,
             "NODEWRIGHT_AZURE_POLL_SECONDS": "1.5",
             "NODEWRIGHT_AZURE_CREATE_WAIT_SECONDS": "0",
         },
@@ -113,27 +122,27 @@ def test_an_emulator_needs_no_workload_identity_but_an_https_endpoint(tmp_path: 
         load_azure(load_settings(), environ={**emulator, "NODEWRIGHT_ARM_CA_FILE": str(tmp_path / "missing")})
 
 
-def test_the_cloud_is_one_setting_by_the_providers_names() -> None:
+def test_the_cloud_is_one_setting_by_the_providers_names(workload_identity: dict[str, str]) -> None:
     for name, expected in (
         ("AzureCloud", AZURE_PUBLIC_CLOUD),
         ("azureusgovernmentcloud", AZURE_US_GOVERNMENT),
         (" AzureChinaCloud ", AZURE_CHINA_CLOUD),
     ):
         config = load_azure(
-            load_settings(), environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_CLOUD": name}
+            load_settings(), environ={**AZURE, **workload_identity, "NODEWRIGHT_AZURE_CLOUD": name}
         )
         assert config.cloud is expected
         prices = price_settings(config).url
         assert prices == (
             "https://prices.azure.com/api/retail/prices" if expected is AZURE_PUBLIC_CLOUD else None
         )
-    assert load_azure(load_settings(), environ={**AZURE, **WORKLOAD_IDENTITY}).cloud is AZURE_PUBLIC_CLOUD
+    assert load_azure(load_settings(), environ={**AZURE, **workload_identity}).cloud is AZURE_PUBLIC_CLOUD
     with pytest.raises(
         AzureSettingsError, match="invalid Azure setting NODEWRIGHT_AZURE_CLOUD: unknown Azure cloud"
     ):
         load_azure(
             load_settings(),
-            environ={**AZURE, **WORKLOAD_IDENTITY, "NODEWRIGHT_AZURE_CLOUD": "AzureGermanCloud"},
+            environ={**AZURE, **workload_identity, "NODEWRIGHT_AZURE_CLOUD": "AzureGermanCloud"},
         )
 
 
@@ -156,6 +165,12 @@ def test_each_credential_kind_names_the_variables_it_lacks(tmp_path: Path) -> No
         AZURE_TENANT_ID="t",
         AZURE_CLIENT_CERTIFICATE_PATH=str(missing),
     )
+    # The webhook mounts the token before the container starts: a file that is not there will not come.
+    token = tmp_path / "tokens" / "azure-identity-token"
+    assert (
+        f"invalid Azure setting AZURE_FEDERATED_TOKEN_FILE: no file {token} (the ServiceAccount token the workload "
+        "identity webhook projects into pods labelled azure.workload.identity/use=true"
+    ) in problems(AZURE_CLIENT_ID="c", AZURE_TENANT_ID="t", AZURE_FEDERATED_TOKEN_FILE=str(token))
     assert (
         "NODEWRIGHT_AZURE_CREDENTIAL: 'password' is not one of workloadIdentity, servicePrincipal"
         in problems(NODEWRIGHT_AZURE_CREDENTIAL="password")

@@ -6,7 +6,9 @@ credential it was given, which the emulator's Entra ID checks before its ARM tak
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,15 +25,19 @@ from activities.azure.clients import azure_session
 from activities.azure.credentials import CredentialKind
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
+from activities.errors import launch_failure
 from core.cloudprovider import LaunchRequest
 from core.clouds import AZURE_CHINA_CLOUD, AZURE_PUBLIC_CLOUD, AZURE_US_GOVERNMENT, AzureCloud
-from core.errors import InvalidError
+from core.errors import CredentialError
+from core.messages import OfferingChoice
 from simulator.arm import RunningArm, serve_arm
 from simulator.arm.entra import Application, Federation, jwks, sign_jwt
 from simulator.retail_prices import RETAIL_PRICES_KEY
 from tests.activities.azure.test_clients import SecretOnly
+from tests.cluster import eventually
 from workers.azure import AzureConfig, cloud_provider, load_azure
 from workers.schedules import catalog_refresh
+from workers.serve import CatalogStart
 from workers.settings import load_settings
 
 SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
@@ -78,6 +84,11 @@ async def worker(arm: RunningArm, config: AzureConfig) -> AsyncIterator[Worker]:
         SecretOnly(), config, catalogs, resolver=resolver, ca_file=str(arm.ca_pem)
     ) as provider:  # type: ignore[arg-type]
         yield Worker(provider, catalogs)
+
+
+OFFERING = OfferingChoice(
+    instance_type="Standard_D2s_v5", zone="westeurope-1", capacity_type="on-demand", price_micros=1
+)
 
 
 def launch(name: str) -> LaunchRequest:
@@ -192,7 +203,9 @@ async def test_a_service_principal_signs_in_with_its_client_secret_and_nothing_e
         assert await signed_in(arm, secret) == "client_secret"
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
         arm.state.directory.register(Application(TENANT, CLIENT, secret="another one"))
-        with pytest.raises(InvalidError, match="AADSTS7000215: Invalid client secret provided"):
+        with pytest.raises(
+            CredentialError, match=f"service principal {CLIENT} \\(client secret\\) could not sign in: "
+        ):
             await signed_in(arm, secret)
         assert list(arm.state.requests) == []  # ARM was never called
 
@@ -214,8 +227,52 @@ async def test_a_service_principal_signs_in_with_its_certificate(tmp_path: Path)
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
         other = x509.load_pem_x509_certificate(trustme.CA().issue_cert("other").cert_chain_pems[0].bytes())
         arm.state.directory.register(Application(TENANT, CLIENT, certificate=other))
-        with pytest.raises(InvalidError, match="AADSTS700027"):
+        with pytest.raises(CredentialError, match=r"AADSTS700027: service principal .* \(certificate\)"):
             await signed_in(arm, environ)
+
+
+async def test_a_refused_credential_is_waited_for_at_the_start_and_retried_at_a_launch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Workload identity whose managed identity has no federated credential for the worker's ServiceAccount yet
+    (Entra ID's AADSTS700213): the start and a launch both name the credential and Entra ID's code and retry, and
+    both succeed once an administrator adds the federated credential, without a restart."""
+    issuer_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    environ = {**workload_identity(tmp_path, issuer_key), "NODEWRIGHT_AZURE_CREDENTIAL": "workloadIdentity"}
+    config = load_azure(load_settings(region="westeurope", cluster_name="prod"), environ={**AZURE, **environ})
+    named = f"workload identity {CLIENT}"
+    published = jwks({"issuer-key": issuer_key.public_key()})
+    async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm, worker(arm, config) as started:
+        federate(arm, published, subject="system:serviceaccount:default:default")
+        with pytest.raises(CredentialError) as refused:
+            await started.provider.create(launch("default-abcde"))
+        assert refused.value.code == "AADSTS700213" and f"{named} could not sign in" in str(refused.value)
+        assert not launch_failure(refused.value, OFFERING).non_retryable
+
+        start = CatalogStart("westeurope", signed_in_as=named)
+        with caplog.at_level(logging.WARNING, logger="nodewright"):
+            building = asyncio.create_task(
+                start.build(catalog_refresh(started.provider, started.catalogs), max_wait_seconds=0.05)
+            )
+            reason = await eventually(
+                lambda: _refused(start), what="the start waiting for Azure to take the credential"
+            )
+            federate(
+                arm, published
+            )  # `az identity federated-credential create` for the worker's ServiceAccount
+            await asyncio.wait_for(building, 30)
+        instance = await started.provider.create(launch("default-abcde"))
+
+    assert reason.startswith(f"no instance types for region westeurope yet: Azure refused {named}: listing ")
+    assert "AADSTS700213" in reason
+    waits = [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting for Azure")]
+    assert waits and all(f"Azure refused {named}: " in line for line in waits)
+    assert await start.ready() is None and instance.name == "default-abcde"
+
+
+async def _refused(start: CatalogStart) -> str | None:
+    reason = await start.ready()
+    return reason if reason is not None and "Azure refused" in reason else None
 
 
 def workload_identity(directory: Path, issuer_key: rsa.RSAPrivateKey) -> dict[str, str]:
@@ -257,13 +314,15 @@ async def test_workload_identity_signs_in_with_the_federated_service_account_tok
         assert await signed_in(arm, environ) == "federated_token"  # the default credential
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
         federate(arm, published, subject="system:serviceaccount:other:other")
-        with pytest.raises(InvalidError, match="AADSTS700213"):
+        with pytest.raises(
+            CredentialError, match=f"AADSTS700213: workload identity {CLIENT} could not sign in"
+        ):
             await signed_in(arm, environ)
     async with cloud_emulator(AZURE_PUBLIC_CLOUD) as arm:
         # Signed by a key the issuer does not publish.
         other_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         federate(arm, jwks({"issuer-key": other_key.public_key()}))
-        with pytest.raises(InvalidError, match="AADSTS700027"):
+        with pytest.raises(CredentialError, match="AADSTS700027"):
             await signed_in(arm, environ)
 
 

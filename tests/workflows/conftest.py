@@ -391,12 +391,14 @@ class System:
         metrics: Metrics | None = None,
         adoption_grace: float | None = None,
         capacity_buffers: bool = False,
+        requeue_seconds: float = 30.0,
         **provisioner: Any,
     ) -> Controller:
-        """Run the controller until the test ends. Its periodic requeue is out of the way (30 s), so every
-        signal a test sees comes from a change the controller watched. With `adoption_grace` it also starts
-        the lifecycle of a NodeClaim left without one that long after its creation (`workers.controller.adoption`); with
-        `capacity_buffers` (the gate), the controller and the worker's plans read CapacityBuffers."""
+        """Run the controller until the test ends. Its periodic requeue is out of the way (30 s unless
+        `requeue_seconds` says otherwise), so every signal a test sees comes from a change the controller
+        watched. With `adoption_grace` it also starts the lifecycle of a NodeClaim left without one that long
+        after its creation (`workers.controller.adoption`); with `capacity_buffers` (the gate), the controller and
+        the worker's plans read CapacityBuffers."""
         self.kube.capacity_buffers = capacity_buffers
         adoption = (
             lifecycle_adoption(
@@ -411,7 +413,7 @@ class System:
             self.provisioner_input(**provisioner),
             self.task_queue,
             debounce_seconds=0.05,
-            requeue_seconds=30.0,
+            requeue_seconds=requeue_seconds,
             metrics=metrics,
             adoption=adoption,
             capacity_buffers=capacity_buffers,

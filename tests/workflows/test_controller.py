@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
+import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -27,6 +28,7 @@ from core.messages import (
     LifecycleSettings,
     NodeEvent,
     Phase,
+    PlanResult,
     PodsPending,
     ProvisionerInput,
     TerminationReason,
@@ -41,6 +43,7 @@ from tests.workflows.conftest import (
     decode,
     deployment,
     eventually,
+    example_manifests,
     fresh_name,
     in_phase,
     offering,
@@ -92,6 +95,45 @@ async def test_a_provisionable_pod_starts_the_provisioner_with_its_signal(system
     history = await provisioner.fetch_history()
     assert history.events[1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
     await eventually(lambda: system.running("web", 2), timeout=15, what="web running")
+
+
+async def test_pods_left_pending_by_a_nodepool_not_ready_yet_are_planned_again_once_it_is_ready(
+    system: System,
+) -> None:
+    """A start: the AKSNodeClass has no status until the worker's first reconcile writes it, so the controller
+    writes the NodePool Ready=False and the first plan leaves the pods pending ("no nodepools found", as
+    Karpenter's provisioner ignores a NodePool that is not Ready). Once the NodePool is Ready, they get their
+    NodeClaim at once, not at their next requeue (an hour away here)."""
+    documents = [document for document in yaml.safe_load_all(example_manifests()) if document]
+    [nodeclass] = [document for document in documents if document["kind"] == "AKSNodeClass"]
+    status = nodeclass.pop("status")
+    system.start_controller(requeue_seconds=3600)
+    await system.kube.apply(yaml.safe_dump_all(documents))
+
+    async def nodepool_ready() -> str | None:
+        [pool] = await system.kube.list_objects("NodePool")
+        ready = next(
+            (c for c in (pool.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), None
+        )
+        return ready["status"] if ready else None
+
+    assert await eventually(nodepool_ready, what="NodePool default's Ready condition") == "False"
+    await system.kube.apply([deployment("web", 1)])
+    provisioner = await started(system.provisioner())
+
+    async def first_plan() -> PlanResult | None:
+        for call in await activity_calls(provisioner):
+            if call.name == ActivityName.PLAN_PROVISIONING and call.result is not None:
+                return await decode(system.client, call.result, PlanResult)
+        return None
+
+    plan = await eventually(first_plan, timeout=30, what="the first plan")
+    assert plan.nodeclaims == [] and list(plan.unschedulable.values()) == [["no nodepools found"]]
+
+    await system.kube.patch_nodeclass_status("default", status)  # what the worker's first reconcile writes
+    [claim] = await eventually(system.nodeclaims, timeout=20, what="a NodeClaim for the pending pod")
+    assert claim.labels[labels.NODEPOOL] == "default"
+    await eventually(lambda: system.running("web", 1), timeout=20, what="web running")
 
 
 async def _pods_signalled(system: System, handle: WorkflowHandle[Any, Any], wanted: list[str]) -> list[str]:

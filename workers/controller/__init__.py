@@ -4,6 +4,10 @@
   provisioner exists as soon as it is needed), debounced, and signalled again every `requeue_seconds` while it
   stays pending, as Karpenter requeues provisionable pods; not while it waits for the in-flight NodeClaim a plan
   nominated it to (`core.scheduling.nominations`), which the next plan would not simulate again anyway.
+- A NodePool that becomes usable for new nodes (created, or its Ready condition no longer False) has the pending
+  pods signalled again at once rather than at their next requeue: at a start, the first plan often runs before
+  the worker's first AKSNodeClass status made the NodePool Ready, and Karpenter's provisioner, like ours, ignores
+  a NodePool that is not Ready.
 - The disruption loop (`disruption/<cluster>`) is started once, when the controller starts (an already
   running loop is kept).
 - A Node whose providerID belongs to a NodeClaim wakes that NodeClaim's workflow while the workflow waits on it
@@ -29,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -99,6 +104,21 @@ def is_provisionable(pod: Pod) -> bool:
     conditions = pod.status.conditions if pod.status is not None else []
     return any(
         c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable" for c in conditions
+    )
+
+
+def usable_for_pending_pods(nodepool: Mapping[str, Any]) -> bool:
+    """Whether plans may launch a NodePool's nodes for pending pods, as `core.scheduling.snapshot` decides it from
+    the manifest: not being deleted, not static, and Ready unless its status says otherwise."""
+    metadata, spec = nodepool.get("metadata") or {}, nodepool.get("spec") or {}
+    if metadata.get("deletionTimestamp") is not None or spec.get("replicas") is not None:
+        return False
+    conditions = (nodepool.get("status") or {}).get("conditions") or []
+    return not any(
+        isinstance(condition, Mapping)
+        and condition.get("type") == "Ready"
+        and condition.get("status") == "False"
+        for condition in conditions
     )
 
 
@@ -261,6 +281,8 @@ class Controller:
         """(Node, Scheduled Event id) already handled."""
         self._nodeclass_generations: dict[str, object] = {}
         """The generation of each AKSNodeClass its status schedule was last triggered for."""
+        self._usable_nodepools: set[str] = set()
+        """NodePools the provisioner may use for pending pods as last watched (`usable_for_pending_pods`)."""
 
     async def run(self) -> None:
         """Watch and signal until cancelled."""
@@ -341,6 +363,8 @@ class Controller:
             await self._node_gone(Node.model_validate(event.object))
         elif event.kind == "Node":
             await self._node(Node.model_validate(event.object))
+        elif event.kind == "NodePool":
+            self._nodepool(event)
         elif event.kind == "AKSNodeClass":
             self._nodeclass(event)
             if event.type is not EventType.DELETED:
@@ -392,6 +416,21 @@ class Controller:
         self._unsent.discard(key)
         self._signalled.pop(key, None)
 
+    def _nodepool(self, event: WatchEvent) -> None:
+        """A NodePool that became usable for pending pods wakes the provisioner for every pod that waits (but those
+        nominated to an in-flight NodeClaim): the plans that left them pending could not use it."""
+        usable = event.type is not EventType.DELETED and usable_for_pending_pods(event.object)
+        if not usable:
+            self._usable_nodepools.discard(event.name)
+            return
+        if event.name in self._usable_nodepools:
+            return
+        self._usable_nodepools.add(event.name)
+        if pods := self.requeued(within_period=False):
+            logger.debug("NodePool %s is usable: planning again for %d pending pod(s)", event.name, len(pods))
+            self._unsent.update(pods)
+            self._wake.set()
+
     def _nodeclass(self, event: WatchEvent) -> None:
         """A new or changed AKSNodeClass has its status (conditions, subnet check) reconciled now rather than at
         the schedule's next turn (no schedule: nothing happens)."""
@@ -416,9 +455,10 @@ class Controller:
         else:
             self._nominated.pop(claim.name, None)
 
-    def requeued(self, now: datetime | None = None) -> list[str]:
-        """The pods the requeue signals again: provisionable, not waiting for an in-flight NodeClaim, and not
-        signalled within the requeue period (a plan for them may still be creating their NodeClaims)."""
+    def requeued(self, now: datetime | None = None, *, within_period: bool = True) -> list[str]:
+        """The pods the requeue signals again: provisionable, not waiting for an in-flight NodeClaim, and (unless
+        `within_period` is False) not signalled within the requeue period (a plan for them may still be creating
+        their NodeClaims)."""
         now = now or datetime.now(UTC)
         waiting = {
             pod for pods, until in self._nominated.values() if until is None or now < until for pod in pods
@@ -427,7 +467,7 @@ class Controller:
         return sorted(
             pod
             for pod in self.provisionable - waiting
-            if (signalled := self._signalled.get(pod)) is None or signalled <= recent
+            if not within_period or (signalled := self._signalled.get(pod)) is None or signalled <= recent
         )
 
     async def _nodeclaim(self, claim: NodeClaim) -> None:

@@ -4,7 +4,8 @@ It starts the Temporal dev server (with its UI), a real Kubernetes control plane
 kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built once from Kubernetes' Go modules), the
 emulated Azure around it (the ARM emulator, which the worker's real Azure provider talks to over HTTPS, and the node
 agent every VM runs to join the cluster), a worker and the controller (both through a kubeconfig and the official
-Kubernetes client, as on AKS), applies `deploy/examples/` with the built kubectl,
+Kubernetes client, as on AKS), applies `deploy/examples/` with the built kubectl (in another region than eastus,
+`--region`, with the region's zones: `workers.demo.region`),
 then: scales `inflate` (pinned by node selectors to an arm64 instance type, on-demand, one zone) and the
 unconstrained `inflate-wide` up; scales them down and lets consolidation, then emptiness, remove nodes; ships a
 newer node image so drift replaces the `storefront` nodes while its PDB holds; deletes one node, which its
@@ -58,6 +59,7 @@ from workers.demo.disruption import (
 )
 from workers.demo.interruption import spot_eviction_step
 from workers.demo.overlay import overlay_step
+from workers.demo.region import pinned_zone, regional_examples
 from workers.demo.repack import repack_step
 from workers.demo.static import static_step
 from workers.demo.walkthrough import TASK_QUEUE, DemoOptions, Walkthrough
@@ -75,12 +77,12 @@ from workers.worker import build_worker, connect
 async def walk_through(self: Walkthrough) -> None:
     """The demo's steps, in order, against a running system."""
     options = self.options
-    self.say(
-        f"Applying {options.examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0"
-    )
-    await self.kubectl("apply", "-f", str(options.examples))
+    # The examples pin eastus zones: in another region, a copy with the region's.
+    examples = regional_examples(options.examples, options.region, self.aks.plane.directory / "examples")
+    self.say(f"Applying {examples}: NodePool default, AKSNodeClass default, DaemonSet, deployments at 0")
+    await self.kubectl("apply", "-f", str(examples))
     # kubectl leaves status out; the AKSNodeClass's images are what the AKS image controller would resolve.
-    for path in sorted(options.examples.glob("*.yaml")):
+    for path in sorted(examples.glob("*.yaml")):
         await self.sim.apply(path.read_text())
     print(
         "(AKSNodeClass default status: node images and Kubernetes version, as the image controller writes them)",
@@ -88,7 +90,8 @@ async def walk_through(self: Walkthrough) -> None:
     )
 
     self.say(
-        f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, eastus-2)"
+        f"1. Scale deployment inflate to {options.inflate_replicas} (arm64, Standard_D4ps_v5, on-demand, "
+        f"{pinned_zone(examples)})"
     )
     await self.kubectl("scale", "deployment", "inflate", f"--replicas={options.inflate_replicas}")
     await self.until("inflate running", lambda: self.running("inflate", options.inflate_replicas))

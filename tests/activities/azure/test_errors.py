@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from azure.core.exceptions import (
     AzureError,
+    ClientAuthenticationError,
     HttpResponseError,
     ResourceExistsError,
     ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.identity import CredentialUnavailableError
 
 from activities.azure.errors import (
     DEFAULT_RETRY_AFTER_SECONDS,
@@ -29,6 +31,7 @@ from activities.azure.errors import (
 from core.errors import (
     CloudError,
     ConflictError,
+    CredentialError,
     InsufficientCapacityError,
     InvalidError,
     NotFoundError,
@@ -163,7 +166,7 @@ def test_capacity_codes_without_a_launch_are_classified_by_status() -> None:
         (failure(409, "PropertyChangeNotAllowed", kind=ResourceExistsError), ConflictError),
         (failure(412, "PreconditionFailed"), ConflictError),
         (failure(400, "InvalidParameter", "bad vmSize"), InvalidError),
-        (failure(403, "AuthorizationFailed"), InvalidError),
+        (failure(403, "RequestDisallowedByPolicy", "denied by an Azure Policy assignment"), InvalidError),
         (failure(400, "NicReservedForAnotherVm"), TransientError),
         (failure(500, "InternalServerError"), TransientError),
         (failure(503, "ServiceUnavailable"), TransientError),
@@ -177,6 +180,44 @@ def test_other_failures_by_status_and_code(error: AzureError, kind: type[CloudEr
     classified = classify(error, OFFERING)
 
     assert type(classified) is kind
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (401, "ExpiredAuthenticationToken"),
+        (401, "InvalidAuthenticationTokenTenant"),
+        (403, "AuthorizationFailed"),
+        (403, "LinkedAuthorizationFailed"),
+    ],
+)
+def test_a_token_or_an_identity_arm_refuses_is_a_credential_error(status: int, code: str) -> None:
+    classified = classify(
+        failure(status, code, "The client 'c1' with object id 'o1' does not have ..."), OFFERING
+    )
+
+    assert type(classified) is CredentialError and classified.code == code
+
+
+def test_a_credential_that_cannot_sign_in_is_a_credential_error_coded_by_entra_id() -> None:
+    entra = {
+        "error": "invalid_client",
+        "error_description": "AADSTS7000222: The provided client secret keys for app 'c1' are expired.",
+        "error_codes": [7000222],
+    }
+    expired = ClientAuthenticationError(message="expired", response=Response(401, entra))  # type: ignore[arg-type]
+    no_codes = ClientAuthenticationError(
+        message="unauthorized",
+        response=Response(400, {"error": "unauthorized_client"}),  # type: ignore[arg-type]
+    )
+    no_answer = CredentialUnavailableError(message="no managed identity endpoint")
+
+    assert [(type(c), c.code) for c in map(classify, (expired, no_codes, no_answer))] == [
+        (CredentialError, "AADSTS7000222"),
+        (CredentialError, "unauthorized_client"),
+        (CredentialError, "CredentialUnavailableError"),
+    ]
+    assert str(classify(expired)) == "AADSTS7000222: expired"
 
 
 def test_throttling_carries_the_retry_after_header() -> None:
