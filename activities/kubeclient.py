@@ -917,7 +917,8 @@ class KubernetesCluster:
 
     async def snapshot(self, *, fresh: bool = False) -> Manifests:
         """Every object the scheduler reads: from the informer when one is started and synced, else listed
-        concurrently (each kind at its own resource version); `fresh` always lists."""
+        concurrently (each kind at its own resource version); `fresh` always lists. Other providers' NodePools and
+        NodeClaims are left out (`Manifests.leave_other_providers`)."""
         kinds = self.snapshot_kinds
         items = None
         if self.informer is not None and not fresh:
@@ -928,6 +929,7 @@ class KubernetesCluster:
         # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
         # unchanged since the last snapshot are not parsed again.
         manifests = await asyncio.to_thread(self._parse_snapshot, items)
+        manifests.leave_other_providers()
         if manifests.capacitybuffers:
             await self._buffer_targets(manifests)
         return manifests

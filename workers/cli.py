@@ -121,6 +121,7 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
             "prices (a worker reads them from the Retail Prices API)",
             file=err,
         )
+    manifests.warnings.extend(manifests.leave_other_providers())
     gates = karpenter_settings()[0]
     if manifests.nodeoverlays and not gates.node_overlay:
         manifests.ignore_node_overlays()

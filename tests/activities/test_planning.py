@@ -377,3 +377,31 @@ def test_an_offering_ruled_out_for_one_nodeclass_stays_available_to_the_others()
 
 async def _no_lifecycle(request: LifecycleInput) -> None:
     raise AssertionError("no plan runs here")
+
+
+async def test_another_providers_nodepool_is_not_planned_from(aks: SimulatedAks) -> None:
+    """As Karpenter's provisioner lists only the NodePools its cloud provider manages: a heavier NodePool whose
+    nodeClassRef is another provider's NodeClass gets no NodeClaim (its launch would only fail)."""
+    await apply_examples(aks.kube)
+    await aks.kube.apply(
+        """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: aws}
+spec:
+  weight: 100
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: []
+"""
+    )
+    await scale_pending(aks.kube, "inflate", 1)
+
+    async def record(request: LifecycleInput) -> None:
+        pass
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), record)
+    plan = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+
+    assert [claim.nodepool for claim in plan.nodeclaims] == ["default"]
