@@ -37,7 +37,7 @@ from core.scheduling.snapshot import (
     catalog_provider,
     merge,
 )
-from core.static_capacity import static_preview
+from core.static_capacity import StaticPreview, gate_off_message, static_preview
 from workers.tables import render_disruption_table, render_static_table, render_table
 
 if TYPE_CHECKING:
@@ -127,6 +127,12 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
         manifests.ignore_node_overlays()
     if manifests.capacitybuffers and not gates.capacity_buffer:
         manifests.ignore_capacity_buffers()
+    if not gates.static_capacity:
+        manifests.warnings.extend(
+            gate_off_message(pool.name, pool.spec.replicas)
+            for pool in manifests.nodepools
+            if pool.spec.replicas is not None and pool.metadata.deletion_timestamp is None
+        )
     for problem in manifests.problems:
         print(f"error: {problem}", file=err)
     for warning in manifests.warnings:
@@ -169,7 +175,11 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = scheduler.solve(snapshot.pending)
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
-    static = static_preview(manifests, provider, datetime.now(UTC))
+    # As the controller, which acts on static NodePools only with the StaticCapacity gate on.
+    gates = karpenter_settings()[0]
+    static = (
+        static_preview(manifests, provider, datetime.now(UTC)) if gates.static_capacity else StaticPreview([])
+    )
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
     # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
     results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})

@@ -17,6 +17,7 @@ from activities.kube import kube_event
 from core import labels
 from core.api.nodepool import is_managed_manifest
 from core.cluster import ClusterAPI, EventType, WatchEvent
+from core.static_capacity import gate_off_message
 from core.static_messages import StaticPoolChanged, StaticPoolInput
 from workflows.static import StaticNodePoolWorkflow, static_id
 
@@ -133,10 +134,7 @@ class StaticPools:
             logger.warning("could not signal the static NodePool %s (%s): %s", nodepool, why, error)
 
     async def _warn(self, event: WatchEvent, replicas: int) -> None:
-        message = (
-            f"NodePool {event.name}: spec.replicas is {replicas} but the StaticCapacity feature gate is off "
-            "(FEATURE_GATES): the static NodePool is not acted on"
-        )
+        message = gate_off_message(event.name, replicas)
         logger.warning(message)
         uid = (event.object.get("metadata") or {}).get("uid")
         await self.cluster.record_event(
