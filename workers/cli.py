@@ -127,12 +127,6 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
         manifests.ignore_node_overlays()
     if manifests.capacitybuffers and not gates.capacity_buffer:
         manifests.ignore_capacity_buffers()
-    if not gates.static_capacity:
-        manifests.warnings.extend(
-            gate_off_message(pool.name, pool.spec.replicas)
-            for pool in manifests.nodepools
-            if pool.spec.replicas is not None and pool.metadata.deletion_timestamp is None
-        )
     for problem in manifests.problems:
         print(f"error: {problem}", file=err)
     for warning in manifests.warnings:
@@ -175,11 +169,7 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = scheduler.solve(snapshot.pending)
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
-    # As the controller, which acts on static NodePools only with the StaticCapacity gate on.
-    gates = karpenter_settings()[0]
-    static = (
-        static_preview(manifests, provider, datetime.now(UTC)) if gates.static_capacity else StaticPreview([])
-    )
+    static = static_pools(manifests, provider, err)
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
     # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
     results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})
@@ -197,6 +187,19 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         render_static_table(static.pools, out)
         render_buffers(buffers, out)
     return 1 if manifests.problems else 0
+
+
+def static_pools(manifests: Manifests, provider: InstanceTypeProvider, err: TextIO) -> StaticPreview:
+    """What the static NodePools would do now, as the controller acts on them: only with the StaticCapacity gate
+    on; with it off, the controller's warning for each (in `warnings` and on `err`)."""
+    if karpenter_settings()[0].static_capacity:
+        return static_preview(manifests, provider, datetime.now(UTC))
+    for pool in manifests.nodepools:
+        if pool.spec.replicas is not None and pool.metadata.deletion_timestamp is None:
+            warning = gate_off_message(pool.name, pool.spec.replicas)
+            manifests.warnings.append(warning)
+            print(f"warning: {warning}", file=err)
+    return StaticPreview([])
 
 
 def scheduled_destinations(results: SchedulingResults) -> dict[str, str]:
