@@ -92,7 +92,7 @@ def parse_unavailable(values: Sequence[str]) -> frozenset[tuple[str, str, str]]:
 
 
 def instance_type_provider(
-    region: str, catalog: str | None, unavailable: frozenset[tuple[str, str, str]]
+    region: str, catalog: str | None, unavailable: frozenset[tuple[str, str, str]], err: TextIO
 ) -> InstanceTypeProvider:
     if catalog is not None:
         path = Path(catalog)
@@ -102,7 +102,15 @@ def instance_type_provider(
             raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as error:
             raise UsageError(f"--catalog {catalog}: not valid YAML or JSON: {error}") from error
-        return catalog_provider(parse_custom_catalog(raw), unavailable)
+        entries = parse_custom_catalog(raw)
+        for index, entry in enumerate(entries):
+            for field in entry.replaced():
+                print(
+                    f"warning: --catalog {catalog}: instanceTypes[{index}] ({entry.name}): {field} is replaced "
+                    "by each NodePool's AKSNodeClass (maxPods, osDiskSizeGB), as for the shipped catalogs",
+                    file=err,
+                )
+        return catalog_provider(entries, unavailable)
     try:
         return azure_provider(load_shipped_catalog(region), unavailable)
     except UnknownRegionError as error:
@@ -113,7 +121,7 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
     """The manifests and instance types the arguments name; invalid objects, and the kinds and fields read
     past, are reported on `err`."""
     manifests = read_manifests(args.filename)
-    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable), err)
     if args.catalog is None and normalize_region(args.region) not in snapshot_regions():
         print(
             f"warning: {normalize_region(args.region)} is planned with the AKS provider's shipped on-demand prices; "
