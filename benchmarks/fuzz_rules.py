@@ -48,7 +48,7 @@ def quantity(value: Any) -> Decimal | None:
     try:
         if suffix in _BINARY:
             return number * _BINARY[suffix]
-        if suffix[:1] in ("e", "E"):
+        if suffix[:1] in ("e", "E") and len(suffix) > 1:
             return number.scaleb(int(suffix[1:]))
         return number.scaleb(_DECIMAL[suffix])
     except InvalidOperation:

@@ -4,10 +4,11 @@ and objects meant to be valid repaired against them with small edits."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from benchmarks.fuzz_objects import VOCABULARY, crd_kinds
-from benchmarks.fuzz_rules import Rules, go_pattern
+from benchmarks.fuzz_rules import Rules, go_pattern, quantity
 
 
 def kind(name: str) -> Any:
@@ -76,3 +77,8 @@ def test_a_rule_on_a_default_is_judged_on_the_defaulted_object() -> None:
     rules = Rules(schema, VOCABULARY)
     assert rules.failures({"size": 3}) and not rules.failures({"size": 3, "mode": "Slow"})
     assert rules.failures(rules.repair({"size": 3})) == []
+
+
+def test_quantities_are_read_as_the_api_server_reads_them() -> None:
+    assert quantity("5E") == 5 * 10**18 and quantity("1e3") == 1000 and quantity("2Mi") == 2 * 2**20
+    assert quantity(0.5) == Decimal("0.5") and quantity("1.5.5") is None and quantity(True) is None
