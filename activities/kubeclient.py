@@ -1493,8 +1493,10 @@ class KubernetesCluster:
 
     @property
     def watched_kinds(self) -> tuple[Resource, ...]:
-        """What `watch` follows: `WATCHED_KINDS`, and with the CapacityBuffer gate on `BUFFER_KINDS`."""
-        return (*WATCHED_KINDS, *BUFFER_KINDS) if self.capacity_buffers else WATCHED_KINDS
+        """What `watch` follows: `WATCHED_KINDS`, with the CapacityBuffer gate on `BUFFER_KINDS`, and with the
+        NodeOverlay gate on NodeOverlays (so that one the models refuse is reported)."""
+        kinds = (*WATCHED_KINDS, *BUFFER_KINDS) if self.capacity_buffers else WATCHED_KINDS
+        return (*kinds, NODEOVERLAY) if self.node_overlays else kinds
 
     def _open_watch(self, resource: Resource, version: str) -> WatchStream:
         response = self._request(
