@@ -31,7 +31,8 @@ Each NodePool's AKSNodeClass shapes these types as it shapes the shipped Azure o
 (`core.instancetypes.azure.nodeclass_filter_reason` and `nodeclass_requirements`): LocalDNS needs 4 vCPUs,
 gpu.mode Driver takes NVIDIA GPUs only, artifact streaming no arm64, every node gets the AKSNodeClass's
 OS SKU and FIPS labels, and its pods and ephemeral storage are the AKSNodeClass's maxPods and OS disk
-(`nodeclass_capacity`; the AKS defaults, 250 pods and 128 GB, without one), which replace an entry's own. What an entry does not say (GPU OSes, encryption at host, Trusted Launch unless
+(`nodeclass_capacity`; the AKS defaults, 250 pods and 128 GB, without one), which replace an entry's own.
+What an entry does not say (GPU OSes, encryption at host, Trusted Launch unless
 `karpenter.azure.com/sku-hyperv-generation` is given) is read as supported, as for the shipped catalogs.
 """
 

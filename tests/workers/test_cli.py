@@ -501,7 +501,9 @@ def test_plan_disruption_names_the_nodepool_template_field_that_drifted(tmp_path
 def test_a_catalog_of_ones_own_takes_the_aksnodeclass_s_max_pods_and_os_disk(tmp_path: Path) -> None:
     """maxPods and osDiskSizeGB size a `--catalog`'s nodes as they size the shipped ones: twelve tiny pods need
     two nodes of an AKSNodeClass with maxPods 10, and an entry's own pod count is replaced, with a warning."""
-    own_pods = CATALOG.replace("capacity: {cpu: 2, memory: 8Gi}", "capacity: {cpu: 2, memory: 8Gi, pods: 110}")
+    own_pods = CATALOG.replace(
+        "capacity: {cpu: 2, memory: 8Gi}", "capacity: {cpu: 2, memory: 8Gi, pods: 110}"
+    )
     catalog = write(tmp_path, "catalog.yaml", own_pods)
     tiny = "".join(pod(f"p{index}", "10m", "16Mi") for index in range(12))
     manifests = write(tmp_path, "in.yaml", NODEPOOL + nodeclass({"maxPods": 10, "osDiskSizeGB": 40}) + tiny)
