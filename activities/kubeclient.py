@@ -917,7 +917,8 @@ class KubernetesCluster:
 
     async def snapshot(self, *, fresh: bool = False) -> Manifests:
         """Every object the scheduler reads: from the informer when one is started and synced, else listed
-        concurrently (each kind at its own resource version); `fresh` always lists."""
+        concurrently (each kind at its own resource version); `fresh` always lists. Other providers' NodePools and
+        NodeClaims are left out (`Manifests.leave_other_providers`)."""
         kinds = self.snapshot_kinds
         items = None
         if self.informer is not None and not fresh:
@@ -928,6 +929,7 @@ class KubernetesCluster:
         # Thousands of objects take seconds to parse: not on the event loop, where workflow tasks wait. Those
         # unchanged since the last snapshot are not parsed again.
         manifests = await asyncio.to_thread(self._parse_snapshot, items)
+        manifests.leave_other_providers()
         if manifests.capacitybuffers:
             await self._buffer_targets(manifests)
         return manifests
@@ -1491,8 +1493,10 @@ class KubernetesCluster:
 
     @property
     def watched_kinds(self) -> tuple[Resource, ...]:
-        """What `watch` follows: `WATCHED_KINDS`, and with the CapacityBuffer gate on `BUFFER_KINDS`."""
-        return (*WATCHED_KINDS, *BUFFER_KINDS) if self.capacity_buffers else WATCHED_KINDS
+        """What `watch` follows: `WATCHED_KINDS`, with the CapacityBuffer gate on `BUFFER_KINDS`, and with the
+        NodeOverlay gate on NodeOverlays (so that one the models refuse is reported)."""
+        kinds = (*WATCHED_KINDS, *BUFFER_KINDS) if self.capacity_buffers else WATCHED_KINDS
+        return (*kinds, NODEOVERLAY) if self.node_overlays else kinds
 
     def _open_watch(self, resource: Resource, version: str) -> WatchStream:
         response = self._request(

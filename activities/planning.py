@@ -25,7 +25,7 @@ from activities.nodeoverlay_status import write_nodeoverlay_statuses
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
 from core.api.hashes import nodeclaim_hash_annotations
-from core.api.kube import pod_key
+from core.api.kube import Pod, pod_key
 from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
@@ -114,11 +114,6 @@ def _seconds(pool: NodePool | None, which: str) -> float | None:
     return duration.total_seconds() if duration is not None else None
 
 
-def _instance_types_summary(options: list[str], shown: int = 5) -> str:
-    others = len(options) - shown
-    return ", ".join(options[:shown]) + (f" and {others} other(s)" if others > 0 else "")
-
-
 def creation_reason(claim: NewNodeClaim) -> str:
     """Why the scheduler chose this NodeClaim's launch, in one line: how many types fit, for which requests,
     and the offering it is launched with first (the cheapest, in the provider's order)."""
@@ -170,7 +165,7 @@ def planned(
         taints=claim.taints,
         startup_taints=claim.startup_taints,
         requests=format_resources(claim.requests),
-        instance_types=_instance_types_summary(claim.instance_type_options),
+        instance_types=pretty_slice(claim.instance_type_options),
         pod_count=len(claim.pods),
         pods=claim.pods[:MAX_RECORDED_PODS],
         reason=creation_reason(claim) + (f"; {left_out_summary(left_out)}" if left_out else ""),
@@ -240,6 +235,22 @@ async def concurrently(calls: Sequence[Awaitable[object]], limit: int = CONCURRE
             raise outcome
 
 
+def pretty_slice(items: Sequence[str], shown: int = 5) -> str:
+    """The first items and how many more, as Karpenter's `pretty.Slice` writes a list in a log line."""
+    others = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {others} other(s)" if others > 0 else "")
+
+
+def provisionable_fields(pending: Sequence[Pod], results: SchedulingResults) -> dict[str, object] | None:
+    """The fields of Karpenter's "found provisionable pod(s)" for a pass, None when it logs nothing: only a pass
+    that computed new NodeClaims says it, naming the pods it scheduled as Karpenter's provisioner does, a
+    CapacityBuffer's virtual pods among them (a buffer whose room fits the nodes there are says nothing)."""
+    if not results.nodeclaims:
+        return None
+    keys = [pod_key(pod) for pod in pending]
+    return {"Pods": pretty_slice(keys), "count": len(keys)}
+
+
 def existing_targets(manifests: Manifests) -> Callable[[str], str]:
     """Where a pod placed on existing capacity should schedule, as Karpenter's Nominated event names it:
     `nodeclaim/<name>, node/<name>`, either part left out when there is none (a NodeClaim still launching has
@@ -299,14 +310,9 @@ class PlanningActivities:
         # Nothing new to place (every pending pod waits for its in-flight NodeClaim): no simulation at all.
         results = SchedulingResults()
         if snapshot.pending:
-            keys = [pod_key(pod) for pod in snapshot.pending]
-            karpenter_log(
-                logger,
-                "found provisionable pod(s)",
-                Pods=", ".join(keys[:5]) + (" ..." if len(keys) > 5 else ""),
-                count=len(keys),
-            )
             results = await asyncio.to_thread(self._solve, snapshot, request.min_values_policy)
+        if (found := provisionable_fields(snapshot.pending, results)) is not None:
+            karpenter_log(logger, "found provisionable pod(s)", **found)
         uids = {pod_key(pod): pod.metadata.uid for pod in snapshot.pending}
         # Virtual pods (CapacityBuffers) are scheduled like the others, but never nominated and never told.
         virtual = {pod for entry in snapshot.buffers for pod in entry.pods}
@@ -368,6 +374,8 @@ class PlanningActivities:
         ]
 
         if summaries:
+            # As Karpenter's `Results.Record`, the count is of every pod the NodeClaims are for, a CapacityBuffer's
+            # virtual pods included (Karpenter leaves them out of nominations only, as the plan does below).
             karpenter_log(
                 logger,
                 "computed new nodeclaim(s) to fit pod(s)",

@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fuzz_objects import POD_API, Fuzzed, Kind, crd_kinds, objects, pod_kind
 from core.api.manifests import parse_manifests
-from workers.controller.nodepool_status import NODECLASS_GROUP, NODECLASS_KIND
+from core.api.nodepool import is_managed_manifest
 from workers.controlplane.run import ControlPlane, start_control_plane
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,15 +104,9 @@ class Outcome:
     def ours(self) -> bool:
         """Whether nodewright is the one to honour the object: a NodePool or NodeClaim whose nodeClassRef is
         another provider's is left to that provider, as Karpenter leaves it."""
-        body = self.stored or self.fuzzed.body
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-        if self.fuzzed.kind.name == "NodePool":
-            template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-            spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-        elif self.fuzzed.kind.name != "NodeClaim":
+        if self.fuzzed.kind.name not in ("NodePool", "NodeClaim"):
             return True
-        reference = spec.get("nodeClassRef") if isinstance(spec.get("nodeClassRef"), dict) else {}
-        return (reference.get("group"), reference.get("kind")) == (NODECLASS_GROUP, NODECLASS_KIND)
+        return is_managed_manifest(self.stored or self.fuzzed.body)
 
     @property
     def unhonoured(self) -> bool:

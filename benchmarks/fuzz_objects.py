@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ import jsonschema
 import yaml
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis_jsonschema import from_schema
+
+from benchmarks.fuzz_rules import Rules, at, go_pattern
 
 CRDS = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 POD_API = "/openapi/v3/api/v1"
@@ -50,6 +53,8 @@ class Kind:
     namespaced: bool
     schema: dict[str, Any]
     """The JSON Schema of the object without `apiVersion`, `kind` and `metadata` (ours to give)."""
+    rules: Rules
+    """What the schema cannot say: the CRD's CEL rules, or the pod validation rules (`POD_RULES`)."""
     prefix: str
     """Object names are `<prefix>-<index>`."""
 
@@ -61,7 +66,7 @@ class Fuzzed:
     origin: str
     """`drawn`, `crossed` or `broken`, and for the last two what changed."""
     valid: bool
-    """Whether the object satisfies its schema (CEL rules aside)."""
+    """Whether the object satisfies its schema and the rules the schema cannot say (`Kind.rules`)."""
 
     @property
     def name(self) -> str:
@@ -102,32 +107,43 @@ beside any string, so that the CEL rules the schema cannot say let some objects 
 
 
 def json_schema(openapi: Any) -> Any:
-    """The JSON Schema an OpenAPI v3 structural schema means, its CEL rules and descriptions left out; a free
-    string (no enum, pattern or format) may also be one of `VOCABULARY`."""
+    """The JSON Schema an OpenAPI v3 structural schema means, its CEL rules and descriptions left out (`Rules`
+    judges the rules); patterns match what Go's match (`go_pattern`), integers are int64 unless a format says
+    int32, and a string may also be one of `VOCABULARY` (where its pattern takes the word)."""
     if isinstance(openapi, list):
         return [json_schema(item) for item in openapi]
     if not isinstance(openapi, dict):
         return openapi
     out: dict[str, Any] = {}
     for key, value in openapi.items():
-        if key.startswith("x-kubernetes") or key in ("description", "default", "example"):
+        if key.startswith("x-kubernetes") or key in ("description", "default", "example", "format"):
+            if key == "format" and value not in ("int32", "int64"):
+                out[key] = value
             continue
-        if key == "format" and value in ("int32", "int64"):
-            limit = 2**31 if value == "int32" else 2**63
-            out["minimum"], out["maximum"] = max(out.get("minimum", -limit), -limit), limit - 1
-            continue
-        out[key] = json_schema(value)
+        out[key] = go_pattern(value) if key == "pattern" else json_schema(value)
+    if openapi.get("type") == "integer":
+        limit = 2**31 if openapi.get("format") == "int32" else 2**63
+        out["minimum"], out["maximum"] = (
+            max(out.get("minimum", -limit), -limit),
+            min(out.get("maximum", limit - 1), limit - 1),
+        )
     if "properties" in openapi and not openapi.get("x-kubernetes-preserve-unknown-fields"):
         out.setdefault("additionalProperties", False)
-    if out.get("type") == "string" and not {"enum", "pattern", "format"} & set(out):
-        return {"anyOf": [{"enum": VOCABULARY}, out]}
+    if out.get("type") == "string" and not {"enum", "format"} & set(out):
+        words = [word for word in VOCABULARY if re.search(out.get("pattern", ""), word)]
+        if words:
+            return {"anyOf": [{"enum": words}, out]}
     return out
 
 
-def _object_schema(openapi: dict[str, Any]) -> dict[str, Any]:
-    schema = json_schema(openapi)
-    for given_by_us in ("apiVersion", "kind", "metadata"):
-        schema.get("properties", {}).pop(given_by_us, None)
+def _content_schema(openapi: dict[str, Any]) -> dict[str, Any]:
+    """The object's schema without `apiVersion`, `kind` and `metadata`, which the benchmark gives."""
+    schema = dict(openapi)
+    schema["properties"] = {
+        key: value
+        for key, value in openapi.get("properties", {}).items()
+        if key not in ("apiVersion", "kind", "metadata")
+    }
     if "required" in schema:
         schema["required"] = [r for r in schema["required"] if r not in ("apiVersion", "kind", "metadata")]
     return schema
@@ -142,6 +158,7 @@ def crd_kinds() -> list[Kind]:
         version = next(v for v in spec["versions"] if v.get("storage"))
         namespaced = spec["scope"] == "Namespaced"
         plural = spec["names"]["plural"]
+        content = _content_schema(version["schema"]["openAPIV3Schema"])
         collection = f"/apis/{spec['group']}/{version['name']}"
         collection += f"/namespaces/default/{plural}" if namespaced else f"/{plural}"
         kinds.append(
@@ -150,7 +167,8 @@ def crd_kinds() -> list[Kind]:
                 api_version=f"{spec['group']}/{version['name']}",
                 path=collection,
                 namespaced=namespaced,
-                schema=_object_schema(version["schema"]["openAPIV3Schema"]),
+                schema=json_schema(content),
+                rules=Rules(content, VOCABULARY),
                 prefix=f"fz-{spec['names']['kind'].lower()}",
             )
         )
@@ -280,9 +298,146 @@ POD_OVERRIDES: dict[tuple[str, str], Any] = {
     ("io.k8s.api.core.v1.TopologySpreadConstraint", "topologyKey"): LABEL_KEY,
     ("io.k8s.api.core.v1.Toleration", "key"): LABEL_KEY,
     ("io.k8s.api.core.v1.Toleration", "value"): LABEL_VALUE,
+    ("io.k8s.api.core.v1.Toleration", "operator"): {"enum": ["Equal", "Exists"]},
+    ("io.k8s.api.core.v1.TopologySpreadConstraint", "maxSkew"): {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 10,
+    },
+    ("io.k8s.api.core.v1.TopologySpreadConstraint", "minDomains"): {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 10,
+    },
+    ("io.k8s.api.core.v1.TopologySpreadConstraint", "matchLabelKeys"): {"type": "array", "items": LABEL_KEY},
+    ("io.k8s.api.core.v1.PodAffinityTerm", "matchLabelKeys"): {"type": "array", "items": LABEL_KEY},
+    ("io.k8s.api.core.v1.PodAffinityTerm", "mismatchLabelKeys"): {"type": "array", "items": LABEL_KEY},
+    ("io.k8s.api.core.v1.PodAffinityTerm", "namespaces"): {"type": "array", "items": SMALL_NAME},
+    ("io.k8s.api.core.v1.WeightedPodAffinityTerm", "weight"): {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100,
+    },
+    ("io.k8s.api.core.v1.PreferredSchedulingTerm", "weight"): {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100,
+    },
+    ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", "operator"): {
+        "enum": ["In", "NotIn", "Exists", "DoesNotExist"]
+    },
+    ("io.k8s.api.core.v1.Container", "restartPolicy"): {"enum": ["Always"]},
+    ("io.k8s.api.core.v1.PersistentVolumeClaimVolumeSource", "claimName"): SMALL_NAME,
+    ("io.k8s.api.core.v1.ConfigMapVolumeSource", "name"): SMALL_NAME,
+    ("io.k8s.api.core.v1.EmptyDirVolumeSource", "medium"): {"enum": ["", "Memory"]},
+    ("io.k8s.api.core.v1.HostPathVolumeSource", "path"): {
+        "type": "string",
+        "pattern": r"^(/[a-z0-9]{1,6}){1,3}$",
+    },
 }
 """Fields drawn from narrower forms than the published schema's `string`: names the API server takes, label keys
 and values that select real labels (or nearly), odd quantities."""
+
+_VALUES_GIVEN = "(has(self.values) && size(self.values) > 0)"
+_NO_VALUES = "(!has(self.values) || size(self.values) == 0)"
+_NOT_SELECTED = (
+    "!has(self.labelSelector) || !has(self.{keys}) || self.{keys}.all(k, !(has(self.labelSelector.matchLabels) && "
+    "k in self.labelSelector.matchLabels) && !(has(self.labelSelector.matchExpressions) && "
+    "self.labelSelector.matchExpressions.exists(e, e.key == k)))"
+)
+
+
+def _resources_rules(names: str = "") -> list[str]:
+    """Kubernetes' rules of a ResourceRequirements (`ValidateResourceRequirements`); given `names`, a CEL
+    condition on `k`, the resources it may name (pod-level resources take only some)."""
+    rules = []
+    for part in ("requests", "limits"):
+        every = f"!has(self.{part}) || self.{part}.all(k, "
+        rules += [
+            every + f"isQuantity(self.{part}[k]) && quantityCompare(self.{part}[k], 0) in [0, 1])",
+            every + f"!k.startsWith('hugepages-') || isWholeMultiple(self.{part}[k], '2Mi'))",
+            every + f"!k.contains('/') || isWholeQuantity(self.{part}[k]))",
+        ]
+        if names:
+            rules.append(every + f"{names})")
+    return [
+        *rules,
+        # Extended resources and hugepages cannot be overcommitted: a request needs the same limit.
+        "!has(self.requests) || self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || "
+        "(has(self.limits) && k in self.limits && quantityCompare(self.requests[k], self.limits[k]) == 0))",
+        "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || "
+        "quantityCompare(self.requests[k], self.limits[k]) in [-1, 0])",
+        "!((has(self.limits) && self.limits.exists(k, k.startsWith('hugepages-'))) || (has(self.requests) && "
+        "self.requests.exists(k, k.startsWith('hugepages-')))) || (has(self.limits) && ('cpu' in self.limits || "
+        "'memory' in self.limits)) || (has(self.requests) && ('cpu' in self.requests || 'memory' in self.requests))",
+    ]
+
+
+POD_RULES: dict[str, list[str]] = {
+    "io.k8s.api.core.v1.PodSpec": [
+        "!has(self.overhead)",  # admission refuses an overhead without a RuntimeClass that defines one
+        "isUnique(self.containers.map(c, c.name) + (has(self.initContainers) ? "
+        "self.initContainers.map(c, c.name) : []))",
+        "!has(self.volumes) || isUnique(self.volumes.map(v, v.name))",
+        "!has(self.schedulingGates) || isUnique(self.schedulingGates.map(g, g.name))",
+        "!has(self.topologySpreadConstraints) || "
+        "isUnique(self.topologySpreadConstraints.map(t, [t.topologyKey, t.whenUnsatisfiable]))",
+    ],
+    "io.k8s.api.core.v1.ResourceRequirements": _resources_rules(),
+    "io.k8s.api.core.v1.Toleration": [
+        "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+        "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+    ],
+    "io.k8s.api.core.v1.TopologySpreadConstraint": [
+        "!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
+        "!has(self.matchLabelKeys) || (has(self.labelSelector) && isUnique(self.matchLabelKeys))",
+        _NOT_SELECTED.format(keys="matchLabelKeys"),
+    ],
+    "io.k8s.api.core.v1.NodeSelectorRequirement": [
+        f"!(self.operator in ['In', 'NotIn']) || {_VALUES_GIVEN}",
+        f"!(self.operator in ['Exists', 'DoesNotExist']) || {_NO_VALUES}",
+        "!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && "
+        "self.values[0].matches('^-?[0-9]+$'))",
+    ],
+    "io.k8s.api.core.v1.NodeSelectorTerm": [
+        "!has(self.matchFields) || self.matchFields.all(f, f.key == 'metadata.name' && f.operator in ['In', "
+        "'NotIn'] && has(f.values) && size(f.values) == 1 && f.values[0].matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$'))",
+    ],
+    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement": [
+        f"!(self.operator in ['In', 'NotIn']) || {_VALUES_GIVEN}",
+        f"!(self.operator in ['Exists', 'DoesNotExist']) || {_NO_VALUES}",
+    ],
+    "io.k8s.api.core.v1.PodAffinityTerm": [
+        "!has(self.matchLabelKeys) || (has(self.labelSelector) && isUnique(self.matchLabelKeys))",
+        "!has(self.mismatchLabelKeys) || (has(self.labelSelector) && isUnique(self.mismatchLabelKeys))",
+        "!has(self.matchLabelKeys) || !has(self.mismatchLabelKeys) || "
+        "self.matchLabelKeys.all(k, !(k in self.mismatchLabelKeys))",
+        _NOT_SELECTED.format(keys="matchLabelKeys"),
+        _NOT_SELECTED.format(keys="mismatchLabelKeys"),
+    ],
+    "io.k8s.api.core.v1.Volume": [
+        " + ".join(f"(has(self.{source}) ? 1 : 0)" for source in POD_FIELDS["io.k8s.api.core.v1.Volume"][1:])
+        + " == 1",
+    ],
+    "io.k8s.api.core.v1.EmptyDirVolumeSource": [
+        "!has(self.sizeLimit) || quantityCompare(self.sizeLimit, 0) in [0, 1]"
+    ],
+}
+"""Kubernetes' pod validation, as much of it as the benchmark's pods meet, in CEL over the cut PodSpec: what the
+API server checks in Go and no published schema says. `Rules` judges and repairs pods by them as it does the CRDs'
+objects by theirs."""
+POD_FIELD_RULES: dict[tuple[str, str], list[str]] = {
+    ("containers", "items"): ["!has(self.restartPolicy)"],  # only an init container may set it (a sidecar)
+    ("resources", ""): _resources_rules("k in ['cpu', 'memory'] || k.startsWith('hugepages-')"),
+}
+"""Rules for one PodSpec field (where its definition is shared with others): under `properties[field]`, at the
+key given (`items` for each item, `` for the field)."""
+
+
+POD_LIST_ITEMS = 4
+"""The most items a pod's list is drawn with, where the schema says nothing: enough for every combination the
+scheduler meets, few enough that a pod is repaired and planned quickly."""
 
 
 def pod_kind(openapi: dict[str, Any]) -> Kind:
@@ -315,23 +470,45 @@ def pod_kind(openapi: dict[str, Any]) -> Kind:
                 out[key] = [r for r in value if r in (POD_FIELDS.get(owner) or value)]
             else:
                 out[key] = resolve(value)
+        if out.get("type") == "array":
+            out.setdefault("maxItems", POD_LIST_ITEMS)
         return out
 
     @functools.cache
     def definition(name: str) -> Any:
-        return resolve(definitions[name], name)
+        resolved = resolve(definitions[name], name)
+        if name in POD_RULES:
+            resolved["x-kubernetes-validations"] = [{"rule": rule} for rule in POD_RULES[name]]
+        return resolved
 
     spec = definition("io.k8s.api.core.v1.PodSpec")
     spec["properties"]["containers"].update(minItems=1, maxItems=3)
     container = definition("io.k8s.api.core.v1.Container")
     container["required"] = ["name", "image"]
-    schema = {
+    for (field, under), rules in POD_FIELD_RULES.items():
+        place = spec["properties"][field]
+        place = place[under] if under else place
+        shared = copy.deepcopy(place)
+        shared["x-kubernetes-validations"] = [{"rule": rule} for rule in rules]
+        if under:
+            spec["properties"][field][under] = shared
+        else:
+            spec["properties"][field] = shared
+    openapi = {
         "type": "object",
-        "properties": {"spec": json_schema(spec), "labels": LABELS},
+        "properties": {"spec": spec, "labels": LABELS},
         "required": ["spec"],
         "additionalProperties": False,
     }
-    return Kind("Pod", "v1", "/api/v1/namespaces/default/pods", True, schema, "fz-pod")
+    return Kind(
+        "Pod",
+        "v1",
+        "/api/v1/namespaces/default/pods",
+        True,
+        json_schema(openapi),
+        Rules(openapi, VOCABULARY),
+        "fz-pod",
+    )
 
 
 # --- drawing -----------------------------------------------------------------------------------------------
@@ -396,18 +573,8 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any,
         yield from paths(child, (*prefix, key))
 
 
-def _at(value: Any, path: tuple[Any, ...]) -> Any:
-    for key in path:
-        in_dict = isinstance(value, dict) and key in value
-        if in_dict or (isinstance(value, list) and isinstance(key, int) and key < len(value)):
-            value = value[key]
-        else:
-            raise KeyError(path)
-    return value
-
-
 def _set(value: Any, path: tuple[Any, ...], new: Any) -> None:
-    _at(value, path[:-1])[path[-1]] = new
+    at(value, path[:-1])[path[-1]] = new
 
 
 def crossed(
@@ -420,17 +587,17 @@ def crossed(
     if not shared:
         return changed, "crossed: nothing in common"
     path = rng.choice(shared)
-    parent = _at(changed, path[:-1])
+    parent = at(changed, path[:-1])
     if isinstance(parent, list) and path[-1] >= len(parent):
-        parent.append(copy.deepcopy(_at(donor, path)))
+        parent.append(copy.deepcopy(at(donor, path)))
     else:
-        _set(changed, path, copy.deepcopy(_at(donor, path)))
+        _set(changed, path, copy.deepcopy(at(donor, path)))
     return changed, f"crossed: {_dotted(path)}"
 
 
 def _has(value: Any, path: tuple[Any, ...]) -> bool:
     try:
-        return isinstance(_at(value, path), (dict, list))
+        return isinstance(at(value, path), (dict, list))
     except KeyError:
         return False
 
@@ -444,11 +611,11 @@ def broken(body: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], st
         return changed, "broken: spec replaced"
     path, value = rng.choice(fields)
     how = rng.random()
-    if how < 0.15 and isinstance(_at(changed, path[:-1]), dict):
-        del _at(changed, path[:-1])[path[-1]]
+    if how < 0.15 and isinstance(at(changed, path[:-1]), dict):
+        del at(changed, path[:-1])[path[-1]]
         return changed, f"broken: {_dotted(path)} removed"
     if how < 0.3:
-        container = value if isinstance(value, dict) else _at(changed, path[:-1])
+        container = value if isinstance(value, dict) else at(changed, path[:-1])
         if isinstance(container, dict):
             container[rng.choice(["unknownField", "Spec", "requirements ", "x"])] = rng.choice(ODD_VALUES)
             return changed, f"broken: a field no schema has under {_dotted(path)}"
@@ -484,6 +651,22 @@ SHARES = {
 """Each kind's share of the objects: pods are most of what a cluster sees."""
 
 
+NODECLASS_REFERENCES = {
+    "NodePool": ("spec", "template", "spec", "nodeClassRef"),
+    "NodeClaim": ("spec", "nodeClassRef"),
+}
+OURS = 0.5
+"""The share of drawn NodePools and NodeClaims made to reference the AKSNodeClass `default` (the running system's):
+the others reference what was drawn, nearly always another provider's NodeClass, which nodewright leaves alone."""
+
+
+def _ours(kind: Kind, content: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    path = NODECLASS_REFERENCES.get(kind.name)
+    if path is not None and _has(content, path) and rng.random() < OURS:
+        _set(content, path, {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"})
+    return content
+
+
 def manifest(kind: Kind, index: int, content: dict[str, Any]) -> dict[str, Any]:
     """The object as `kubectl apply` would send it: our apiVersion, kind and name around the drawn content."""
     metadata: dict[str, Any] = {"name": f"{kind.prefix}-{index:05d}"}
@@ -501,13 +684,16 @@ def manifest(kind: Kind, index: int, content: dict[str, Any]) -> dict[str, Any]:
 
 def objects(kinds: list[Kind], total: int, seed_value: int, drawn_share: float) -> list[Fuzzed]:
     """`total` objects over the kinds by `SHARES`, a `drawn_share` of each kind's drawn and the rest varied, half
-    crossed and half broken; shuffled by the seed."""
+    crossed and half broken; shuffled by the seed. The drawn and the crossed are meant to be valid: each is
+    repaired against the rules its schema cannot say (`Rules.repair`); the broken are left broken."""
     rng = random.Random(seed_value)
     made: list[Fuzzed] = []
     for kind in kinds:
         count = max(2, round(total * SHARES[kind.name]))
         wanted = max(1, math.ceil(count * drawn_share))
-        contents = draw(kind.schema, wanted, seed_value)
+        contents = [
+            kind.rules.repair(_ours(kind, content, rng)) for content in draw(kind.schema, wanted, seed_value)
+        ]
         validator = jsonschema.Draft7Validator(kind.schema)
         for index in range(count):
             base = contents[index % len(contents)]
@@ -515,10 +701,13 @@ def objects(kinds: list[Kind], total: int, seed_value: int, drawn_share: float) 
                 content, origin = copy.deepcopy(base), "drawn"
             elif rng.random() < 0.5:
                 content, origin = crossed(base, contents, rng)
+                content = kind.rules.repair(content)
             else:
                 content, origin = broken(base, rng)
             body = manifest(kind, index, content)
-            made.append(Fuzzed(kind, body, origin, validator.is_valid(_content(kind, body))))
+            judged = _content(kind, body)
+            valid = validator.is_valid(judged) and not kind.rules.failures(judged)
+            made.append(Fuzzed(kind, body, origin, valid))
     rng.shuffle(made)
     return made
 

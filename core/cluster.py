@@ -41,7 +41,8 @@ class ClusterAPI(Protocol):
     async def snapshot(self, *, fresh: bool = False) -> Manifests:
         """Every object the scheduler reads, at one resource version. Its objects may be shared with the next
         snapshot's (those that did not change): read them, do not change them. A cluster may answer from a
-        cache its watches keep; `fresh` asks for the objects as they stand on the server."""
+        cache its watches keep; `fresh` asks for the objects as they stand on the server. NodePools and
+        NodeClaims of another provider's NodeClass are not among them (`Manifests.leave_other_providers`)."""
         ...
 
     async def get_node(self, name: str) -> Node | None: ...

@@ -271,6 +271,15 @@ def plan_pool(manifests: Manifests, pool: NodePool, now: datetime) -> StaticStep
     return plan_static(pool.name, pool.spec.replicas or 0, node_limit(pool), members, budget)
 
 
+def gate_off_message(nodepool: str, replicas: int) -> str:
+    """What is said of a static NodePool while the StaticCapacity feature gate is off: the controller's warning
+    (log and event) and the what-if commands' warning."""
+    return (
+        f"NodePool {nodepool}: spec.replicas is {replicas} but the StaticCapacity feature gate is off "
+        "(FEATURE_GATES): the static NodePool is not acted on"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class StaticPreview:
     """What the static NodePools would do now, for the what-if commands."""

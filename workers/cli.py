@@ -37,7 +37,7 @@ from core.scheduling.snapshot import (
     catalog_provider,
     merge,
 )
-from core.static_capacity import static_preview
+from core.static_capacity import StaticPreview, gate_off_message, static_preview
 from workers.tables import render_disruption_table, render_static_table, render_table
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def parse_unavailable(values: Sequence[str]) -> frozenset[tuple[str, str, str]]:
 
 
 def instance_type_provider(
-    region: str, catalog: str | None, unavailable: frozenset[tuple[str, str, str]]
+    region: str, catalog: str | None, unavailable: frozenset[tuple[str, str, str]], err: TextIO
 ) -> InstanceTypeProvider:
     if catalog is not None:
         path = Path(catalog)
@@ -102,7 +102,15 @@ def instance_type_provider(
             raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as error:
             raise UsageError(f"--catalog {catalog}: not valid YAML or JSON: {error}") from error
-        return catalog_provider(parse_custom_catalog(raw), unavailable)
+        entries = parse_custom_catalog(raw)
+        for index, entry in enumerate(entries):
+            for field in entry.replaced():
+                print(
+                    f"warning: --catalog {catalog}: instanceTypes[{index}] ({entry.name}): {field} is replaced "
+                    "by each NodePool's AKSNodeClass (maxPods, osDiskSizeGB), as for the shipped catalogs",
+                    file=err,
+                )
+        return catalog_provider(entries, unavailable)
     try:
         return azure_provider(load_shipped_catalog(region), unavailable)
     except UnknownRegionError as error:
@@ -113,7 +121,7 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
     """The manifests and instance types the arguments name; invalid objects, and the kinds and fields read
     past, are reported on `err`."""
     manifests = read_manifests(args.filename)
-    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable))
+    provider = instance_type_provider(args.region, args.catalog, parse_unavailable(args.unavailable), err)
     if args.catalog is None and normalize_region(args.region) not in snapshot_regions():
         print(
             f"warning: {normalize_region(args.region)} is planned with the AKS provider's shipped on-demand prices; "
@@ -121,6 +129,7 @@ def read_inputs(args: argparse.Namespace, err: TextIO) -> tuple[Manifests, Insta
             "prices (a worker reads them from the Retail Prices API)",
             file=err,
         )
+    manifests.warnings.extend(manifests.leave_other_providers())
     gates = karpenter_settings()[0]
     if manifests.nodeoverlays and not gates.node_overlay:
         manifests.ignore_node_overlays()
@@ -188,7 +197,7 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = scheduler.solve(snapshot.pending)
     for note in snapshot.notes:
         print(f"note: {note}", file=err)
-    static = static_preview(manifests, provider, datetime.now(UTC))
+    static = static_pools(manifests, provider, err)
     buffers = buffer_report(snapshot.buffers, scheduled_destinations(results))
     # As the provisioner does, nothing said of pods names a virtual one: `buffers` says where they go.
     results = results.without({pod for entry in snapshot.buffers for pod in entry.pods})
@@ -206,6 +215,19 @@ def schedule(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         render_static_table(static.pools, out)
         render_buffers(buffers, out)
     return 1 if manifests.problems else 0
+
+
+def static_pools(manifests: Manifests, provider: InstanceTypeProvider, err: TextIO) -> StaticPreview:
+    """What the static NodePools would do now, as the controller acts on them: only with the StaticCapacity gate
+    on; with it off, the controller's warning for each (in `warnings` and on `err`)."""
+    if karpenter_settings()[0].static_capacity:
+        return static_preview(manifests, provider, datetime.now(UTC))
+    for pool in manifests.nodepools:
+        if pool.spec.replicas is not None and pool.metadata.deletion_timestamp is None:
+            warning = gate_off_message(pool.name, pool.spec.replicas)
+            manifests.warnings.append(warning)
+            print(f"warning: {warning}", file=err)
+    return StaticPreview([])
 
 
 def scheduled_destinations(results: SchedulingResults) -> dict[str, str]:

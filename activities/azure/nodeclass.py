@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from activities.recent import READS_KEPT_SECONDS, Recent
 from core.api.aksnodeclass import AKSNodeClass
+from core.api.nodepool import SUPPORTED_NODECLASS
 from core.cloudprovider import LaunchRequest
 from core.cluster import ClusterAPI
 from core.errors import InvalidError, TransientError
-
-NODECLASS_GROUP = "karpenter.azure.com"
-NODECLASS_KIND = "AKSNodeClass"
 
 
 class ClusterNodeClasses:
@@ -38,10 +36,10 @@ class ClusterNodeClasses:
         if nodepool is None:
             return None
         reference = nodepool.spec.template.spec.node_class_ref
-        if reference.kind != NODECLASS_KIND or reference.group != NODECLASS_GROUP:
+        if not reference.is_managed:
             raise InvalidError(
                 f"NodePool {name}: spec.template.spec.nodeClassRef is a {reference.group}/"
-                f"{reference.kind}, not a {NODECLASS_GROUP}/{NODECLASS_KIND}",
+                f"{reference.kind}, not a {'/'.join(SUPPORTED_NODECLASS)}",
                 code="InvalidNodeClassRef",
             )
         nodeclass = await self._nodeclass(reference.name)

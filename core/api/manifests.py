@@ -90,6 +90,26 @@ class Manifests:
         )
         self.nodeoverlays.clear()
 
+    def leave_other_providers(self) -> list[str]:
+        """Drop the NodePools and NodeClaims whose nodeClassRef names another provider's NodeClass, as Karpenter
+        lists only the ones its cloud provider manages (`IsManaged`) for provisioning, disruption, static pools and
+        its cluster state; one line per object dropped, naming it and its nodeClassRef (Karpenter logs nothing of
+        them: a what-if says it)."""
+        left = [
+            f"{kind} {name}: {path} is a {reference.group}/{reference.kind}, another provider's NodeClass; left "
+            f"to that provider"
+            for kind, path, objects in (
+                ("NodePool", "spec.template.spec.nodeClassRef", self.nodepools),
+                ("NodeClaim", "spec.nodeClassRef", self.nodeclaims),
+            )
+            for name, reference in ((o.name, o.node_class_ref) for o in objects)
+            if not reference.is_managed
+        ]
+        if left:
+            self.nodepools = [pool for pool in self.nodepools if pool.node_class_ref.is_managed]
+            self.nodeclaims = [claim for claim in self.nodeclaims if claim.node_class_ref.is_managed]
+        return left
+
     def ignore_capacity_buffers(self) -> None:
         """Drop the CapacityBuffers read, with a warning naming each: the CapacityBuffer feature gate is off."""
         self.warnings.extend(

@@ -317,12 +317,43 @@ class NodeSelectorRequirementWithMinValues(StrictKubeModel):
         return Requirement.new(self.key, self.operator, self.values, self.min_values)
 
 
+SUPPORTED_NODECLASS = ("karpenter.azure.com", "AKSNodeClass")
+"""The group and kind of the one NodeClass this provider launches with (Karpenter's `GetSupportedNodeClasses`)."""
+
+
+def is_managed_reference(reference: Any) -> bool:
+    """Whether a nodeClassRef (a model or the raw mapping) names the supported NodeClass. A NodePool or NodeClaim
+    naming another is another provider's: Karpenter leaves it alone (`IsManaged`), neither provisioning, disrupting
+    nor scaling it, nor writing its status, and says nothing of it."""
+    if isinstance(reference, NodeClassReference):
+        return (reference.group, reference.kind) == SUPPORTED_NODECLASS
+    if not isinstance(reference, Mapping):
+        return False
+    return (reference.get("group"), reference.get("kind")) == SUPPORTED_NODECLASS
+
+
+def is_managed_manifest(manifest: Mapping[str, Any]) -> bool:
+    """`is_managed_reference` of a NodePool's or NodeClaim's manifest, as read from the API server."""
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    if manifest.get("kind") == "NodePool" or "template" in spec:
+        template = spec.get("template")
+        spec = template.get("spec") if isinstance(template, Mapping) else None
+        spec = spec if isinstance(spec, Mapping) else {}
+    return is_managed_reference(spec.get("nodeClassRef"))
+
+
 class NodeClassReference(StrictKubeModel):
     """The provider NodeClass a NodeClaim launches with, e.g. karpenter.azure.com / AKSNodeClass / default."""
 
     group: str
     kind: str
     name: str
+
+    @property
+    def is_managed(self) -> bool:
+        """Whether this is the NodeClass this provider launches with (`is_managed_reference`)."""
+        return is_managed_reference(self)
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:
@@ -604,6 +635,11 @@ class NodePool(StrictKubeModel):
     def weight_or_zero(self) -> int:
         """The scheduling priority; a pool without a weight counts as 0."""
         return self.spec.weight or 0
+
+    @property
+    def node_class_ref(self) -> NodeClassReference:
+        """The NodeClass its nodes are built from."""
+        return self.spec.template.spec.node_class_ref
 
     @property
     def is_static(self) -> bool:

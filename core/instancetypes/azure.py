@@ -425,13 +425,18 @@ def ephemeral_os_max_size_gb(sku: AzureSku) -> int:
     return _gigabytes(sku.cached_disk_gib or temp)
 
 
+def nodeclass_capacity(settings: NodeClassSettings) -> Resources:
+    """What the AKSNodeClass decides of a node's capacity, whatever its size and whichever catalog the size comes
+    from: the pods its kubelet takes (maxPods) and the ephemeral storage of its OS disk (osDiskSizeGB)."""
+    return {EPHEMERAL_STORAGE: settings.os_disk_size_gb * 10**9, PODS: settings.max_pods}
+
+
 def capacity(sku: AzureSku, settings: NodeClassSettings = DEFAULT_SETTINGS) -> Resources:
     """What a node of this size reports as capacity (GPUs only when the size has registered ones)."""
     resources: Resources = {
         CPU: sku.vcpus * 1000,
         MEMORY: memory_capacity(sku.memory_gib, settings.memory_overhead_percent),
-        EPHEMERAL_STORAGE: settings.os_disk_size_gb * 10**9,
-        PODS: settings.max_pods,
+        **nodeclass_capacity(settings),
     }
     gpu_resource = {NVIDIA: NVIDIA_GPU, AMD: AMD_GPU}.get(sku.gpu_manufacturer or "")
     if gpu_resource is not None and sku.gpu_count > 0:

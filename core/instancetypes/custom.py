@@ -4,10 +4,9 @@ The CLI reads the file (YAML or JSON) and passes the parsed value here. It is ei
 an object `{instanceTypes: [...]}`; each entry describes one instance type::
 
     - name: Standard_D4s_v5          # required; the node.kubernetes.io/instance-type value
-      capacity:                      # required: cpu and memory; pods defaults to 110 (the kubelet's
-        cpu: 4                       #   default); any extended resource, e.g. nvidia.com/gpu: 1
-        memory: 16Gi
-        pods: 110
+      capacity:                      # required: cpu and memory; any extended resource, e.g.
+        cpu: 4                       #   nvidia.com/gpu: 1 (pods and ephemeral-storage are the
+        memory: 16Gi                 #   AKSNodeClass's: maxPods and osDiskSizeGB)
       allocatable:                   # optional: what pods may use; a resource it omits is fully usable
         cpu: 3860m
         memory: 12Gi
@@ -30,8 +29,10 @@ Unknown fields are rejected, and every error names the entry (index and name), t
 
 Each NodePool's AKSNodeClass shapes these types as it shapes the shipped Azure ones, through the same rules
 (`core.instancetypes.azure.nodeclass_filter_reason` and `nodeclass_requirements`): LocalDNS needs 4 vCPUs,
-gpu.mode Driver takes NVIDIA GPUs only, artifact streaming no arm64, and every node gets the AKSNodeClass's
-OS SKU and FIPS labels. What an entry does not say (GPU OSes, encryption at host, Trusted Launch unless
+gpu.mode Driver takes NVIDIA GPUs only, artifact streaming no arm64, every node gets the AKSNodeClass's
+OS SKU and FIPS labels, and its pods and ephemeral storage are the AKSNodeClass's maxPods and OS disk
+(`nodeclass_capacity`; the AKS defaults, 250 pods and 128 GB, without one), which replace an entry's own.
+What an entry does not say (GPU OSes, encryption at host, Trusted Launch unless
 `karpenter.azure.com/sku-hyperv-generation` is given) is read as supported, as for the shipped catalogs.
 """
 
@@ -53,15 +54,24 @@ from core.instancetypes.azure import (
     NVIDIA,
     NodeClassSettings,
     SizeTraits,
+    nodeclass_capacity,
     nodeclass_filter_reason,
     nodeclass_requirements,
 )
 from core.instancetypes.types import InstanceType, Offering, Overhead, usd_to_micros
-from core.resources import AMD_GPU, CPU, MEMORY, NVIDIA_GPU, PODS, Resources, parse_resources
+from core.resources import (
+    AMD_GPU,
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    NVIDIA_GPU,
+    PODS,
+    Resources,
+    parse_resources,
+)
 from core.scheduling.requirements import Operator, Requirement, Requirements
 
 KIND = "instance type catalog"
-DEFAULT_PODS = 110
 DEFAULT_LABELS = {wellknown.ARCH: "amd64", wellknown.OS: "linux"}
 _FROM_OFFERINGS_OR_NAME = (wellknown.ZONE, wellknown.CAPACITY_TYPE, wellknown.INSTANCE_TYPE)
 _FROM_NODECLASS = (wellknown.AKS_OS_SKU, wellknown.AKS_FIPS_ENABLED)
@@ -137,17 +147,22 @@ class CustomInstanceType(StrictKubeModel):
                     raise ValueError(f"{field}.{name} must be between 0 and capacity.{name}")
         return self
 
-    def capacity_resources(self) -> Resources:
-        """Capacity as integers, with the default pod count when the entry gives none."""
-        return {PODS: DEFAULT_PODS, **parse_resources(self.capacity)}
+    def capacity_resources(self, settings: NodeClassSettings = DEFAULT_SETTINGS) -> Resources:
+        """Capacity as integers, its pods and ephemeral storage the AKSNodeClass's (`nodeclass_capacity`: maxPods
+        and osDiskSizeGB), as for every catalog."""
+        return {**parse_resources(self.capacity), **nodeclass_capacity(settings)}
 
-    def node_overhead(self) -> Overhead:
+    def replaced(self) -> list[str]:
+        """The capacity fields the entry gives that the AKSNodeClass decides instead (`capacity_resources`)."""
+        return [f"capacity.{name}" for name in (PODS, EPHEMERAL_STORAGE) if name in self.capacity]
+
+    def node_overhead(self, settings: NodeClassSettings = DEFAULT_SETTINGS) -> Overhead:
         """What the node keeps for itself: the given overhead, or capacity minus the given allocatable."""
         if self.overhead is not None:
             return Overhead(kube_reserved=parse_resources(self.overhead))
         if self.allocatable is None:
             return Overhead()
-        capacity = self.capacity_resources()
+        capacity = self.capacity_resources(settings)
         allocatable = parse_resources(self.allocatable)
         return Overhead(kube_reserved={name: capacity[name] - amount for name, amount in allocatable.items()})
 
@@ -210,8 +225,8 @@ class CustomInstanceType(StrictKubeModel):
             name=self.name,
             requirements=requirements,
             offerings=offerings,
-            capacity=self.capacity_resources(),
-            overhead=self.node_overhead(),
+            capacity=self.capacity_resources(settings),
+            overhead=self.node_overhead(settings),
         )
 
 

@@ -12,16 +12,16 @@ import pytest
 
 from activities.heartbeat import AttemptFence, AttemptGivenUpError
 from activities.kube import apply_condition
-from activities.planning import PlanningActivities, existing_targets, planned
+from activities.planning import PlanningActivities, existing_targets, planned, provisionable_fields
 from core import labels
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import pod_requests
+from core.api.kube import Pod, pod_requests
 from core.api.manifests import Manifests
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import Offering
 from core.messages import MAX_RECORDED_PODS, ConditionUpdate, LifecycleInput, PlanInput, UnavailableOffering
 from core.scheduling.requirements import Requirements
-from core.scheduling.results import Launch, NewNodeClaim
+from core.scheduling.results import ExistingPlacement, Launch, NewNodeClaim, SchedulingResults
 from tests.cluster import activity_environment, apply_examples, events, scale_pending, unschedulable
 from tests.core.disruption.fixtures import node_pair
 from workers.controlplane.run import ControlPlane
@@ -377,3 +377,57 @@ def test_an_offering_ruled_out_for_one_nodeclass_stays_available_to_the_others()
 
 async def _no_lifecycle(request: LifecycleInput) -> None:
     raise AssertionError("no plan runs here")
+
+
+async def test_another_providers_nodepool_is_not_planned_from(aks: SimulatedAks) -> None:
+    """As Karpenter's provisioner lists only the NodePools its cloud provider manages: a heavier NodePool whose
+    nodeClassRef is another provider's NodeClass gets no NodeClaim (its launch would only fail)."""
+    await apply_examples(aks.kube)
+    await aks.kube.apply(
+        """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: aws}
+spec:
+  weight: 100
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: []
+"""
+    )
+    await scale_pending(aks.kube, "inflate", 1)
+
+    async def record(request: LifecycleInput) -> None:
+        pass
+
+    activities = PlanningActivities(aks.kube, load_shipped_catalog("eastus"), record)
+    plan = await activity_environment().run(activities.plan_provisioning, PlanInput(cluster="test", batch=1))
+
+    assert [claim.nodepool for claim in plan.nodeclaims] == ["default"]
+
+
+def test_found_provisionable_is_said_as_karpenter_says_it_virtual_pods_and_all() -> None:
+    """Karpenter logs "found provisionable pod(s)" only for a pass that computed new NodeClaims, listing the pods
+    of the pass (a CapacityBuffer's virtual pods among them) as `pretty.Slice` does; its "computed new
+    nodeclaim(s) to fit pod(s)" counts the virtual pods too, so a planned NodeClaim's count includes them."""
+    pending = [Pod.model_validate({"metadata": {"name": f"p{i}", "namespace": "default"}}) for i in range(6)]
+    pending.append(
+        Pod.model_validate({"metadata": {"name": "capacity-buffer-warm-1", "namespace": "default"}})
+    )
+    placed = ExistingPlacement(node="aks-default-abcde", pods=["default/capacity-buffer-warm-1"])
+
+    assert (
+        provisionable_fields(pending, SchedulingResults(existing=[placed])) is None
+    )  # the room fits: silent
+
+    pods = ["default/p0", "default/capacity-buffer-warm-1"]
+    launch = Launch("Standard_D2s_v5", Offering("eastus-1", "spot", 12_300, True, Requirements([])), {})
+    claim = NewNodeClaim(
+        "default", "Standard_D2s_v5", "eastus-1", "spot", 12_300, [], pods, {}, [], [], [], {}, {}, [launch]
+    )
+    assert provisionable_fields(pending, SchedulingResults(nodeclaims=[claim])) == {
+        "Pods": "default/p0, default/p1, default/p2, default/p3, default/p4 and 2 other(s)",
+        "count": 7,
+    }
+    assert planned(claim, None, "default-abcde", max_candidates=1).pod_count == 2

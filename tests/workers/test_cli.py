@@ -496,3 +496,22 @@ def test_plan_disruption_names_the_nodepool_template_field_that_drifted(tmp_path
         "\n    general-bbbbb: NodePoolDrifted: NodePool general template changed: spec.template.metadata.labels ("
         in out
     )
+
+
+def test_a_catalog_of_ones_own_takes_the_aksnodeclass_s_max_pods_and_os_disk(tmp_path: Path) -> None:
+    """maxPods and osDiskSizeGB size a `--catalog`'s nodes as they size the shipped ones: twelve tiny pods need
+    two nodes of an AKSNodeClass with maxPods 10, and an entry's own pod count is replaced, with a warning."""
+    own_pods = CATALOG.replace(
+        "capacity: {cpu: 2, memory: 8Gi}", "capacity: {cpu: 2, memory: 8Gi, pods: 110}"
+    )
+    catalog = write(tmp_path, "catalog.yaml", own_pods)
+    tiny = "".join(pod(f"p{index}", "10m", "16Mi") for index in range(12))
+    manifests = write(tmp_path, "in.yaml", NODEPOOL + nodeclass({"maxPods": 10, "osDiskSizeGB": 40}) + tiny)
+
+    code, out, err = run("schedule", "-o", "json", "-f", manifests, "--catalog", catalog)
+    assert code == 0, err
+    claims = json.loads(out)["nodeclaims"]
+    assert sorted(len(claim["pods"]) for claim in claims) == [2, 10]
+    assert "instanceTypes[0] (two): capacity.pods is replaced by each NodePool's AKSNodeClass" in err
+    shipped = schedule_json("-f", manifests)["nodeclaims"]
+    assert sorted(len(claim["pods"]) for claim in shipped) == [2, 10]

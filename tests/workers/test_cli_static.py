@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from core.static_capacity import gate_off_message
 from tests.workers.test_cli import EXAMPLES, run, write
 
 STATIC = """
@@ -22,6 +23,12 @@ spec:
 """
 
 
+@pytest.fixture
+def gate_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEATURE_GATES", "StaticCapacity=true")
+
+
+@pytest.mark.usefixtures("gate_on")
 def test_schedule_lists_what_a_static_pool_would_create(tmp_path: Path) -> None:
     static = write(tmp_path, "static.yaml", STATIC)
     code, out, err = run("schedule", "-o", "json", "-f", str(EXAMPLES), "-f", static)
@@ -39,8 +46,7 @@ def test_schedule_lists_what_a_static_pool_would_create(tmp_path: Path) -> None:
     assert "fixed: 0 nodeclaim(s), 2 desired: creating 2; each Standard_D2s_v5 on-demand" in out
 
 
-def test_the_total_counts_the_nodeclaims_a_static_pool_would_create(tmp_path: Path) -> None:
-    pending = """
+PENDING = """
 ---
 apiVersion: v1
 kind: Pod
@@ -48,6 +54,11 @@ metadata: {name: web, namespace: default}
 spec:
   containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
 """
+
+
+@pytest.mark.usefixtures("gate_on")
+def test_the_total_counts_the_nodeclaims_a_static_pool_would_create(tmp_path: Path) -> None:
+    pending = PENDING
     static = write(tmp_path, "static.yaml", STATIC + pending)
     code, out, err = run("schedule", "-o", "json", "-f", str(EXAMPLES), "-f", static)
     assert code == 0, err
@@ -58,3 +69,27 @@ spec:
     assert document["total_price_per_hour"] == pytest.approx(expected) and expected > claim["price_per_hour"]
     code, out, _ = run("schedule", "-f", str(EXAMPLES), "-f", static)
     assert f"Total for new NodeClaims (static NodePools' included): ${expected:.4f}/hour" in out
+
+
+def test_with_the_gate_off_static_pools_are_not_acted_on_as_by_the_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    static = write(tmp_path, "static.yaml", STATIC + PENDING)
+    monkeypatch.setenv("FEATURE_GATES", "StaticCapacity=true")
+    code, out, _ = run("schedule", "-o", "json", "-f", str(EXAMPLES), "-f", static)
+    on = json.loads(out)
+    monkeypatch.delenv("FEATURE_GATES")  # StaticCapacity is off by default, as in Karpenter
+    code, out, err = run("schedule", "-o", "json", "-f", str(EXAMPLES), "-f", static)
+    assert code == 0, err
+    off = json.loads(out)
+
+    warning = gate_off_message("fixed", 2)
+    assert (off["static"], off["warnings"]) == ([], [warning]) and f"warning: {warning}" in err
+    [claim] = off["nodeclaims"]
+    assert off["total_price_per_hour"] == pytest.approx(claim["price_per_hour"])
+    same = {
+        key: value for key, value in on.items() if key not in ("static", "total_price_per_hour", "warnings")
+    }
+    assert same == {key: off[key] for key in same} and set(on) == set(off)
+    code, out, _ = run("schedule", "-f", str(EXAMPLES), "-f", static)
+    assert "fixed:" not in out and "static NodePools' included" not in out

@@ -28,8 +28,16 @@ class Cluster:
         self.events.append(event)
 
 
-def nodepool(replicas: int | None, ready: bool = True, kind: EventType = EventType.MODIFIED) -> WatchEvent:
-    spec: dict[str, Any] = {} if replicas is None else {"replicas": replicas}
+def nodepool(
+    replicas: int | None,
+    ready: bool = True,
+    kind: EventType = EventType.MODIFIED,
+    nodeclass_group: str = "karpenter.azure.com",
+) -> WatchEvent:
+    reference = {"group": nodeclass_group, "kind": "AKSNodeClass", "name": "default"}
+    spec: dict[str, Any] = {"template": {"spec": {"nodeClassRef": reference}}}
+    if replicas is not None:
+        spec["replicas"] = replicas
     status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     manifest = {"metadata": {"name": "fixed", "uid": "u1"}, "spec": spec, "status": status}
     return WatchEvent(type=kind, kind="NodePool", name="fixed", resource_version=1, object=manifest)
@@ -88,3 +96,14 @@ async def test_with_the_gate_off_the_pool_is_warned_about_once_per_value() -> No
     (event,) = cluster.events
     assert (event.reason, event.type, event.involved_object.kind) == (GATE_DISABLED, "Warning", "NodePool")
     assert "spec.replicas is 2" in event.message and "StaticCapacity" in event.message
+
+
+async def test_another_providers_static_pool_is_left_alone() -> None:
+    """As Karpenter's static controllers skip a NodePool its cloud provider does not manage: no workflow, and no
+    warning even with the gate off."""
+    for enabled in (True, False):
+        pools, client, cluster = hook(enabled=enabled)
+        await pools.observe(nodepool(2, nodeclass_group="karpenter.k8s.aws"))
+        await pools.observe(nodepool(3, nodeclass_group="karpenter.k8s.aws"))
+        await pools.observe(nodeclaim("a", deleting=True))
+        assert (client.started, cluster.events) == ([], [])

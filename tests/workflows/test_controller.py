@@ -690,3 +690,44 @@ async def test_an_object_the_models_refuse_gets_a_warning_event_naming_the_field
     assert event.involved_object.uid == "u-1"
     assert event.message.startswith("NodeClaim odd: spec.terminationGracePeriod: ")
     assert controller.requeued() == ["default/web"], "the next object is still handled"
+
+
+async def test_a_nodeoverlay_the_models_refuse_gets_a_warning_event_naming_the_field() -> None:
+    """Found by the fuzz benchmark: the API server takes a NodeOverlay whose capacity is `1e400`, which planning
+    could only leave out, telling no one."""
+    cluster = Events()
+    controller = offline_controller(cluster=cluster)
+    overlay: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": "odd", "uid": "u-2"},
+        "spec": {"requirements": [], "capacity": {"example.com/dongle": "1e400"}},
+    }
+    await controller.receive(_watched("NodeOverlay", overlay, 1))
+
+    [event] = cluster.events
+    assert (event.reason, event.involved_object.kind, event.involved_object.name) == (
+        "InvalidNodeOverlay",
+        "NodeOverlay",
+        "odd",
+    )
+    assert event.message.startswith("NodeOverlay odd: spec.capacity.example.com/dongle: ")
+
+
+async def test_another_providers_nodeclaim_is_left_alone() -> None:
+    """As Karpenter's NodeClaim controllers skip a NodeClaim its cloud provider does not manage: not read, so not
+    reported either, however odd."""
+    cluster = Events()
+    controller = offline_controller(cluster=cluster)
+    claim: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "theirs", "uid": "u-3"},
+        "spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "terminationGracePeriod": "9999999999h",
+        },
+    }
+    await controller.receive(_watched("NodeClaim", claim, 1))
+    assert cluster.events == []

@@ -65,6 +65,8 @@ from core.api.nodeclaim import (
     NodeClaim,
     NodeClaimConditionType,
 )
+from core.api.nodeoverlay import NodeOverlay
+from core.api.nodepool import is_managed_manifest
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.disruption.interruption import SPOT_INTERRUPTED, NoticeError, preemption_notice
 from core.errors import CloudError
@@ -351,6 +353,8 @@ class Controller:
             self._registering.discard(event.name)
             if self.adoption is not None:
                 self.adoption.forget(event.name)
+        elif event.kind == "NodeClaim" and not is_managed_manifest(event.object):
+            pass  # another provider's, as Karpenter's NodeClaim controllers leave it
         elif event.kind == "NodeClaim":
             claim = NodeClaim.parse(event.object)
             if self.adoption is not None:
@@ -365,6 +369,8 @@ class Controller:
             await self._node(Node.model_validate(event.object))
         elif event.kind == "NodePool":
             self._nodepool(event)
+        elif event.kind == "NodeOverlay" and event.type is not EventType.DELETED:
+            NodeOverlay.parse(event.object)  # planning leaves out one it cannot read: the event says why
         elif event.kind == "AKSNodeClass":
             self._nodeclass(event)
             if event.type is not EventType.DELETED:

@@ -22,7 +22,7 @@ from typing import Any
 from core import labels
 from core.api.condition_set import conditions_json, readable_conditions
 from core.api.meta import InvalidObjectError
-from core.api.nodepool import NodePool
+from core.api.nodepool import NodePool, is_managed_manifest
 from core.cluster import ClusterAPI, EventType, WatchEvent
 from core.errors import CloudError
 from core.nodepool_status import (
@@ -38,8 +38,6 @@ from core.quantity import QuantityError
 from core.resources import Resources, parse_resources
 
 logger = logging.getLogger("nodewright.nodepool.status")
-
-NODECLASS_GROUP, NODECLASS_KIND = "karpenter.azure.com", "AKSNodeClass"
 
 
 def _resources(raw: Any) -> Resources | None:
@@ -221,9 +219,9 @@ class NodePoolStatusWriter:
         self, name: str, raw: Mapping[str, Any], usage: Mapping[str, Resources], now: datetime
     ) -> tuple[str, dict[str, Any]] | None:
         metadata = raw.get("metadata") or {}
-        reference = ((raw.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
-        if reference.get("group") != NODECLASS_GROUP or reference.get("kind") != NODECLASS_KIND:
+        if not is_managed_manifest(raw):
             return None  # not a NodePool of this provider, as Karpenter leaves it alone
+        reference = raw["spec"]["template"]["spec"]["nodeClassRef"]
         generation = metadata.get("generation") or metadata.get("resourceVersion")
         known = self._validation.get(name)
         if known is None or known[0] != generation:

@@ -15,7 +15,9 @@ from temporalio.service import RPCError
 
 from activities.kube import kube_event
 from core import labels
+from core.api.nodepool import is_managed_manifest
 from core.cluster import ClusterAPI, EventType, WatchEvent
+from core.static_capacity import gate_off_message
 from core.static_messages import StaticPoolChanged, StaticPoolInput
 from workflows.static import StaticNodePoolWorkflow, static_id
 
@@ -67,7 +69,9 @@ class StaticPools:
             await self._nodeclaim(event)
 
     async def _nodepool(self, event: WatchEvent) -> None:
-        replicas = _replicas(event.object)
+        # Another provider's NodePool is not this controller's to scale or warn of, as Karpenter's static
+        # controllers skip a NodePool its cloud provider does not manage.
+        replicas = _replicas(event.object) if is_managed_manifest(event.object) else None
         if event.type is EventType.DELETED or replicas is None:
             self._ready.discard(event.name)
             if self._replicas.pop(event.name, None) is not None and self.enabled:
@@ -130,10 +134,7 @@ class StaticPools:
             logger.warning("could not signal the static NodePool %s (%s): %s", nodepool, why, error)
 
     async def _warn(self, event: WatchEvent, replicas: int) -> None:
-        message = (
-            f"NodePool {event.name}: spec.replicas is {replicas} but the StaticCapacity feature gate is off "
-            "(FEATURE_GATES): the static NodePool is not acted on"
-        )
+        message = gate_off_message(event.name, replicas)
         logger.warning(message)
         uid = (event.object.get("metadata") or {}).get("uid")
         await self.cluster.record_event(

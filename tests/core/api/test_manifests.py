@@ -541,3 +541,47 @@ def test_a_parse_cache_returns_unchanged_objects_as_they_were_read_and_forgets_t
     assert len(second.problems) == 1, "a bad object is reported every time"
     parse_manifests([served("b", "u-b", "2", cpu="2")], "cluster", cache)
     assert set(cache) == {("Pod", "u-b")}, "what a snapshot no longer holds is forgotten"
+
+
+def test_other_providers_nodepools_and_nodeclaims_are_left_with_a_line_each() -> None:
+    def reference(group: str, kind: str) -> str:
+        return f"{{group: {group}, kind: {kind}, name: default}}"
+
+    ours, theirs = (
+        reference("karpenter.azure.com", "AKSNodeClass"),
+        reference("karpenter.k8s.aws", "EC2NodeClass"),
+    )
+    pools = "".join(
+        f"""
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec: {{template: {{spec: {{nodeClassRef: {ref}, requirements: []}}}}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {{name: {name}-a}}
+spec: {{nodeClassRef: {ref}, requirements: []}}
+"""
+        for name, ref in (
+            ("ours", ours),
+            ("theirs", theirs),
+            ("aks-kind-elsewhere", reference("example.com", "AKSNodeClass")),
+        )
+    )
+    manifests = read(pools)
+    assert manifests.problems == []
+    left = manifests.leave_other_providers()
+    assert [pool.name for pool in manifests.nodepools] == ["ours"]
+    assert [claim.name for claim in manifests.nodeclaims] == ["ours-a"]
+    assert left[0] == (
+        "NodePool theirs: spec.template.spec.nodeClassRef is a karpenter.k8s.aws/EC2NodeClass, another provider's "
+        "NodeClass; left to that provider"
+    )
+    assert [line.split(":")[0] for line in left] == [
+        "NodePool theirs",
+        "NodePool aks-kind-elsewhere",
+        "NodeClaim theirs-a",
+        "NodeClaim aks-kind-elsewhere-a",
+    ]

@@ -8,10 +8,11 @@ import yaml
 
 from core import labels
 from core.api.meta import InvalidObjectError
-from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings
+from core.instancetypes.azure import GpuMode, ImageFamily, NodeClassSettings, capacity
+from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.custom import catalog_instance_types, parse_custom_catalog
 from core.instancetypes.types import InstanceType
-from core.resources import CPU, MEMORY, NVIDIA_GPU, PODS
+from core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS
 
 GIB = 2**30
 EXAMPLE = Path(__file__).parents[3] / "deploy" / "catalogs" / "custom.yaml"
@@ -50,7 +51,8 @@ def test_minimal_entry_gets_defaults() -> None:
     instance_type = only([entry()])
 
     assert instance_type.name == "Standard_D4s_v5"
-    assert instance_type.capacity == {CPU: 4000, MEMORY: 16 * GIB, PODS: 110}
+    # No AKSNodeClass: its defaults, as for the shipped catalogs (250 pods, a 128 GB OS disk).
+    assert instance_type.capacity == {CPU: 4000, MEMORY: 16 * GIB, PODS: 250, EPHEMERAL_STORAGE: 128 * 10**9}
     assert instance_type.allocatable() == instance_type.capacity
     assert values(instance_type, labels.INSTANCE_TYPE) == ["Standard_D4s_v5"]
     assert values(instance_type, labels.ARCH) == ["amd64"]
@@ -73,13 +75,34 @@ def test_allocatable_sets_the_overhead() -> None:
     instance_type = only([entry(allocatable={"cpu": "3860m", "memory": "12Gi"})])
 
     assert instance_type.overhead.kube_reserved == {CPU: 140, MEMORY: 4 * GIB}
-    assert instance_type.allocatable() == {CPU: 3860, MEMORY: 12 * GIB, PODS: 110}
+    assert instance_type.allocatable() == {
+        CPU: 3860,
+        MEMORY: 12 * GIB,
+        PODS: 250,
+        EPHEMERAL_STORAGE: 128 * 10**9,
+    }
 
 
 def test_overhead_is_subtracted() -> None:
-    instance_type = only([entry(capacity={"cpu": 8, "memory": "32Gi", "pods": 30}, overhead={"cpu": "180m"})])
+    instance_type = only([entry(capacity={"cpu": 8, "memory": "32Gi"}, overhead={"cpu": "180m"})])
 
-    assert instance_type.allocatable() == {CPU: 7820, MEMORY: 32 * GIB, PODS: 30}
+    assert instance_type.allocatable()[CPU] == 7820 and instance_type.allocatable()[MEMORY] == 32 * GIB
+
+
+def test_max_pods_and_os_disk_are_the_aksnodeclass_s_as_for_the_azure_catalogs() -> None:
+    """The kubelet's maxPods and the OS disk are the AKSNodeClass's whatever the catalog: an entry's own pods and
+    ephemeral storage are replaced (and named, for the CLI to warn)."""
+    settings = NodeClassSettings(max_pods=30, os_disk_size_gb=64)
+    [given] = parse_custom_catalog([entry(capacity={"cpu": 4, "memory": "16Gi", "pods": 110})])
+    instance_type = only([entry(capacity={"cpu": 4, "memory": "16Gi", "pods": 110})], settings=settings)
+    sku = load_shipped_catalog("eastus").sku("Standard_D4s_v5")
+    assert sku is not None
+
+    assert instance_type.capacity[PODS] == 30 == capacity(sku, settings)[PODS]
+    assert (
+        instance_type.capacity[EPHEMERAL_STORAGE] == 64 * 10**9 == capacity(sku, settings)[EPHEMERAL_STORAGE]
+    )
+    assert given.replaced() == ["capacity.pods"]
 
 
 def test_labels_and_extended_resources() -> None:
