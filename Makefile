@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos clean
+.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-chaos bench-upgrade bench-soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ bench-disruption: $(STAMP)
 N ?= 1000
 bench-chaos: $(STAMP)
 	$(BIN)/python benchmarks/chaos.py --pods $(N)
+
+# The previous release (the last in RELEASES.toml, or RELEASE=0.1.0) with 200 NodeClaims launching, draining and in a
+# disruption decision, its workers and controllers rolled to this tree's; fails on a non-determinism error, anything
+# stuck or leaked (N=40 for a quick run).
+bench-upgrade: $(STAMP) binaries
+	$(BIN)/python benchmarks/upgrade.py $(if $(filter command line environment,$(origin N)),--nodeclaims $(N)) $(if $(RELEASE),--release $(RELEASE))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

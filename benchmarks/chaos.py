@@ -136,6 +136,8 @@ class Supervised:
     args: tuple[str, ...]
     log: Path
     env: dict[str, str]
+    cwd: Path = field(default_factory=project_root)
+    """Where it runs: this tree, or a released one (`benchmarks/upgrade.py`)."""
     process: subprocess.Popen[bytes] | None = None
     held: bool = False
     exits: list[str] = field(default_factory=list)
@@ -147,7 +149,7 @@ class Supervised:
             out.flush()
             self.process = subprocess.Popen(
                 self.args,
-                cwd=project_root(),
+                cwd=self.cwd,
                 env={**os.environ, **self.env},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -168,12 +170,13 @@ class Supervised:
             self.exits.append(f"{self.name} exited with code {code}: {last_words(self.log)}")
             self.start()
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds, as the kubelet stops a pod."""
         self.held = True
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(grace)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -433,8 +436,8 @@ API_SERVER_READY_SECONDS = 600.0
 """How long a restarted kube-apiserver may take to be ready again before the benchmark gives up on it."""
 
 
-async def until(what: str, ready: Callable[[], Awaitable[bool]], timeout: float, system: System) -> bool:
-    """Until `ready()` holds (True) or `timeout` passed (False), supervising the processes meanwhile."""
+async def until(what: str, ready: Callable[[], Awaitable[bool]], timeout: float) -> bool:
+    """Until `ready()` holds (True) or `timeout` passed (False); `supervise` restarts the processes meanwhile."""
     deadline = time.monotonic() + timeout
     while not await ready():
         if time.monotonic() > deadline:
@@ -525,12 +528,12 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                     client, disruption_id(CLUSTER)
                 )
 
-            if not await until("the workers and the leading controller", ready, STARTUP_SECONDS, system):
+            if not await until("the workers and the leading controller", ready, STARTUP_SECONDS):
                 raise RuntimeError(
                     "the system did not start:\n"
                     + "\n".join(f"{p.name}:\n{tail(p.log)}" for p in system.supervised)
                 )
-            await kube.apply(_examples())
+            await kube.apply(consolidating_examples())
             tasks.append(group.create_task(watch(kube, cluster)))
             ids: dict[str, str] = {}
             for label, (fault, rate) in AZURE_ERRORS.items():
@@ -544,7 +547,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             async def first_vm() -> bool:
                 return (await emulator.counters()).vms_created >= 1
 
-            await until("the first VM", first_vm, STARTUP_SECONDS, system)
+            await until("the first VM", first_vm, STARTUP_SECONDS)
             for pause, kind in schedule(rng, options.rounds, options.gap):
                 await asyncio.sleep(pause)
                 await system.inject(kind)
@@ -553,16 +556,16 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             async def whole() -> bool:
                 return cluster.whole(options.pods)
 
-            whole_after_faults = await until("the system whole", whole, options.timeout, system)
+            whole_after_faults = await until("the system whole", whole, options.timeout)
             stuck_launching = [] if whole_after_faults else _stuck(cluster, "launching")
             stuck_deleting = [] if whole_after_faults else _stuck(cluster, "deleting")
             pods_running = cluster.pods_running
             await kube.scale("Deployment", "default", APP, 0)
 
             async def drained() -> bool:
-                return not cluster.claims and not await kube.list_nodes() and not await _azure_left(emulator)
+                return not cluster.claims and not await kube.list_nodes() and not await azure_left(emulator)
 
-            drained_in_time = await until("everything gone", drained, options.drain_timeout, system)
+            drained_in_time = await until("everything gone", drained, options.drain_timeout)
             if not drained_in_time:
                 stuck_deleting += [name for name in _stuck(cluster, "deleting") if name not in stuck_deleting]
             finished = time.time()
@@ -573,7 +576,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 process.stop()
 
         counters = await emulator.counters()
-        left = await _azure_left(emulator)
+        left = await azure_left(emulator)
         nodes_left = len(await kube.list_nodes())
         claims_left = len(await kube.list_nodeclaims())
         failures = {
@@ -618,12 +621,14 @@ def _arm_ca(environment: dict[str, str]) -> Path:
     return Path(environment["NODEWRIGHT_ARM_CA_FILE"])
 
 
-async def _azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
+async def azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
     return dict(Counter(str(item.get("type")) for item in await emulator.resources()))
 
 
-def _examples() -> list[dict[str, Any]]:
-    documents = examples()
+def consolidating_examples(root: Path | None = None) -> list[dict[str, Any]]:
+    """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter at 10 s and a disruption
+    budget of 100 %."""
+    documents = examples(root)
     for document in documents:
         if document.get("kind") == "NodePool":
             disruption = document["spec"]["disruption"]

@@ -236,10 +236,13 @@ async def trivial_rate(client: Client, count: int) -> float:
 # --- the cluster and the processes ---------------------------------------------------------------------------
 
 
-def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
-    """Pods that each need a node of their own (required anti-affinity on the hostname)."""
-    selector = {"matchLabels": {"app": APP}}
-    node_selector = {"node.kubernetes.io/instance-type": PINNED_INSTANCE_TYPE} if shape == "pinned" else {}
+def bench_deployment(
+    replicas: int, shape: str, name: str = APP, instance_type: str = PINNED_INSTANCE_TYPE
+) -> dict[str, Any]:
+    """Pods that each need a node of their own (required anti-affinity on the hostname), `pinned` to one instance
+    type or not."""
+    selector = {"matchLabels": {"app": name}}
+    node_selector = {"node.kubernetes.io/instance-type": instance_type} if shape == "pinned" else {}
     anti_affinity = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
     container = {
         "name": "app",
@@ -249,12 +252,12 @@ def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "replicas": replicas,
             "selector": selector,
             "template": {
-                "metadata": {"labels": {"app": APP}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": node_selector,
                     "affinity": {
@@ -267,10 +270,11 @@ def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
     }
 
 
-def examples() -> list[dict[str, Any]]:
-    """deploy/examples/, without the NodePool's CPU limit so that every benchmark node fits."""
+def examples(root: Path | None = None) -> list[dict[str, Any]]:
+    """deploy/examples/ of this tree (or another: a release's), without the NodePool's CPU limit so that every
+    benchmark node fits."""
     documents = []
-    for path in sorted((project_root() / "deploy" / "examples").glob("*.yaml")):
+    for path in sorted(((root or project_root()) / "deploy" / "examples").glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             if not document:
                 continue
