@@ -115,6 +115,7 @@ TERMINATION_GRACE_SECONDS = 30.0
 SHUTDOWN_GRACE_SECONDS = 20.0
 """The chart's worker.shutdownGraceSeconds."""
 ARM_RETRY_AFTER_SECONDS = 3.0
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 NON_DETERMINISM = re.compile(r"nondetermin|non-determin|TMPRL1100", re.IGNORECASE)
 """How a non-determinism error reads: the SDK's NondeterminismError, its [TMPRL1100] code."""
 FAILED_ACTIVATION = "Failed activation on workflow"
@@ -268,6 +269,10 @@ def system_settings(
         "NODEWRIGHT_SHUTDOWN_GRACE_SECONDS": f"{SHUTDOWN_GRACE_SECONDS:g}",
         "NODEWRIGHT_DISRUPTION_VALIDATION_SECONDS": f"{validation:g}",
         "POD_NAMESPACE": LEASE_NAMESPACE,
+        # As benchmarks/lifecycle.py: on a machine loaded by other work, the default 8 s renew deadline was missed
+        # and the leader exited (then restarted), which says nothing about an upgrade or a long day.
+        "NODEWRIGHT_LEADER_ELECTION_LEASE_SECONDS": "60",
+        "NODEWRIGHT_LEADER_ELECTION_RENEW_SECONDS": "50",
         **azure,
     }
 
@@ -286,19 +291,41 @@ def held_budget() -> dict[str, Any]:
 
 
 def deployment(name: str, replicas: int) -> dict[str, Any]:
-    return bench_deployment(replicas, "pinned", name, INSTANCE_TYPES[name])
+    """One of the benchmark's deployments; the `steady` pods are `karpenter.sh/do-not-disrupt`, so that the only
+    disruption there is to decide is the emptiness of the nodes emptied for it (consolidation would otherwise move
+    running pods onto them)."""
+    manifest = bench_deployment(replicas, "pinned", name, INSTANCE_TYPES[name])
+    if name == STEADY:
+        manifest["spec"]["template"]["metadata"]["annotations"] = {DO_NOT_DISRUPT: "true"}
+    return manifest
+
+
+async def disruption_status(client: Client) -> dict[str, Any]:
+    """The disruption loop's `plan` query (as JSON: the release's status may lack this tree's fields)."""
+    try:
+        status: dict[str, Any] = await client.get_workflow_handle(disruption_id(CLUSTER)).query("plan")
+    except Exception:
+        return {}
+    return status
+
+
+def candidates(command: dict[str, Any]) -> list[str]:
+    return sorted(candidate["nodeclaim"] for candidate in command["candidates"])
 
 
 async def deciding(client: Client) -> list[str]:
     """The NodeClaims of the disruption command that waits for validation now (none if it waits for nothing)."""
-    try:
-        status = await client.get_workflow_handle(disruption_id(CLUSTER)).query("plan")
-    except Exception:
-        return []
+    status = await disruption_status(client)
     commands = (status.get("plan") or {}).get("commands") or []
     if status.get("waiting_for") != "validation" or not commands:
         return []
-    return sorted(candidate["nodeclaim"] for candidate in commands[0]["candidates"])
+    return candidates(commands[0])
+
+
+async def decided(client: Client, decision: list[str]) -> str | None:
+    """What became of the command on `decision` (executed, abandoned, ...), once the loop has recorded it."""
+    results = (await disruption_status(client)).get("results") or []
+    return next((r["outcome"] for r in reversed(results) if candidates(r["command"]) == decision), None)
 
 
 async def nodeclaims_running(kube: KubernetesCluster, app: str) -> list[str]:
@@ -327,12 +354,15 @@ def in_flight(cluster: Cluster, decision: list[str]) -> dict[str, int]:
     }
 
 
-def settled(cluster: Cluster, pods: int, decision: list[str]) -> bool:
-    """Every bench pod Running on an Initialized NodeClaim, none deleting, and the decided nodes gone."""
+def settled(cluster: Cluster, pods: int, decision: list[str], outcome: str | None) -> bool:
+    """Every bench pod Running on an Initialized NodeClaim, none deleting, and the decision of the upgrade's time
+    over: executed (its nodes gone) or abandoned by its validation, as Karpenter abandons a command whose cluster
+    changed."""
     return (
         cluster.pods_running >= pods
         and all(state == "initialized" for state in cluster.claims.values())
-        and not set(decision) & set(cluster.claims)
+        and outcome is not None
+        and (outcome != "executed" or not set(decision) & set(cluster.claims))
     )
 
 
@@ -602,8 +632,12 @@ async def _arrange_and_upgrade(
         await kube.delete_object("PodDisruptionBudget", HELD, "default")
         pods = options.running + options.draining + options.arriving
 
+        outcome: str | None = None
+
         async def after() -> bool:
-            return settled(cluster, pods, decision)
+            nonlocal outcome
+            outcome = outcome or await decided(client, decision)
+            return settled(cluster, pods, decision, outcome)
 
         settled_in_time = await until("settled after the upgrade", after, options.settle_timeout)
         settled_at = time.time()
@@ -612,7 +646,10 @@ async def _arrange_and_upgrade(
             if settled_in_time
             else [f"{n} ({s})" for n, s in sorted(cluster.claims.items()) if s != "initialized"]
         )
-        stuck += [f"{name} (decided, still here)" for name in decision if name in cluster.claims]
+        if outcome is None:
+            stuck.append(f"the disruption decision on {', '.join(decision)} (not over)")
+        elif outcome == "executed":
+            stuck += [f"{name} (disrupted, still here)" for name in decision if name in cluster.claims]
         running_after = cluster.pods_running
 
         # The teardown: every lifecycle through termination on this tree's code.
@@ -634,6 +671,7 @@ async def _arrange_and_upgrade(
     return {
         "nodeclaims": options.nodeclaims,
         "at_upgrade": at_upgrade,
+        "decision_outcome": outcome,
         "rollout_problems": [problem for problems in rollouts for problem in problems],
         "replayed": replayed,
         "replay_failures": replay_failures,
@@ -698,6 +736,7 @@ def print_table(row: dict[str, Any]) -> None:
         (f"{row['previous']} -> {row['current']}", ""),
         (f"NodeClaims in flight at the upgrade (N = {row['nodeclaims']})", sum(row["at_upgrade"].values())),
         *((f"  {state}", count) for state, count in row["at_upgrade"].items()),
+        ("the disruption decision, after the upgrade", row["decision_outcome"] or "not over"),
         ("non-determinism errors", non_determinism(row)),
         ("  in histories (workflow task failures)", len(row["history_non_determinism"])),
         (
