@@ -58,5 +58,12 @@ bench-chaos: $(STAMP)
 bench-upgrade: $(STAMP) binaries
 	$(BIN)/python benchmarks/upgrade.py $(if $(filter command line environment,$(origin N)),--nodeclaims $(N)) $(if $(RELEASE),--release $(RELEASE))
 
+# HOURS of seeded churn at about 200 nodes (scale-ups and downs, Spot evictions, drift, a restart of each process),
+# with every process's memory and the long-lived workflows' histories sampled; fails when memory grew after the
+# warm-up, a long-lived history was unbounded or anything leaked (HOURS=0.25 for a quick run).
+HOURS ?= 2
+bench-soak: $(STAMP) binaries
+	$(BIN)/python benchmarks/soak.py --hours $(HOURS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

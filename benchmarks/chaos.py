@@ -625,15 +625,17 @@ async def azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
     return dict(Counter(str(item.get("type")) for item in await emulator.resources()))
 
 
-def consolidating_examples(root: Path | None = None) -> list[dict[str, Any]]:
-    """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter at 10 s and a disruption
-    budget of 100 %."""
+def consolidating_examples(
+    root: Path | None = None, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
+) -> list[dict[str, Any]]:
+    """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter (10 s) and disruption
+    budget (100 %) set."""
     documents = examples(root)
     for document in documents:
         if document.get("kind") == "NodePool":
             disruption = document["spec"]["disruption"]
-            disruption["consolidateAfter"] = CONSOLIDATE_AFTER
-            disruption["budgets"] = [{"nodes": BUDGET}]
+            disruption["consolidateAfter"] = consolidate_after
+            disruption["budgets"] = [{"nodes": budget}]
     return documents
 
 
