@@ -8,16 +8,17 @@ by `workers.releases` (its files exported from git into `<cache>/releases/`, wit
 system runs as in benchmarks/chaos.py: the control plane, the emulated Azure and the Temporal dev server (its
 state in a database file) of this tree, which an upgrade of nodewright leaves as they are; two workers and two
 controllers (leader election, one standby) of the release, started from its tree with its interpreter. The
-release's CRDs and deploy/examples/ are applied (the NodePool's consolidateAfter at 10 s, its disruption budget
-100 %), and disruption decisions wait `--validation-seconds` (300) before they execute.
+release's CRDs and deploy/examples/ are applied (the NodePool's disruption budget at 100 %, consolidation off until
+the work is arranged), and disruption decisions wait `--validation-seconds` (300) before they execute.
 
 N NodeClaims are arranged in four states, by three deployments of pods that each need a node of their own (each
 pinned to an instance type of its own, so that no pod lands on another deployment's node):
 
-- running: `steady` pods on Initialized nodes;
-- in a disruption decision: an eighth of N `steady` pods scaled away, leaving their nodes empty; the disruption
-  loop finds them and its emptiness command waits for validation (the benchmark waits until the loop's `plan`
-  query says so);
+- running: `steady` pods on Initialized nodes (`karpenter.sh/do-not-disrupt`, so that consolidation moves none of
+  them onto the nodes emptied below);
+- in a disruption decision: an eighth of N `steady` pods scaled away, leaving their nodes empty; then the NodePool's
+  consolidateAfter goes from Never to 10 s, the disruption loop finds them all, and its emptiness command waits
+  for validation (the benchmark waits until the loop's `plan` query says so);
 - draining: an eighth of N `held` pods under a PodDisruptionBudget of maxUnavailable 0 whose NodeClaims are
   deleted: their drains wait on the budget, and the provisioner launches their replacements;
 - launching: a quarter of N `arriving` pods, with each emulated VM's create now taking `--vm-create-seconds`
@@ -116,6 +117,7 @@ SHUTDOWN_GRACE_SECONDS = 20.0
 """The chart's worker.shutdownGraceSeconds."""
 ARM_RETRY_AFTER_SECONDS = 3.0
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+CONSOLIDATE_AFTER_SECONDS = 10
 NON_DETERMINISM = re.compile(r"nondetermin|non-determin|TMPRL1100", re.IGNORECASE)
 """How a non-determinism error reads: the SDK's NondeterminismError, its [TMPRL1100] code."""
 FAILED_ACTIVATION = "Failed activation on workflow"
@@ -560,7 +562,8 @@ async def _arrange_and_upgrade(
         )
 
     # The steady state: every pod on an Initialized node.
-    await kube.apply(consolidating_examples(previous.root))
+    # No disruption while the first nodes come (a decision then would hold the loop in its long validation).
+    await kube.apply(consolidating_examples(previous.root, consolidate_after="Never"))
     await kube.apply(
         [
             held_budget(),
@@ -590,11 +593,25 @@ async def _arrange_and_upgrade(
             }
         )
         await kube.scale("Deployment", "default", STEADY, options.running)
+
+        async def emptied() -> bool:
+            return sum(1 for pod in cluster.running if pod.startswith(f"{STEADY}-")) <= options.running
+
+        await until("the steady pods scaled away", emptied, 120.0)
+        await asyncio.sleep(CONSOLIDATE_AFTER_SECONDS + 2)
+        # Consolidation on, now that the emptied nodes have been empty for longer than consolidateAfter: the
+        # first pass finds them all at once.
+        consolidate = json.dumps(
+            {"spec": {"disruption": {"consolidateAfter": f"{CONSOLIDATE_AFTER_SECONDS}s"}}}
+        )
+        await asyncio.to_thread(
+            plane.kubectl, "patch", "nodepool", "default", "--type=merge", "-p", consolidate
+        )
         decision: list[str] = []
 
         async def waiting_for_validation() -> bool:
             decision[:] = await deciding(client)
-            return bool(decision)
+            return len(decision) >= options.deciding
 
         if not await until("a disruption decision waiting for validation", waiting_for_validation, 300.0):
             raise RuntimeError("the disruption loop made no decision on the emptied nodes")
