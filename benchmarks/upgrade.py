@@ -66,7 +66,6 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +123,9 @@ FAILED_ACTIVATION = "Failed activation on workflow"
 PROGRESS_SECONDS = 15.0
 STARTUP_SECONDS = 300.0
 """How long a process may take to be ready: on this shared 2-core machine, loaded, a worker took over a minute."""
-QUERY_CONCURRENCY = 8
-QUERY_TIMEOUT_SECONDS = 60.0
+QUERY_CONCURRENCY = 32
+QUERY_TIMEOUT_SECONDS = 30.0
+"""A query waits for the workflow task in flight: one whose task keeps failing never answers."""
 
 
 @dataclass
@@ -437,7 +437,9 @@ async def replay_open_workflows(client: Client) -> tuple[int, list[str]]:
     async def replay(handle: Any) -> None:
         async with gate:
             try:
-                await handle.query("__stack_trace", rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_SECONDS))
+                await asyncio.wait_for(handle.query("__stack_trace"), QUERY_TIMEOUT_SECONDS)
+            except TimeoutError:
+                failures.append(f"{handle.id}: no answer within {QUERY_TIMEOUT_SECONDS:g} s")
             except Exception as error:
                 failures.append(f"{handle.id}: {str(error)[:240]}")
 
@@ -621,10 +623,15 @@ async def _arrange_and_upgrade(
         await kube.scale("Deployment", "default", ARRIVING, options.arriving)
 
         async def arranged() -> bool:
+            """The drains waiting, and the arriving pods' NodeClaims launching with the drained pods'
+            replacements."""
             states = in_flight(cluster, decision)
-            return states["draining"] >= options.draining and states["launching"] >= options.arriving
+            return (
+                states["draining"] >= options.draining
+                and states["launching"] >= options.arriving + options.draining
+            )
 
-        await until("the launches and drains in flight", arranged, 120.0)
+        await until("the launches and drains in flight", arranged, 180.0)
         at_upgrade = in_flight(cluster, decision)
         progress(f"at the upgrade: {at_upgrade}")
 
@@ -720,6 +727,11 @@ def non_determinism(row: dict[str, Any]) -> int:
     return len(row["history_non_determinism"]) + len(replays) + len(row["log_non_determinism"])
 
 
+def non_deterministic_workflows(row: dict[str, Any]) -> int:
+    """Workflows whose history has a workflow task failed by a non-determinism error."""
+    return len({line.partition(": ")[0] for line in row["history_non_determinism"]})
+
+
 def stuck(row: dict[str, Any]) -> int:
     return len(row["stuck"]) + len(row["failing_tasks"]) + len(row["open_lifecycles"])
 
@@ -755,7 +767,10 @@ def print_table(row: dict[str, Any]) -> None:
         *((f"  {state}", count) for state, count in row["at_upgrade"].items()),
         ("the disruption decision, after the upgrade", row["decision_outcome"] or "not over"),
         ("non-determinism errors", non_determinism(row)),
-        ("  in histories (workflow task failures)", len(row["history_non_determinism"])),
+        (
+            "  in histories (workflow task failures, workflows)",
+            f"{len(row['history_non_determinism'])}, {non_deterministic_workflows(row)}",
+        ),
         (
             "  replaying the open workflows after the rollout",
             f"{len(row['replay_failures'])} of {row['replayed']}",
