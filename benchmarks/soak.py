@@ -86,6 +86,7 @@ from benchmarks.lifecycle import (
     workflow_exists,
 )
 from benchmarks.upgrade import (
+    OPEN_LIFECYCLES,
     STARTUP_SECONDS,
     TERMINATION_GRACE_SECONDS,
     Build,
@@ -518,7 +519,12 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 await kube.scale("Deployment", "default", name, 0)
 
             async def drained() -> bool:
-                return not cluster.claims and not await kube.list_nodes() and not await azure_left(emulator)
+                return (
+                    not cluster.claims
+                    and not await kube.list_nodes()
+                    and not await azure_left(emulator)
+                    and not (await client.count_workflows(OPEN_LIFECYCLES)).count
+                )
 
             await until("everything gone", drained, options.drain_timeout)
             drained_after = round(time.time() - soak.started - options.seconds, 1)
@@ -535,9 +541,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             "samples": [vars(s) for s in samples[:churned]],
             "events": soak.events,
             "runs": await runs_of(client),
-            "open_lifecycles": (
-                await client.count_workflows('WorkflowType="NodeClaim" AND ExecutionStatus="Running"')
-            ).count,
+            "open_lifecycles": (await client.count_workflows(OPEN_LIFECYCLES)).count,
             "workflow_failures": {
                 status: (await client.count_workflows(f'ExecutionStatus="{status}"')).count
                 for status in ("Failed", "TimedOut")
