@@ -651,6 +651,9 @@ async def _arrange_and_upgrade(
         )
         replayed, replay_failures = await replay_open_workflows(client)
         replay_seconds = round(time.time() - rolled, 1)
+        progress(
+            f"replayed {replayed} open workflows in {replay_seconds:.0f} s: {len(replay_failures)} failed"
+        )
         await kube.delete_object("PodDisruptionBudget", HELD, "default")
         pods = options.running + options.draining + options.arriving
 
