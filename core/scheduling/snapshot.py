@@ -57,15 +57,19 @@ def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
 
 
 def azure_provider(
-    catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = ()
+    catalog: AzureCatalog,
+    unavailable: Collection[tuple[str, str, str]] = (),
+    base: InstanceTypeProvider | None = None,
 ) -> InstanceTypeProvider:
-    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass."""
+    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass. `base`, the same catalog's
+    provider without `unavailable`, lends every instance type the unavailable offerings leave alone."""
     cache: dict[NodeClassSettings, list[InstanceType]] = {}
 
     def provide(nodeclass: AKSNodeClass | None) -> list[InstanceType]:
         settings = nodeclass_settings(nodeclass)
         if settings not in cache:
-            cache[settings] = azure_instance_types(catalog, settings, frozenset(unavailable))
+            reuse = base(nodeclass) if base is not None and unavailable else ()
+            cache[settings] = azure_instance_types(catalog, settings, frozenset(unavailable), reuse)
         return cache[settings]
 
     return provide
