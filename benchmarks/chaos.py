@@ -59,12 +59,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client
 
 from activities.kubeclient import KubernetesCluster, load_cluster
 from benchmarks.lifecycle import (
@@ -81,7 +83,7 @@ from benchmarks.lifecycle import (
 from core.cluster import EventType as WatchEventType
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm.faults import Fault, FaultAction
-from workers.controlplane.run import ControlPlane, start_control_plane
+from workers.controlplane.run import DEFAULT_CRDS, ControlPlane, start_control_plane
 from workers.processes import die_with_parent
 from workers.temporal_server import DevServer, free_port
 from workers.worker import connect
@@ -475,41 +477,80 @@ def _stuck(cluster: Cluster, state: str) -> list[str]:
     return sorted(name for name, now in cluster.claims.items() if now == state)
 
 
-async def run(options: Options) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+async def on_a_control_plane(
+    prefix: str,
+    keep: bool,
+    run: Callable[[ControlPlane, Path, Path], Awaitable[T]],
+    crds: Path | None = DEFAULT_CRDS,
+) -> T:
+    """`run(plane, directory, logs)` on a control plane of its own (with the CRDs of `crds`), in a temporary
+    directory removed afterwards unless `keep`."""
     logging.basicConfig(level=logging.WARNING)
     # This process's watch retries through the API server's outages: not worth a warning each time.
     for name in ("nodewright.kube", "urllib3.connectionpool"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    directory = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
-    if options.keep:
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep:
         print(f"state and logs: {directory}", file=sys.stderr, flush=True)
     logs = directory / "logs"
     logs.mkdir()
     try:
-        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane")
+        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane", crds=crds)
         try:
-            return await _run_on(plane, directory, logs, options)
+            return await run(plane, directory, logs)
         finally:
             await asyncio.to_thread(plane.stop)
     finally:
-        if not options.keep:
+        if not keep:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Options) -> dict[str, Any]:
-    rng = random.Random(options.seed)
+@dataclass
+class Surroundings:
+    """What the system runs on besides the control plane, and this process's handles on it."""
+
+    kube: KubernetesCluster
+    temporal: DevServer
+    """The dev server, its state in a database file: it can die and come back."""
+    azure: subprocess.Popen[bytes]
+    """The emulated Azure's process."""
+    azure_environment: dict[str, str]
+    """The `NODEWRIGHT_*` variables that point a worker at it."""
+    emulator: AksEmulatorClient
+    client: Client
+
+
+@contextlib.asynccontextmanager
+async def surroundings(
+    plane: ControlPlane, directory: Path, logs: Path, seed: int
+) -> AsyncIterator[Surroundings]:
     kube = load_cluster(str(plane.kubeconfig))
     temporal = DevServer(db_filename=directory / "temporal.db", log_path=logs / "temporal.log")
     async with (
         kube,
         temporal,
-        emulated_azure(plane, directory, logs, options.seed) as (_azure, azure_environment),
+        emulated_azure(plane, directory, logs, seed) as (azure, environment),
         AksEmulatorClient(
-            azure_environment["NODEWRIGHT_ARM_ENDPOINT"], _arm_ca(azure_environment)
+            environment["NODEWRIGHT_ARM_ENDPOINT"], Path(environment["NODEWRIGHT_ARM_CA_FILE"])
         ) as emulator,
-        asyncio.TaskGroup() as group,
     ):
-        client = await connect(temporal.target)
+        yield Surroundings(kube, temporal, azure, environment, emulator, await connect(temporal.target))
+
+
+async def run(options: Options) -> dict[str, Any]:
+    return await on_a_control_plane(
+        "bench-chaos-", options.keep, lambda plane, directory, logs: _run_on(plane, directory, logs, options)
+    )
+
+
+async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Options) -> dict[str, Any]:
+    rng = random.Random(options.seed)
+    async with surroundings(plane, directory, logs, options.seed) as around, asyncio.TaskGroup() as group:
+        kube, temporal, emulator, client = around.kube, around.temporal, around.emulator, around.client
+        azure_environment = around.azure_environment
         await emulator.update_settings({"agent": {"bootstrap_refusal_grace": BOOTSTRAP_REFUSAL_GRACE}})
         workers, controllers = _processes(plane, temporal, azure_environment, logs)
         system = System(
@@ -576,9 +617,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 process.stop()
 
         counters = await emulator.counters()
-        left = await azure_left(emulator)
-        nodes_left = len(await kube.list_nodes())
-        claims_left = len(await kube.list_nodeclaims())
+        left = await left_over(kube, emulator)
         failures = {
             status: (await client.count_workflows(f'ExecutionStatus="{status}"')).count
             for status in ("Failed", "TimedOut")
@@ -596,11 +635,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
         "pods": options.pods,
         "seed": options.seed,
         "faults": dict(injected),
-        "vms_left": left.get("Microsoft.Compute/virtualMachines", 0),
-        "nics_left": left.get("Microsoft.Network/networkInterfaces", 0),
-        "disks_left": left.get("Microsoft.Compute/disks", 0),
-        "nodes_left": nodes_left,
-        "nodeclaims_left": claims_left,
+        **left,
         "vms_created": counters.vms_created,
         "vms_created_twice": counters.vms_created_again,
         "peak_pods_running": cluster.peak_running,
@@ -617,12 +652,34 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
     }
 
 
-def _arm_ca(environment: dict[str, str]) -> Path:
-    return Path(environment["NODEWRIGHT_ARM_CA_FILE"])
-
-
 async def azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
     return dict(Counter(str(item.get("type")) for item in await emulator.resources()))
+
+
+LEFT = (
+    ("vms_left", "VMs"),
+    ("nics_left", "NICs"),
+    ("disks_left", "disks"),
+    ("nodes_left", "Nodes"),
+    ("nodeclaims_left", "NodeClaims"),
+)
+"""What a scale to zero must leave none of, as a row's keys and their names."""
+
+
+async def left_over(kube: KubernetesCluster, emulator: AksEmulatorClient) -> dict[str, int]:
+    """How many VMs, NICs and disks (in the emulated Azure), Nodes and NodeClaims are left, by `LEFT`'s keys."""
+    azure = await azure_left(emulator)
+    return {
+        "vms_left": azure.get("Microsoft.Compute/virtualMachines", 0),
+        "nics_left": azure.get("Microsoft.Network/networkInterfaces", 0),
+        "disks_left": azure.get("Microsoft.Compute/disks", 0),
+        "nodes_left": len(await kube.list_nodes()),
+        "nodeclaims_left": len(await kube.list_nodeclaims()),
+    }
+
+
+def leaked(row: dict[str, Any]) -> list[str]:
+    return [f"{row[key]} {label} left" for key, label in LEFT if row[key]]
 
 
 def consolidating_examples(
@@ -644,17 +701,7 @@ def consolidating_examples(
 
 def problems(row: dict[str, Any]) -> list[str]:
     """What makes the run fail: anything left, made twice, stuck, or pods that never all ran."""
-    found = [
-        f"{row[key]} {label} left"
-        for key, label in (
-            ("vms_left", "VMs"),
-            ("nics_left", "NICs"),
-            ("disks_left", "disks"),
-            ("nodes_left", "Nodes"),
-            ("nodeclaims_left", "NodeClaims"),
-        )
-        if row[key]
-    ]
+    found = leaked(row)
     if row["vms_created_twice"]:
         found.append(f"VMs created twice: {', '.join(row['vms_created_twice'])}")
     if row["stuck_launching"] or row["stuck_deleting"]:

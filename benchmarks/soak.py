@@ -49,10 +49,8 @@ import json
 import logging
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,14 +62,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient import KubernetesCluster
 from benchmarks.chaos import (
     API_SERVER_READY_SECONDS,
     LEASE,
     LEASE_NAMESPACE,
+    LEFT,
     Cluster,
     azure_left,
     consolidating_examples,
+    leaked,
+    left_over,
+    on_a_control_plane,
+    surroundings,
     until,
     watch,
 )
@@ -79,7 +82,6 @@ from benchmarks.lifecycle import (
     APP,
     CLUSTER,
     bench_deployment,
-    emulated_azure,
     has_pollers,
     tail,
     temporal_pid,
@@ -96,10 +98,9 @@ from benchmarks.upgrade import (
     system_settings,
 )
 from simulator.aks_client import AksEmulatorClient
-from workers.controlplane.run import ControlPlane, start_control_plane
+from workers.controlplane.run import ControlPlane
 from workers.demo.disruption import status_images
 from workers.temporal_server import DevServer
-from workers.worker import connect
 from workflows.disruption import disruption_id
 from workflows.ids import provisioner_id, static_id
 
@@ -445,41 +446,18 @@ async def run(options: Options) -> dict[str, Any]:
         logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
     )
     Runtime.set_default(Runtime(telemetry=quiet), error_if_already_set=False)
-    for name in ("nodewright.kube", "urllib3.connectionpool"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    directory = Path(tempfile.mkdtemp(prefix="bench-soak-"))
-    if options.keep:
-        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
-    logs = directory / "logs"
-    logs.mkdir()
-    try:
-        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane")
-        try:
-            return await _run_on(plane, directory, logs, options)
-        finally:
-            await asyncio.to_thread(plane.stop)
-    finally:
-        if not options.keep:
-            shutil.rmtree(directory, ignore_errors=True)
+    return await on_a_control_plane(
+        "bench-soak-", options.keep, lambda plane, directory, logs: _run_on(plane, directory, logs, options)
+    )
 
 
 async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Options) -> dict[str, Any]:
-    kube = load_cluster(str(plane.kubeconfig))
-    temporal = DevServer(db_filename=directory / "temporal.db", log_path=logs / "temporal.log")
     cluster = Cluster()
     samples: list[Sample] = []
-    async with (
-        kube,
-        temporal,
-        emulated_azure(plane, directory, logs, options.seed) as (azure, azure_environment),
-        AksEmulatorClient(
-            azure_environment["NODEWRIGHT_ARM_ENDPOINT"], Path(azure_environment["NODEWRIGHT_ARM_CA_FILE"])
-        ) as emulator,
-        asyncio.TaskGroup() as group,
-    ):
-        client = await connect(temporal.target)
+    async with surroundings(plane, directory, logs, options.seed) as around, asyncio.TaskGroup() as group:
+        kube, temporal, emulator, client = around.kube, around.temporal, around.emulator, around.client
         settings = {
-            **system_settings(plane, temporal, azure_environment, VALIDATION_SECONDS),
+            **system_settings(plane, temporal, around.azure_environment, VALIDATION_SECONDS),
             "NODEWRIGHT_TASK_QUEUE": TASK_QUEUE,
             "FEATURE_GATES": "StaticCapacity=true",
         }
@@ -507,7 +485,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             await kube.apply([static_pool(3), capacity_window(), *deployments(soak.replica_counts)])
             soak.started = time.time()
             tasks.append(
-                group.create_task(sample(soak, client, process_ids(plane, azure, replicas), samples))
+                group.create_task(sample(soak, client, process_ids(plane, around.azure, replicas), samples))
             )
             tasks.append(group.create_task(report(soak, cluster)))
             await soak.churn()
@@ -533,7 +511,6 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 task.cancel()
             for each in everyone:
                 await asyncio.to_thread(each.process.stop)
-        left = await azure_left(emulator)
         row = {
             "hours": options.hours,
             "nodes": options.nodes,
@@ -546,11 +523,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 status: (await client.count_workflows(f'ExecutionStatus="{status}"')).count
                 for status in ("Failed", "TimedOut")
             },
-            "vms_left": left.get("Microsoft.Compute/virtualMachines", 0),
-            "nics_left": left.get("Microsoft.Network/networkInterfaces", 0),
-            "disks_left": left.get("Microsoft.Compute/disks", 0),
-            "nodes_left": len(await kube.list_nodes()),
-            "nodeclaims_left": len(await kube.list_nodeclaims()),
+            **await left_over(kube, emulator),
             "stuck_deleting": sorted(cluster.claims),
             "drained_after_seconds": drained_after,
             "vms_created": (await emulator.counters()).vms_created,
@@ -619,15 +592,6 @@ def histories(row: dict[str, Any]) -> dict[str, dict[str, int]]:
     return found
 
 
-LEFT = (
-    ("vms_left", "VMs"),
-    ("nics_left", "NICs"),
-    ("disks_left", "disks"),
-    ("nodes_left", "Nodes"),
-    ("nodeclaims_left", "NodeClaims"),
-)
-
-
 def problems(row: dict[str, Any], options: Options) -> list[str]:
     found = [
         f"{name} grew {figures['growth']:.0%} after the warm-up ({figures['after_warmup_mb']} -> "
@@ -641,7 +605,7 @@ def problems(row: dict[str, Any], options: Options) -> list[str]:
     missing = [name for name in LONG_LIVED if not row["runs"].get(name)]
     if missing:
         found.append(f"no run of {', '.join(missing)} to measure")
-    found += [f"{row[key]} {label} left" for key, label in LEFT if row[key]]
+    found += leaked(row)
     if row["open_lifecycles"]:
         found.append(f"{row['open_lifecycles']} NodeClaim lifecycles still open")
     if sum(row["workflow_failures"].values()):

@@ -55,12 +55,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -75,14 +72,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient import KubernetesCluster
 from benchmarks.chaos import (
     LEASE_NAMESPACE,
+    LEFT,
     Cluster,
     Supervised,
     azure_left,
     consolidating_examples,
     last_words,
+    leaked,
+    left_over,
+    on_a_control_plane,
+    surroundings,
     until,
     watch,
 )
@@ -90,17 +92,15 @@ from benchmarks.lifecycle import (
     APP,
     CLUSTER,
     bench_deployment,
-    emulated_azure,
     has_pollers,
     project_root,
     tail,
     workflow_exists,
 )
 from simulator.aks_client import AksEmulatorClient
-from workers.controlplane.run import ControlPlane, start_control_plane
+from workers.controlplane.run import ControlPlane
 from workers.releases import Release, read_releases, release_python, released_tree
 from workers.temporal_server import DevServer, free_port
-from workers.worker import connect
 from workflows.disruption import disruption_id
 
 NODECLAIMS = 200
@@ -461,9 +461,6 @@ def log_lines(logs: Iterable[Path], pattern: re.Pattern[str]) -> list[str]:
 
 
 async def run(options: Options) -> dict[str, Any]:
-    logging.basicConfig(level=logging.WARNING)
-    for name in ("nodewright.kube", "urllib3.connectionpool"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     releases = read_releases()
     release = (
         next((r for r in releases if r.version == options.release), None) if options.release else releases[-1]
@@ -473,22 +470,12 @@ async def run(options: Options) -> dict[str, Any]:
             f"no release {options.release} in RELEASES.toml: {', '.join(r.version for r in releases)}"
         )
     previous, current = Build.released(release), Build.current()
-    directory = Path(tempfile.mkdtemp(prefix="bench-upgrade-"))
-    if options.keep:
-        print(f"state and logs: {directory}", file=sys.stderr, flush=True)
-    logs = directory / "logs"
-    logs.mkdir()
-    try:
-        plane = await asyncio.to_thread(
-            start_control_plane, directory / "control-plane", crds=previous.root / "deploy" / "crds"
-        )
-        try:
-            row = await _run_on(plane, directory, logs, options, previous, current)
-        finally:
-            await asyncio.to_thread(plane.stop)
-    finally:
-        if not options.keep:
-            shutil.rmtree(directory, ignore_errors=True)
+    row = await on_a_control_plane(
+        "bench-upgrade-",
+        options.keep,
+        lambda plane, directory, logs: _run_on(plane, directory, logs, options, previous, current),
+        crds=previous.root / "deploy" / "crds",
+    )
     return {"previous": previous.name, "current": current.name, **row}
 
 
@@ -499,20 +486,12 @@ def progress(line: str) -> None:
 async def _run_on(
     plane: ControlPlane, directory: Path, logs: Path, options: Options, previous: Build, current: Build
 ) -> dict[str, Any]:
-    kube = load_cluster(str(plane.kubeconfig))
-    temporal = DevServer(db_filename=directory / "temporal.db", log_path=logs / "temporal.log")
     cluster = Cluster()
-    async with (
-        kube,
-        temporal,
-        emulated_azure(plane, directory, logs, options.seed) as (_azure, azure_environment),
-        AksEmulatorClient(
-            azure_environment["NODEWRIGHT_ARM_ENDPOINT"], Path(azure_environment["NODEWRIGHT_ARM_CA_FILE"])
-        ) as emulator,
-        asyncio.TaskGroup() as group,
-    ):
-        client = await connect(temporal.target)
-        settings = system_settings(plane, temporal, azure_environment, options.validation_seconds)
+    async with surroundings(plane, directory, logs, options.seed) as around, asyncio.TaskGroup() as group:
+        kube, emulator, client = around.kube, around.emulator, around.client
+        settings = system_settings(
+            plane, around.temporal, around.azure_environment, options.validation_seconds
+        )
         old = deployment_replicas(previous, "old-", settings, logs)
         new = deployment_replicas(current, "new-", settings, logs)
         everyone = [*old["worker"], *old["controller"], *new["worker"], *new["controller"]]
@@ -697,7 +676,6 @@ async def _arrange_and_upgrade(
     finally:
         reporter.cancel()
     end = await scan_workflows(client, set(cluster.claims))
-    left = await azure_left(emulator)
     return {
         "nodeclaims": options.nodeclaims,
         "at_upgrade": at_upgrade,
@@ -714,11 +692,7 @@ async def _arrange_and_upgrade(
         "stuck": stuck,
         "pods_running_after": running_after,
         "pods": pods,
-        "vms_left": left.get("Microsoft.Compute/virtualMachines", 0),
-        "nics_left": left.get("Microsoft.Network/networkInterfaces", 0),
-        "disks_left": left.get("Microsoft.Compute/disks", 0),
-        "nodes_left": len(await kube.list_nodes()),
-        "nodeclaims_left": len(await kube.list_nodeclaims()),
+        **await left_over(kube, emulator),
         "rollout_seconds": round(rolled - upgrade_started, 1),
         "replay_seconds": replay_seconds,
         "settled_seconds": round(settled_at - upgrade_started, 1),
@@ -743,15 +717,6 @@ def stuck(row: dict[str, Any]) -> int:
     return len(row["stuck"]) + len(row["failing_tasks"]) + len(row["open_lifecycles"])
 
 
-LEFT = (
-    ("vms_left", "VMs"),
-    ("nics_left", "NICs"),
-    ("disks_left", "disks"),
-    ("nodes_left", "Nodes"),
-    ("nodeclaims_left", "NodeClaims"),
-)
-
-
 def problems(row: dict[str, Any]) -> list[str]:
     found = []
     if count := non_determinism(row):
@@ -762,7 +727,7 @@ def problems(row: dict[str, Any]) -> list[str]:
         found.append(f"workflows {row['workflows_closed_badly']}")
     if count := stuck(row):
         found.append(f"{count} stuck")
-    found += [f"{row[key]} {label} left" for key, label in LEFT if row[key]]
+    found += leaked(row)
     found += row["rollout_problems"]
     return found
 
