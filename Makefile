@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-repack bench-chaos bench-fuzz clean
+.PHONY: demo test lint binaries bench bench-lifecycle bench-disruption bench-repack bench-chaos bench-fuzz bench-upgrade bench-soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,19 @@ OBJECTS ?= 10000
 SAMPLE ?= 300
 bench-fuzz: $(STAMP)
 	$(BIN)/python benchmarks/fuzz.py --objects $(OBJECTS) --sample $(SAMPLE)
+
+# The previous release (the last in RELEASES.toml, or RELEASE=0.1.0) with 200 NodeClaims launching, draining and in a
+# disruption decision, its workers and controllers rolled to this tree's; fails on a non-determinism error, anything
+# stuck or leaked (N=40 for a quick run).
+bench-upgrade: $(STAMP) binaries
+	$(BIN)/python benchmarks/upgrade.py $(if $(filter command line environment,$(origin N)),--nodeclaims $(N)) $(if $(RELEASE),--release $(RELEASE))
+
+# HOURS of seeded churn at about 200 nodes (scale-ups and downs, Spot evictions, drift, a restart of each process),
+# with every process's memory and the long-lived workflows' histories sampled; fails when memory grew after the
+# warm-up, a long-lived history was unbounded or anything leaked (HOURS=0.25 for a quick run).
+HOURS ?= 2
+bench-soak: $(STAMP) binaries
+	$(BIN)/python benchmarks/soak.py --hours $(HOURS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -59,12 +59,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client
 
 from activities.kubeclient import KubernetesCluster, load_cluster
 from benchmarks.lifecycle import APP, bench_deployment
@@ -73,7 +75,7 @@ from benchmarks.processes import ROOT, tail
 from core.cluster import EventType as WatchEventType
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm.faults import Fault, FaultAction
-from workers.controlplane.run import ControlPlane, start_control_plane
+from workers.controlplane.run import DEFAULT_CRDS, ControlPlane, start_control_plane
 from workers.processes import die_with_parent
 from workers.temporal_server import DevServer, free_port
 from workers.worker import connect
@@ -128,6 +130,8 @@ class Supervised:
     args: tuple[str, ...]
     log: Path
     env: dict[str, str]
+    cwd: Path = ROOT
+    """Where it runs: this tree, or a released one (`benchmarks/upgrade.py`)."""
     process: subprocess.Popen[bytes] | None = None
     held: bool = False
     exits: list[str] = field(default_factory=list)
@@ -139,7 +143,7 @@ class Supervised:
             out.flush()
             self.process = subprocess.Popen(
                 self.args,
-                cwd=ROOT,
+                cwd=self.cwd,
                 env={**os.environ, **self.env},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -160,12 +164,13 @@ class Supervised:
             self.exits.append(f"{self.name} exited with code {code}: {last_words(self.log)}")
             self.start()
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds, as the kubelet stops a pod."""
         self.held = True
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(10)
+                self.process.wait(grace)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -425,8 +430,8 @@ API_SERVER_READY_SECONDS = 600.0
 """How long a restarted kube-apiserver may take to be ready again before the benchmark gives up on it."""
 
 
-async def until(what: str, ready: Callable[[], Awaitable[bool]], timeout: float, system: System) -> bool:
-    """Until `ready()` holds (True) or `timeout` passed (False), supervising the processes meanwhile."""
+async def until(what: str, ready: Callable[[], Awaitable[bool]], timeout: float) -> bool:
+    """Until `ready()` holds (True) or `timeout` passed (False); `supervise` restarts the processes meanwhile."""
     deadline = time.monotonic() + timeout
     while not await ready():
         if time.monotonic() > deadline:
@@ -464,41 +469,80 @@ def _stuck(cluster: Cluster, state: str) -> list[str]:
     return sorted(name for name, now in cluster.claims.items() if now == state)
 
 
-async def run(options: Options) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+async def on_a_control_plane(
+    prefix: str,
+    keep: bool,
+    run: Callable[[ControlPlane, Path, Path], Awaitable[T]],
+    crds: Path | None = DEFAULT_CRDS,
+) -> T:
+    """`run(plane, directory, logs)` on a control plane of its own (with the CRDs of `crds`), in a temporary
+    directory removed afterwards unless `keep`."""
     logging.basicConfig(level=logging.WARNING)
     # This process's watch retries through the API server's outages: not worth a warning each time.
     for name in ("nodewright.kube", "urllib3.connectionpool"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    directory = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
-    if options.keep:
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep:
         print(f"state and logs: {directory}", file=sys.stderr, flush=True)
     logs = directory / "logs"
     logs.mkdir()
     try:
-        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane")
+        plane = await asyncio.to_thread(start_control_plane, directory / "control-plane", crds=crds)
         try:
-            return await _run_on(plane, directory, logs, options)
+            return await run(plane, directory, logs)
         finally:
             await asyncio.to_thread(plane.stop)
     finally:
-        if not options.keep:
+        if not keep:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Options) -> dict[str, Any]:
-    rng = random.Random(options.seed)
+@dataclass
+class Surroundings:
+    """What the system runs on besides the control plane, and this process's handles on it."""
+
+    kube: KubernetesCluster
+    temporal: DevServer
+    """The dev server, its state in a database file: it can die and come back."""
+    azure: subprocess.Popen[bytes]
+    """The emulated Azure's process."""
+    azure_environment: dict[str, str]
+    """The `NODEWRIGHT_*` variables that point a worker at it."""
+    emulator: AksEmulatorClient
+    client: Client
+
+
+@contextlib.asynccontextmanager
+async def surroundings(
+    plane: ControlPlane, directory: Path, logs: Path, seed: int
+) -> AsyncIterator[Surroundings]:
     kube = load_cluster(str(plane.kubeconfig))
     temporal = DevServer(db_filename=directory / "temporal.db", log_path=logs / "temporal.log")
     async with (
         kube,
         temporal,
-        emulated_azure(plane, directory, logs, options.seed) as (_azure, azure_environment),
+        emulated_azure(plane, directory, logs, seed) as (azure, environment),
         AksEmulatorClient(
-            azure_environment["NODEWRIGHT_ARM_ENDPOINT"], _arm_ca(azure_environment)
+            environment["NODEWRIGHT_ARM_ENDPOINT"], Path(environment["NODEWRIGHT_ARM_CA_FILE"])
         ) as emulator,
-        asyncio.TaskGroup() as group,
     ):
-        client = await connect(temporal.target)
+        yield Surroundings(kube, temporal, azure, environment, emulator, await connect(temporal.target))
+
+
+async def run(options: Options) -> dict[str, Any]:
+    return await on_a_control_plane(
+        "bench-chaos-", options.keep, lambda plane, directory, logs: _run_on(plane, directory, logs, options)
+    )
+
+
+async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Options) -> dict[str, Any]:
+    rng = random.Random(options.seed)
+    async with surroundings(plane, directory, logs, options.seed) as around, asyncio.TaskGroup() as group:
+        kube, temporal, emulator, client = around.kube, around.temporal, around.emulator, around.client
+        azure_environment = around.azure_environment
         await emulator.update_settings({"agent": {"bootstrap_refusal_grace": BOOTSTRAP_REFUSAL_GRACE}})
         workers, controllers = _processes(plane, temporal, azure_environment, logs)
         system = System(
@@ -517,12 +561,12 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                     client, disruption_id(CLUSTER)
                 )
 
-            if not await until("the workers and the leading controller", ready, STARTUP_SECONDS, system):
+            if not await until("the workers and the leading controller", ready, STARTUP_SECONDS):
                 raise RuntimeError(
                     "the system did not start:\n"
                     + "\n".join(f"{p.name}:\n{tail(p.log)}" for p in system.supervised)
                 )
-            await kube.apply(_examples())
+            await kube.apply(consolidating_examples())
             tasks.append(group.create_task(watch(kube, cluster)))
             ids: dict[str, str] = {}
             for label, (fault, rate) in AZURE_ERRORS.items():
@@ -536,7 +580,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             async def first_vm() -> bool:
                 return (await emulator.counters()).vms_created >= 1
 
-            await until("the first VM", first_vm, STARTUP_SECONDS, system)
+            await until("the first VM", first_vm, STARTUP_SECONDS)
             for pause, kind in schedule(rng, options.rounds, options.gap):
                 await asyncio.sleep(pause)
                 await system.inject(kind)
@@ -545,16 +589,16 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             async def whole() -> bool:
                 return cluster.whole(options.pods)
 
-            whole_after_faults = await until("the system whole", whole, options.timeout, system)
+            whole_after_faults = await until("the system whole", whole, options.timeout)
             stuck_launching = [] if whole_after_faults else _stuck(cluster, "launching")
             stuck_deleting = [] if whole_after_faults else _stuck(cluster, "deleting")
             pods_running = cluster.pods_running
             await kube.scale("Deployment", "default", APP, 0)
 
             async def drained() -> bool:
-                return not cluster.claims and not await kube.list_nodes() and not await _azure_left(emulator)
+                return not cluster.claims and not await kube.list_nodes() and not await azure_left(emulator)
 
-            drained_in_time = await until("everything gone", drained, options.drain_timeout, system)
+            drained_in_time = await until("everything gone", drained, options.drain_timeout)
             if not drained_in_time:
                 stuck_deleting += [name for name in _stuck(cluster, "deleting") if name not in stuck_deleting]
             finished = time.time()
@@ -565,9 +609,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 process.stop()
 
         counters = await emulator.counters()
-        left = await _azure_left(emulator)
-        nodes_left = len(await kube.list_nodes())
-        claims_left = len(await kube.list_nodeclaims())
+        left = await left_over(kube, emulator)
         failures = {
             status: (await client.count_workflows(f'ExecutionStatus="{status}"')).count
             for status in ("Failed", "TimedOut")
@@ -585,11 +627,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
         "pods": options.pods,
         "seed": options.seed,
         "faults": dict(injected),
-        "vms_left": left.get("Microsoft.Compute/virtualMachines", 0),
-        "nics_left": left.get("Microsoft.Network/networkInterfaces", 0),
-        "disks_left": left.get("Microsoft.Compute/disks", 0),
-        "nodes_left": nodes_left,
-        "nodeclaims_left": claims_left,
+        **left,
         "vms_created": counters.vms_created,
         "vms_created_twice": counters.vms_created_again,
         "peak_pods_running": cluster.peak_running,
@@ -606,21 +644,47 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
     }
 
 
-def _arm_ca(environment: dict[str, str]) -> Path:
-    return Path(environment["NODEWRIGHT_ARM_CA_FILE"])
-
-
-async def _azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
+async def azure_left(emulator: AksEmulatorClient) -> dict[str, int]:
     return dict(Counter(str(item.get("type")) for item in await emulator.resources()))
 
 
-def _examples() -> list[dict[str, Any]]:
-    documents = examples()
+LEFT = (
+    ("vms_left", "VMs"),
+    ("nics_left", "NICs"),
+    ("disks_left", "disks"),
+    ("nodes_left", "Nodes"),
+    ("nodeclaims_left", "NodeClaims"),
+)
+"""What a scale to zero must leave none of, as a row's keys and their names."""
+
+
+async def left_over(kube: KubernetesCluster, emulator: AksEmulatorClient) -> dict[str, int]:
+    """How many VMs, NICs and disks (in the emulated Azure), Nodes and NodeClaims are left, by `LEFT`'s keys."""
+    azure = await azure_left(emulator)
+    return {
+        "vms_left": azure.get("Microsoft.Compute/virtualMachines", 0),
+        "nics_left": azure.get("Microsoft.Network/networkInterfaces", 0),
+        "disks_left": azure.get("Microsoft.Compute/disks", 0),
+        "nodes_left": len(await kube.list_nodes()),
+        "nodeclaims_left": len(await kube.list_nodeclaims()),
+    }
+
+
+def leaked(row: dict[str, Any]) -> list[str]:
+    return [f"{row[key]} {label} left" for key, label in LEFT if row[key]]
+
+
+def consolidating_examples(
+    root: Path | None = None, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
+) -> list[dict[str, Any]]:
+    """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter (10 s) and disruption
+    budget (100 %) set."""
+    documents = examples(root)
     for document in documents:
         if document.get("kind") == "NodePool":
             disruption = document["spec"]["disruption"]
-            disruption["consolidateAfter"] = CONSOLIDATE_AFTER
-            disruption["budgets"] = [{"nodes": BUDGET}]
+            disruption["consolidateAfter"] = consolidate_after
+            disruption["budgets"] = [{"nodes": budget}]
     return documents
 
 
@@ -629,17 +693,7 @@ def _examples() -> list[dict[str, Any]]:
 
 def problems(row: dict[str, Any]) -> list[str]:
     """What makes the run fail: anything left, made twice, stuck, or pods that never all ran."""
-    found = [
-        f"{row[key]} {label} left"
-        for key, label in (
-            ("vms_left", "VMs"),
-            ("nics_left", "NICs"),
-            ("disks_left", "disks"),
-            ("nodes_left", "Nodes"),
-            ("nodeclaims_left", "NodeClaims"),
-        )
-        if row[key]
-    ]
+    found = leaked(row)
     if row["vms_created_twice"]:
         found.append(f"VMs created twice: {', '.join(row['vms_created_twice'])}")
     if row["stuck_launching"] or row["stuck_deleting"]:

@@ -235,10 +235,13 @@ async def trivial_rate(client: Client, count: int) -> float:
 # --- the cluster and the processes ---------------------------------------------------------------------------
 
 
-def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
-    """Pods that each need a node of their own (required anti-affinity on the hostname)."""
-    selector = {"matchLabels": {"app": APP}}
-    node_selector = {"node.kubernetes.io/instance-type": PINNED_INSTANCE_TYPE} if shape == "pinned" else {}
+def bench_deployment(
+    replicas: int, shape: str, name: str = APP, instance_type: str = PINNED_INSTANCE_TYPE
+) -> dict[str, Any]:
+    """Pods that each need a node of their own (required anti-affinity on the hostname), `pinned` to one instance
+    type or not."""
+    selector = {"matchLabels": {"app": name}}
+    node_selector = {"node.kubernetes.io/instance-type": instance_type} if shape == "pinned" else {}
     anti_affinity = {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}
     container = {
         "name": "app",
@@ -248,12 +251,12 @@ def bench_deployment(replicas: int, shape: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "replicas": replicas,
             "selector": selector,
             "template": {
-                "metadata": {"labels": {"app": APP}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": node_selector,
                     "affinity": {

@@ -47,11 +47,11 @@ CONTROLLER_WATCHES = 5
 """The connections a ready controller holds to the API server: it lists and watches five kinds, each on one."""
 
 
-def examples() -> list[dict[str, Any]]:
-    """deploy/examples/ (its Linux cluster: not windows.yaml, which Karpenter's side has no counterpart of), without
-    the NodePool's CPU limit so that every benchmark node fits."""
+def examples(root: Path = ROOT) -> list[dict[str, Any]]:
+    """deploy/examples/ of this tree (or another: a release's), its Linux cluster (not windows.yaml, which
+    Karpenter's side has no counterpart of), without the NodePool's CPU limit so that every benchmark node fits."""
     documents = []
-    for path in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+    for path in sorted((root / "deploy" / "examples").glob("*.yaml")):
         if path.name == "windows.yaml":
             continue
         for document in yaml.safe_load_all(path.read_text()):

@@ -623,15 +623,25 @@ def azure_instance_types(
     catalog: AzureCatalog,
     settings: NodeClassSettings = DEFAULT_SETTINGS,
     unavailable: Collection[tuple[str, str, str]] = frozenset(),
+    reuse: Collection[InstanceType] = (),
 ) -> list[InstanceType]:
     """The instance types a NodePool with these AKSNodeClass settings can launch, sorted by name.
 
     `unavailable` holds (size, zone, capacity type) triples known to be out of capacity; their offerings are
     unavailable and leave the instance type's zone and capacity-type labels.
+
+    `reuse` may hold the instance types of the same catalog and settings built without `unavailable`: each size
+    `unavailable` does not name is taken from them as it is (instance types are immutable), so a plan that rules out
+    a few offerings shares the rest of the catalog (tens of MB) with the plans that rule out others.
     """
     blocked = frozenset(unavailable)
+    named = {size for size, _zone, _capacity_type in blocked}
+    reused = {instance_type.name: instance_type for instance_type in reuse if instance_type.name not in named}
     result = []
     for sku in catalog.skus:
+        if sku.name in reused:
+            result.append(reused[sku.name])
+            continue
         size = parse_size_name(sku.name)
         if size is None or filter_reason(sku, settings) is not None:
             continue

@@ -57,25 +57,35 @@ def nodeclass_settings(nodeclass: AKSNodeClass | None) -> NodeClassSettings:
     )
 
 
-def nodeclass_provider(build: Callable[[NodeClassSettings], list[InstanceType]]) -> InstanceTypeProvider:
+def nodeclass_provider(
+    build: Callable[[NodeClassSettings, AKSNodeClass | None], list[InstanceType]],
+) -> InstanceTypeProvider:
     """Instance types shaped by each NodePool's AKSNodeClass, built once per distinct set of its settings."""
     cache: dict[NodeClassSettings, list[InstanceType]] = {}
 
     def provide(nodeclass: AKSNodeClass | None) -> list[InstanceType]:
         settings = nodeclass_settings(nodeclass)
         if settings not in cache:
-            cache[settings] = build(settings)
+            cache[settings] = build(settings, nodeclass)
         return cache[settings]
 
     return provide
 
 
 def azure_provider(
-    catalog: AzureCatalog, unavailable: Collection[tuple[str, str, str]] = ()
+    catalog: AzureCatalog,
+    unavailable: Collection[tuple[str, str, str]] = (),
+    base: InstanceTypeProvider | None = None,
 ) -> InstanceTypeProvider:
-    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass."""
+    """Instance types from an Azure catalog, shaped by each NodePool's AKSNodeClass. `base`, the same catalog's
+    provider without `unavailable`, lends every instance type the unavailable offerings leave alone."""
     blocked = frozenset(unavailable)
-    return nodeclass_provider(lambda settings: azure_instance_types(catalog, settings, blocked))
+
+    def build(settings: NodeClassSettings, nodeclass: AKSNodeClass | None) -> list[InstanceType]:
+        reuse = base(nodeclass) if base is not None and blocked else ()
+        return azure_instance_types(catalog, settings, blocked, reuse)
+
+    return nodeclass_provider(build)
 
 
 def catalog_provider(
@@ -84,7 +94,7 @@ def catalog_provider(
     """Instance types from a user's own catalog (`--catalog`), shaped by each NodePool's AKSNodeClass by the
     same rules as the Azure catalogs."""
     blocked = frozenset(unavailable)
-    return nodeclass_provider(lambda settings: catalog_instance_types(entries, settings, blocked))
+    return nodeclass_provider(lambda settings, _: catalog_instance_types(entries, settings, blocked))
 
 
 def fixed_provider(instance_types: list[InstanceType]) -> InstanceTypeProvider:

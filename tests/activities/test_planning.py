@@ -431,3 +431,26 @@ def test_found_provisionable_is_said_as_karpenter_says_it_virtual_pods_and_all()
         "count": 7,
     }
     assert planned(claim, None, "default-abcde", max_candidates=1).pod_count == 2
+
+
+def test_plans_that_rule_out_other_offerings_share_the_instance_types_they_leave_alone() -> None:
+    """Each set of unavailable offerings (a Spot eviction adds one) gets its instance types; all but the sizes it
+    names are the catalog's own objects, not a copy of tens of MB per set."""
+
+    async def start(request: LifecycleInput) -> None:
+        raise AssertionError("no plan runs here")
+
+    planning = PlanningActivities(None, load_shipped_catalog("eastus"), start)  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+
+    def types(size: str) -> list[Any]:
+        ruled_out = UnavailableOffering(
+            instance_type=size, zone="eastus-1", capacity_type="spot", until=now + timedelta(minutes=3)
+        )
+        return planning._unavailable_aware([ruled_out], now)(None)
+
+    first, second = types("Standard_D2s_v5"), types("Standard_F2s_v2")
+    assert {a.name for a, b in zip(first, second, strict=True) if a is not b} == {
+        "Standard_D2s_v5",
+        "Standard_F2s_v2",
+    }

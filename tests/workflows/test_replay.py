@@ -1,9 +1,11 @@
-"""Replay: every history recorded from a demo run (tests/histories/) must replay against today's workflow code.
+"""Replay: every recorded history (tests/histories/) must replay against today's workflow code.
 
 A change that makes the workflows issue different commands for the same history (another activity, a timer,
 another order) would break every workflow running in production when its worker is upgraded; the Replayer
 finds it here. The variants below make such changes on purpose and must fail, which proves the check has teeth.
-Re-recording the histories after an intended change is described in tests/histories/README.md.
+Each release's histories are in a directory named after its version (`RELEASES.toml`), and every release's set is
+replayed, so the set grows with every version; histories recorded since the last release sit directly in
+tests/histories/. Recording them is described in tests/histories/README.md.
 
 The module holds no module-level I/O: the workflow sandbox re-imports it to run the variants.
 """
@@ -35,20 +37,27 @@ with workflow.unsafe.imports_passed_through():
         LifecycleStatus,
         ProvisionerInput,
     )
+    from workers.releases import HISTORIES, read_releases
+    from workers.worker import WORKFLOWS as WORKER_WORKFLOWS
     from workflows.disruption import DisruptionWorkflow
     from workflows.maintenance import CatalogRefreshWorkflow, GarbageCollectionWorkflow
     from workflows.nodeclaim import NodeClaimWorkflow
     from workflows.provisioner import ProvisionerWorkflow
 
-HISTORIES = Path(__file__).parent.parent / "histories"
-WORKFLOWS: tuple[type, ...] = (
-    ProvisionerWorkflow,
-    NodeClaimWorkflow,
-    DisruptionWorkflow,
-    CatalogRefreshWorkflow,
-    GarbageCollectionWorkflow,
+WORKFLOWS: tuple[type, ...] = tuple(WORKER_WORKFLOWS)
+"""Every workflow a worker runs: a release's recording holds any of them."""
+WORKFLOW_TYPES = (
+    "Provisioner",
+    "NodeClaim",
+    "Disruption",
+    "StaticNodePool",
+    "CapacityWindow",
+    "CatalogRefresh",
+    "GarbageCollection",
+    "NodeClassStatus",
 )
-WORKFLOW_TYPES = ("Provisioner", "NodeClaim", "Disruption", "CatalogRefresh", "GarbageCollection")
+"""The workflows the recorded histories must cover at least (a workflow added since the last release may have none
+yet)."""
 
 
 # ------------------------------------------------------------------------- deliberately non-deterministic code
@@ -153,7 +162,13 @@ VARIANTS: dict[str, tuple[type, ...]] = {
 
 
 def history_files() -> list[Path]:
-    return sorted(HISTORIES.glob("*.json"))
+    """Every release's histories, and those recorded since the last release."""
+    return sorted(HISTORIES.rglob("*.json"))
+
+
+def case_id(path: Path) -> str:
+    """`<release>/<file name without .json>`, or the bare name for a history recorded since the last release."""
+    return str(path.relative_to(HISTORIES).with_suffix(""))
 
 
 def workflow_type(path: Path) -> str:
@@ -181,13 +196,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """One case per history (and per variant of its workflow), named after the file."""
     if "history" in metafunc.fixturenames:
         paths = history_files()
-        metafunc.parametrize("history", paths, ids=[path.stem for path in paths])
+        metafunc.parametrize("history", paths, ids=[case_id(path) for path in paths])
     if "history_and_variant" in metafunc.fixturenames:
         cases = [
             (path, variant) for path in history_files() for variant in VARIANTS.get(workflow_type(path), ())
         ]
         metafunc.parametrize(
-            "history_and_variant", cases, ids=[f"{path.stem}-{variant.__name__}" for path, variant in cases]
+            "history_and_variant",
+            cases,
+            ids=[f"{case_id(path)}-{variant.__name__}" for path, variant in cases],
         )
 
 
@@ -197,9 +214,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def test_histories_cover_every_workflow() -> None:
     """Without a history of each workflow, the cases below would pass by having nothing to replay."""
     recorded = {workflow_type(path) for path in history_files()}
-    assert recorded == set(WORKFLOW_TYPES), (
+    assert recorded >= set(WORKFLOW_TYPES), (
         f"{HISTORIES} should hold histories of {WORKFLOW_TYPES}, found {sorted(recorded)}; "
         "see tests/histories/README.md to record them"
+    )
+
+
+def test_every_release_has_its_histories() -> None:
+    """Each release in RELEASES.toml recorded a set, and every directory of histories is a release's."""
+    releases = read_releases()
+    missing = [str(release) for release in releases if not any(release.histories.glob("*.json"))]
+    assert not missing, f"no recorded histories for release(s) {missing}: see tests/histories/README.md"
+    directories = {path.name for path in HISTORIES.iterdir() if path.is_dir()}
+    assert directories <= {release.version for release in releases}, (
+        f"{HISTORIES} has directories of versions RELEASES.toml does not list: "
+        f"{sorted(directories - {release.version for release in releases})}"
     )
 
 

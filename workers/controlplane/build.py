@@ -14,6 +14,7 @@ with its CRDs; `ensure_binaries` never builds it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -22,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +181,22 @@ def _build_helm(go: str, env: dict[str, str], work: Path, out: Path) -> None:
     _run([go, "install", f"helm.sh/helm/v3/cmd/helm@v{HELM_VERSION}"], work, {**env, "GOBIN": str(out)})
 
 
+@contextlib.contextmanager
+def exclusive(directory: Path, waiting: str, progress: Callable[[str], None]) -> Iterator[bool]:
+    """Held while this process builds into `directory` (a lock file beside it): two processes (test workers, a demo
+    beside a test run, two benchmarks) never build into one directory at once. A process that finds the lock held
+    says `waiting` and waits; the block gets whether it waited (the other may have built everything meanwhile)."""
+    with (directory.parent / f"{directory.name}.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(waiting)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield True
+        else:
+            yield False
+
+
 def ensure_binaries(
     root: Path | None = None, progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
 ) -> Binaries:
@@ -189,18 +206,13 @@ def ensure_binaries(
         return binaries
     directory = binaries.directory
     directory.mkdir(parents=True, exist_ok=True)
-    # Two processes (test workers, a demo beside a test run) must not build into one directory at once.
-    with (directory.parent / f"{directory.name}.lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(
-                f"waiting for another process's build of the control plane binaries into {directory} "
-                "(it holds the build lock; up to about 10 minutes)"
-            )
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if binaries.complete():
-                progress(f"the other process's build finished: control plane binaries ready in {directory}")
+    waiting = (
+        f"waiting for another process's build of the control plane binaries into {directory} "
+        "(it holds the build lock; up to about 10 minutes)"
+    )
+    with exclusive(directory, waiting, progress) as waited:
+        if waited and binaries.complete():
+            progress(f"the other process's build finished: control plane binaries ready in {directory}")
         if not binaries.complete():
             _build_all(_go(), binaries, progress)
     return binaries
@@ -287,12 +299,8 @@ def ensure_karpenter(
     if karpenter.complete():
         return karpenter
     karpenter.directory.mkdir(parents=True, exist_ok=True)
-    with (karpenter.directory.parent / f"{karpenter.directory.name}.lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress(f"waiting for another process's build of Karpenter into {karpenter.directory}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    waiting = f"waiting for another process's build of Karpenter into {karpenter.directory}"
+    with exclusive(karpenter.directory, waiting, progress):
         if not karpenter.complete():
             progress(
                 f"building Karpenter v{KARPENTER_VERSION}'s kwok controller from the Go module proxy into "

@@ -373,6 +373,18 @@ def test_unavailable_offerings_leave_the_labels() -> None:
     assert values(instance_type, labels.CAPACITY_TYPE) == ["on-demand", "spot"]
 
 
+def test_unavailable_offerings_rebuild_only_the_sizes_they_name() -> None:
+    shipped = load_shipped_catalog("eastus")
+    base = azure_instance_types(shipped)
+    unavailable = {("Standard_D2s_v5", "eastus-1", "spot"), ("Standard_F2s_v2", "eastus-2", "on-demand")}
+
+    shared = azure_instance_types(shipped, unavailable=unavailable, reuse=base)
+
+    assert shared == azure_instance_types(shipped, unavailable=unavailable)
+    rebuilt = {new.name for old, new in zip(base, shared, strict=True) if old is not new}
+    assert rebuilt == {"Standard_D2s_v5", "Standard_F2s_v2"}
+
+
 def test_no_available_offering_leaves_nothing_to_select() -> None:
     name = "Standard_D4s_v5"
     zones = ("eastus-1", "eastus-2", "eastus-3", "0")
