@@ -293,6 +293,18 @@ def replacement_progress_summary(nodeclaims: Sequence[str]) -> str:
     return f"check replacements {names(nodeclaims)} are initialized"
 
 
+def steer_summary(awaited: str | None) -> str:
+    return (
+        f"steered drain: wait for {awaited}'s replacement, evict the next pod"
+        if awaited
+        else ("steered drain: evict the next pod")
+    )
+
+
+def release_summary(nodeclaims: Sequence[str]) -> str:
+    return f"steered drain: uncordon {names(nodeclaims)}"
+
+
 def untaint_summary(nodes: Sequence[str]) -> str:
     return f"untaint {names(nodes)}: command rolled back"
 
