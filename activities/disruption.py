@@ -44,7 +44,7 @@ from core.disruption.budgets import BudgetStatus
 from core.disruption.conditions import ConditionChange, disruption_conditions
 from core.disruption.options import RepackOptions
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
-from core.disruption.steering import steer_from
+from core.disruption.steering import UNSCHEDULABLE_TAINT, steer_from
 from core.errors import NotFoundError, PDBViolationError
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
@@ -123,6 +123,11 @@ def repack_record(command: Command) -> RepackRecord | None:
 
 STEER_POLL_SECONDS = 0.5
 """How often a step of the steered drain looks again for the replacement of the pod it evicted."""
+HOLD_SECONDS = 600
+"""How long a step of the steered drain keeps the command's new nodes from other disruption (each step renews it;
+a drain that stopped for good lets them go by then)."""
+RELEASE_SECONDS = 5.0
+"""How long a step waits for an uncordoned node to lose the cordon's taint before it evicts anyway."""
 
 
 def controller_uid(pod: Pod) -> str:
@@ -527,8 +532,13 @@ class DisruptionActivities:
         if not steering.steps:
             return SteerStep(landed=landed, done=steering.complete, problem=steering.problem or "")
         step = steering.steps[0]
+        held_until = str(int(time.time() + HOLD_SECONDS))
         for node in held:
-            await self.cluster.patch_node(node, unschedulable=node != step.opened)
+            await self.cluster.patch_node(
+                node, labels={labels.REPACK_TARGET: held_until}, unschedulable=node != step.opened
+            )
+        if step.opened is not None:
+            await self._until_released(step.opened)
         pods = {pod_key(pod): pod for pod in manifests.pods}
         pod = pods[step.pod]
         owner = controller_uid(pod)
@@ -548,13 +558,25 @@ class DisruptionActivities:
             pass  # gone meanwhile: its owner replaces it all the same
         return SteerStep(landed=landed, evicted=evicted)
 
+    async def _until_released(self, node: str) -> None:
+        """Wait until the node lifecycle controller has taken the cordon's taint off the opened node: until then
+        kube-scheduler's taint filter still refuses the pod (a few seconds at most, then the pod goes anyway)."""
+        deadline = time.monotonic() + RELEASE_SECONDS
+        while time.monotonic() < deadline:
+            found = await self.cluster.get_node(node)
+            if found is None or not any(t.key == UNSCHEDULABLE_TAINT for t in found.spec.taints):
+                return
+            await asyncio.sleep(STEER_POLL_SECONDS / 5)
+
     @activity.defn(name=DisruptionActivity.RELEASE_HELD)
     async def release_held(self, nodeclaims: list[str]) -> None:
-        """Uncordon the new nodes a repack's steered drain held back."""
+        """Give the new nodes a repack's steered drain held back to everyone: uncordoned, and candidates again."""
         for name in nodeclaims:
             claim = await self.cluster.get_nodeclaim(name)
             if claim is not None and claim.status.node_name:
-                await self.cluster.patch_node(claim.status.node_name, unschedulable=False)
+                await self.cluster.patch_node(
+                    claim.status.node_name, labels={labels.REPACK_TARGET: None}, unschedulable=False
+                )
 
     @activity.defn(name=DisruptionActivity.RECORD_EVENTS)
     async def record_events(self, events: list[DisruptionEvent]) -> None:

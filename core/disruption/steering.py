@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -438,6 +438,31 @@ def steered(pod: Pod) -> bool:
     )
 
 
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+"""The taint the node lifecycle controller puts on a cordoned node."""
+
+
+def _released(manifests: Manifests, held: set[str]) -> Manifests:
+    """The cluster with the held nodes as they will be once released: not cordoned, without the taint their
+    cordon brought."""
+    nodes = [
+        node.model_copy(
+            update={
+                "spec": node.spec.model_copy(
+                    update={
+                        "unschedulable": False,
+                        "taints": [t for t in node.spec.taints if t.key != UNSCHEDULABLE_TAINT],
+                    }
+                )
+            }
+        )
+        if node.metadata.name in held
+        else node
+        for node in manifests.nodes
+    ]
+    return replace(manifests, nodes=nodes)
+
+
 def steer_from(
     manifests: Manifests,
     provider: InstanceTypeProvider,
@@ -457,12 +482,12 @@ def steer_from(
     movable = {node: pods for node, pods in moving.items() if pods}
     if not movable:
         return Steering(())
-    scheduling = build_snapshot(manifests, provider)
+    holding = set(held)
+    scheduling = build_snapshot(_released(manifests, holding), provider)
     known = {node.name for node in scheduling.nodes}
     movable = {node: pods for node, pods in movable.items() if node in known}
     capacity = Sandbox(scheduling, movable, SchedulingOptions()).capacity(list(movable))
     nodes = {node.metadata.name: node for node in manifests.nodes}
-    holding = set(held)
     cordoned = {name for name, node in nodes.items() if node.spec.unschedulable and name not in holding}
     fits = list(capacity.pods)
     if not fits:
