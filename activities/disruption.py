@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -32,6 +33,8 @@ from activities.planning import (
     planned,
 )
 from core import labels
+from core.api.kube import Pod, pod_key
+from core.api.manifests import Manifests
 from core.api.nodeclaim import NodeClaimConditionType
 from core.api.nodepool import NodePool
 from core.cluster import ClusterAPI
@@ -41,6 +44,8 @@ from core.disruption.budgets import BudgetStatus
 from core.disruption.conditions import ConditionChange, disruption_conditions
 from core.disruption.options import RepackOptions
 from core.disruption.repair import RefusedRepair, Repair, aks_repair_policies
+from core.disruption.steering import UNSCHEDULABLE_TAINT, steer_from
+from core.errors import NotFoundError, PDBViolationError
 from core.features import MinValuesPolicy
 from core.instancetypes.catalog import AzureCatalog
 from core.instancetypes.types import InstanceType
@@ -64,6 +69,9 @@ from core.messages import (
     RepackSettings,
     RepairRecord,
     ReplacementProgress,
+    SteeredPod,
+    SteerInput,
+    SteerStep,
     TaintCandidates,
 )
 from core.resources import parse_resources
@@ -98,12 +106,75 @@ def repack_record(command: Command) -> RepackRecord | None:
     repacked = command.repacked
     if repacked is None:
         return None
+    new = {replacement.name for replacement in command.replacements}
     return RepackRecord(
         retired=list(repacked.retired),
         launched=list(repacked.launched),
         receiving=list(repacked.receiving),
         moves=[f"{move.pod}: {move.source} -> {move.destination}" for move in command.pods_moved],
         message=repacked.message,
+        staying={
+            move.pod: move.destination
+            for move in command.pods_moved
+            if move.destination is not None and move.destination not in new
+        },
+    )
+
+
+STEER_POLL_SECONDS = 0.5
+"""How often a step of the steered drain looks again for the replacement of the pod it evicted."""
+HOLD_SECONDS = 600
+"""How long a step of the steered drain keeps the command's new nodes from other disruption (each step renews it;
+a drain that stopped for good lets them go by then)."""
+RELEASE_SECONDS = 5.0
+"""How long a step waits for an uncordoned node to lose the cordon's taint before it evicts anyway."""
+
+
+def controller_uid(pod: Pod) -> str:
+    """The uid of the pod's controller ("" when it has none)."""
+    return next((owner.uid for owner in pod.metadata.owner_references if owner.controller), "")
+
+
+def replacement_of(manifests: Manifests, awaited: SteeredPod) -> Pod | None:
+    """The pod its owner made in place of the awaited one (bound or not), if it made one yet."""
+    for pod in manifests.pods:
+        if (
+            pod.metadata.deletion_timestamp is None
+            and controller_uid(pod) == awaited.owner
+            and pod.metadata.uid not in awaited.known
+        ):
+            return pod
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Awaited:
+    """Where the pod a step of the steered drain awaits stands: landed, still to wait for (why), or past help."""
+
+    landed: SteeredPod | None = None
+    waiting: str = ""
+    problem: str = ""
+
+
+def awaiting(manifests: Manifests, awaited: SteeredPod | None) -> Awaited:
+    """Whether the replacement of the pod evicted last is scheduled yet (nothing to wait for without one)."""
+    if awaited is None or not awaited.owner:
+        return Awaited()
+    replacement = replacement_of(manifests, awaited)
+    if replacement is None:
+        return Awaited(waiting=f"waiting for the replacement of {awaited.pod} to be created")
+    if replacement.spec.node_name:
+        return Awaited(landed=awaited.model_copy(update={"landed": replacement.spec.node_name}))
+    if unschedulable(replacement):
+        return Awaited(problem=f"pod {pod_key(replacement)} (in place of {awaited.pod}) found no node")
+    return Awaited(waiting=f"waiting for {pod_key(replacement)} (in place of {awaited.pod}) to be scheduled")
+
+
+def unschedulable(pod: Pod) -> bool:
+    """Whether kube-scheduler found no node for the pod (its PodScheduled condition says so)."""
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in pod.status.conditions
     )
 
 
@@ -426,6 +497,86 @@ class DisruptionActivities:
             else:
                 progress.waiting.append(name)
         return progress
+
+    @activity.defn(name=DisruptionActivity.STEER_DRAIN)
+    async def steer_drain(self, request: SteerInput) -> SteerStep:
+        """One step of a repack's steered drain (`core.disruption.steering`): wait until the pod evicted last has
+        its replacement scheduled, then hold every new node of the command but the one the next pod should go to
+        (cordoned) and evict that pod."""
+        async with heartbeating():
+            return await self._steer(request)
+
+    async def _steer(self, request: SteerInput) -> SteerStep:
+        deadline = time.monotonic() + request.settle_seconds
+        awaited = request.awaiting
+        while True:
+            manifests = await self.cluster.snapshot()
+            wait = awaiting(manifests, awaited)
+            if wait.problem:
+                return SteerStep(problem=wait.problem)
+            if wait.landed is not None or not wait.waiting:
+                return await self._evict_next(manifests, request, wait.landed)
+            if time.monotonic() >= deadline:
+                return SteerStep(waiting=wait.waiting)
+            await asyncio.sleep(STEER_POLL_SECONDS)
+
+    async def _evict_next(
+        self, manifests: Manifests, request: SteerInput, landed: SteeredPod | None
+    ) -> SteerStep:
+        nodes_of = {c.name: c.status.node_name for c in manifests.nodeclaims if c.status.node_name}
+        held = [nodes_of[name] for name in request.held if name in nodes_of]
+        destinations = {pod: nodes_of.get(where, where) for pod, where in request.destinations.items()}
+        steering = await asyncio.to_thread(
+            steer_from, manifests, self.instance_types(), request.candidates, held, destinations
+        )
+        if not steering.steps:
+            return SteerStep(landed=landed, done=steering.complete, problem=steering.problem or "")
+        step = steering.steps[0]
+        held_until = str(int(time.time() + HOLD_SECONDS))
+        for node in held:
+            await self.cluster.patch_node(
+                node, labels={labels.REPACK_TARGET: held_until}, unschedulable=node != step.opened
+            )
+        if step.opened is not None:
+            await self._until_released(step.opened)
+        pods = {pod_key(pod): pod for pod in manifests.pods}
+        pod = pods[step.pod]
+        owner = controller_uid(pod)
+        evicted = SteeredPod(
+            pod=step.pod,
+            owner=owner,
+            known=[p.metadata.uid for p in manifests.pods if owner and controller_uid(p) == owner],
+            expected=step.expected,
+            planned=step.planned,
+        )
+        namespace, _, name = step.pod.partition("/")
+        try:
+            await self.cluster.evict_pod(namespace, name)
+        except PDBViolationError as error:
+            return SteerStep(landed=landed, waiting=f"the eviction of {step.pod} was refused: {error}")
+        except NotFoundError:
+            pass  # gone meanwhile: its owner replaces it all the same
+        return SteerStep(landed=landed, evicted=evicted)
+
+    async def _until_released(self, node: str) -> None:
+        """Wait until the node lifecycle controller has taken the cordon's taint off the opened node: until then
+        kube-scheduler's taint filter still refuses the pod (a few seconds at most, then the pod goes anyway)."""
+        deadline = time.monotonic() + RELEASE_SECONDS
+        while time.monotonic() < deadline:
+            found = await self.cluster.get_node(node)
+            if found is None or not any(t.key == UNSCHEDULABLE_TAINT for t in found.spec.taints):
+                return
+            await asyncio.sleep(STEER_POLL_SECONDS / 5)
+
+    @activity.defn(name=DisruptionActivity.RELEASE_HELD)
+    async def release_held(self, nodeclaims: list[str]) -> None:
+        """Give the new nodes a repack's steered drain held back to everyone: uncordoned, and candidates again."""
+        for name in nodeclaims:
+            claim = await self.cluster.get_nodeclaim(name)
+            if claim is not None and claim.status.node_name:
+                await self.cluster.patch_node(
+                    claim.status.node_name, labels={labels.REPACK_TARGET: None}, unschedulable=False
+                )
 
     @activity.defn(name=DisruptionActivity.RECORD_EVENTS)
     async def record_events(self, events: list[DisruptionEvent]) -> None:

@@ -52,10 +52,9 @@ from core.messages import (
     VolumeDetachmentResult,
 )
 from core.resources import parse_resources
-from core.volumes import blocking_attachments, claim_names, listed
+from core.volumes import DISRUPTED, blocking_attachments, claim_names, listed
 from core.volumes import is_drainable as volume_drainable
 
-DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
 EXCLUDE_FROM_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
 CRITICAL_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 

@@ -1257,7 +1257,7 @@ class KubernetesCluster:
     async def patch_node(
         self,
         name: str,
-        labels: dict[str, str] | None = None,
+        labels: Mapping[str, str | None] | None = None,
         add_taints: builtins.list[Taint] | None = None,
         remove_taint_keys: builtins.list[str] | None = None,
         add_finalizers: builtins.list[str] | None = None,

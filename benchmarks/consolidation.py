@@ -480,7 +480,7 @@ class Autoscaler:
 
 @contextlib.asynccontextmanager
 async def karpenter(
-    plane: ControlPlane, directory: Path, logs: Path, kube: KubernetesCluster
+    plane: ControlPlane, directory: Path, logs: Path, kube: KubernetesCluster, keep: bool
 ) -> AsyncIterator[Autoscaler]:
     await kube.apply(side_objects("karpenter"))
     async with running_karpenter(plane, directory, logs, kube) as process:
@@ -489,10 +489,14 @@ async def karpenter(
 
 @contextlib.asynccontextmanager
 async def nodewright(
-    plane: ControlPlane, directory: Path, logs: Path, kube: KubernetesCluster
+    plane: ControlPlane, directory: Path, logs: Path, kube: KubernetesCluster, keep: bool
 ) -> AsyncIterator[Autoscaler]:
+    """nodewright's processes; with `keep`, Temporal's state in the side's directory too (temporal.db), so that
+    its histories can be read (`nodewright explain`) after the run."""
     async with (
-        DevServer(log_path=logs / "temporal.log") as temporal,
+        DevServer(
+            log_path=logs / "temporal.log", db_filename=directory / "temporal.db" if keep else None
+        ) as temporal,
         emulated_azure(plane, directory, logs) as (azure, azure_environment),
     ):
         client = await connect(temporal.target)
@@ -620,7 +624,7 @@ async def run_side(
             logs,
         ),
         load_cluster(str(plane.kubeconfig), qps=OBSERVER_QPS, burst=int(2 * OBSERVER_QPS)) as kube,
-        AUTOSCALERS[side](plane, directory, logs, kube) as autoscaler,
+        AUTOSCALERS[side](plane, directory, logs, kube, keep) as autoscaler,
     ):
         types = catalog()
         run = Run(

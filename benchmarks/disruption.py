@@ -9,6 +9,11 @@ have PodDisruptionBudgets that allow no eviction. Everything is older than `cons
 The figure that matters is the time of `plan_disruption` (snapshot, candidates, every method, every node
 decided); parsing the manifests is timed apart. Peak memory is the max RSS of the process that plans.
 
+Then the plans are applied pass after pass (`apply_commands`: candidates gone, replacements launched, pods where
+the commands sent them), until a pass plans nothing, by Karpenter's methods alone and with the repack; the final
+cost is compared with the solver's bound of any sequence of passes (`RepackOptions.eventual_bound`), and every
+pass of the repack's run is planned both ways in the same process, for their times.
+
 Savings are compared with a lower bound: per NodePool, the cluster cost if the pods' total requests were
 packed perfectly onto that pool's cheapest instance type per unit of CPU and of memory (whichever resource
 costs more), on any offering the pool allows. No plan can cost less; pods that cannot move (do-not-disrupt,
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -312,6 +318,42 @@ def build_cluster(
     return documents, allowed, built
 
 
+def apply_commands(
+    documents: list[Any],
+    plan: DisruptionPlan,
+    round_: int,
+    types: Mapping[str, InstanceType],
+    pools: Mapping[str, Pool],
+) -> list[Any]:
+    """The cluster after the plan's commands, as if each had run: candidates gone, replacements launched as
+    planned (their first instance type, zone and capacity type), pods where the commands sent them."""
+    gone = {c.node for command in plan.commands for c in command.candidates}
+    renamed: dict[str, str] = {}
+    added: list[Any] = []
+    for command in plan.commands:
+        for replacement in command.replacements:
+            name = f"node-r{round_}-{len(renamed)}"
+            renamed[replacement.name] = name
+            it = types[replacement.instance_type or ""]
+            zone = replacement.zone or ZONES[0]
+            pool = pools[replacement.nodepool]
+            added.extend(node_pair(name, pool, it, zone, replacement.capacity_type or pool.capacity_types[0]))
+    moved = {
+        move.pod.split("/", 1)[1]: renamed.get(move.destination or "", move.destination)
+        for command in plan.commands
+        for move in command.pods_moved
+    }
+    kept = []
+    for document in documents:
+        name = document.get("metadata", {}).get("name")
+        if document["kind"] in ("Node", "NodeClaim") and name in gone:
+            continue
+        if document["kind"] == "Pod" and name in moved:
+            document = {**document, "spec": {**document["spec"], "nodeName": moved[name]}}
+        kept.append(document)
+    return kept + added
+
+
 def cheapest_per_unit(types: list[InstanceType], pool: Pool, name: str) -> float:
     """Micro-dollars per unit of a resource on the pool's cheapest type and offering for it."""
     return min(
@@ -354,13 +396,60 @@ def cluster_cost_micros(manifests: Manifests, allowed: dict[str, list[InstanceTy
     return cost
 
 
-def timed_plan(manifests: Manifests, repack: bool) -> tuple[DisruptionPlan, float]:
-    """A plan of Karpenter's methods alone, or with the repack (and its cost and bound), and its seconds."""
+MAX_ROUNDS = 30
+"""Passes one run applies at most (each run so far settled well before)."""
+
+
+def timed_plan(
+    manifests: Manifests, repack: bool, now: datetime = NOW
+) -> tuple[DisruptionPlan, float, float]:
+    """A plan of Karpenter's methods alone, or with the repack (and its cost and bound), its seconds and the CPU
+    seconds the process spent on it (on a shared machine the second is the steadier)."""
     provider = azure_provider(load_shipped_catalog("eastus"), frozenset())
     options = DisruptionOptions(repack=RepackOptions(clock=time.monotonic) if repack else None)
-    started = time.perf_counter()
-    plan = plan_disruption(manifests, provider, options, NOW)
-    return plan, time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
+    plan = plan_disruption(manifests, provider, options, now)
+    return plan, time.perf_counter() - started, time.process_time() - cpu
+
+
+def eventual_bound(manifests: Manifests) -> tuple[int, bool]:
+    """The solver's bound on what passes made one after another can reach (`RepackOptions.eventual_bound`), and
+    whether it is exact."""
+    provider = azure_provider(load_shipped_catalog("eastus"), frozenset())
+    options = DisruptionOptions(methods=frozenset(), repack=RepackOptions(enabled=False, eventual_bound=True))
+    cost = plan_disruption(manifests, provider, options, NOW).cost
+    assert cost is not None
+    return cost.bound_micros, cost.exact
+
+
+def rounds(
+    documents: list[Any], allowed: dict[str, list[InstanceType]], repack: bool
+) -> tuple[int, list[dict[str, object]]]:
+    """Plans applied pass after pass (as if each pass's commands had run) until a pass plans nothing: the final
+    cost and each pass's figures. With the repack, each pass is also planned by Karpenter's methods alone in
+    the same process, for its time."""
+    types = {it.name: it for pool_types in allowed.values() for it in pool_types}
+    pools = {pool.name: pool for pool in POOLS}
+    passes: list[dict[str, object]] = []
+    for round_ in range(MAX_ROUNDS):
+        manifests = parse_manifests(documents, "benchmark")
+        now = NOW + timedelta(hours=round_)
+        row: dict[str, object] = {"round": round_ + 1}
+        if repack:
+            _, row["plan_seconds"], row["plan_cpu_seconds"] = timed_plan(manifests, repack=False, now=now)
+        plan, seconds, cpu = timed_plan(manifests, repack=repack, now=now)
+        prefix = "repack_" if repack else ""
+        row[f"{prefix}plan_seconds"], row[f"{prefix}plan_cpu_seconds"] = seconds, cpu
+        row["commands"] = len(plan.commands)
+        row["repack_commands"] = sum(1 for c in plan.commands if c.method.value == "repack")
+        row["savings_per_hour"] = round(plan.savings_micros / 1e6, 2)
+        if not plan.commands:
+            return cluster_cost_micros(manifests, allowed), passes
+        passes.append(
+            {key: round(value, 2) if isinstance(value, float) else value for key, value in row.items()}
+        )
+        documents = apply_commands(documents, plan, round_, types, pools)
+    return cluster_cost_micros(parse_manifests(documents, "benchmark"), allowed), passes
 
 
 def run_one(budgets: str) -> dict[str, object]:
@@ -372,13 +461,13 @@ def run_one(budgets: str) -> dict[str, object]:
         raise RuntimeError("\n".join(manifests.problems[:5]))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     timed_plan(manifests, repack=False)  # warms the caches both timed plans share
-    repacked, repack_seconds = timed_plan(manifests, repack=True)
-    plan, plan_seconds = timed_plan(manifests, repack=False)
+    repacked, repack_seconds, _ = timed_plan(manifests, repack=True)
+    plan, plan_seconds, _ = timed_plan(manifests, repack=False)
     decided = {candidate.node for command in plan.commands for candidate in command.candidates}
     kept = Counter(reason.code.value for blocked in plan.blocked for reason in blocked.reasons[:1])
     cost = cluster_cost_micros(manifests, allowed)
     bound = lower_bound_micros(manifests, allowed)
-    return {
+    first = {
         "budgets": budgets,
         "nodes": built["nodes"],
         "pods": built["pods"],
@@ -398,13 +487,14 @@ def run_one(budgets: str) -> dict[str, object]:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "plan_rss_growth_mb": round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024),
     }
+    return {**first, **rounds_figures(documents, allowed, manifests, cost)}
 
 
 def repack_figures(
     repacked: DisruptionPlan, seconds: float, karpenter: DisruptionPlan, cost: int
 ) -> dict[str, object]:
-    """The plan with the repack: its time, savings, the solver's bound, and both plans' share of the saving
-    achievable against it."""
+    """The first pass with the repack: its time, savings, the solver's bound of this pass, and both plans' share of
+    the saving achievable against it."""
     assert repacked.cost is not None
     tight = repacked.cost.bound_micros
     achievable = cost - tight
@@ -419,6 +509,28 @@ def repack_figures(
         if achievable > 0
         else None,
     }
+
+
+def rounds_figures(
+    documents: list[Any], allowed: dict[str, list[InstanceType]], manifests: Manifests, cost: int
+) -> dict[str, object]:
+    """Karpenter's methods alone and with the repack, pass after pass until a pass plans nothing, against the
+    bound of any sequence of passes."""
+    bound, exact = eventual_bound(manifests)
+    achievable = cost - bound
+    figures: dict[str, object] = {
+        "eventual_bound_per_hour": round(bound / 1e6, 2),
+        "eventual_bound": "exact" if exact else "linear relaxation",
+    }
+    for label, repack in (("karpenter", False), ("repack", True)):
+        final, passes = rounds(documents, allowed, repack)
+        figures[f"{label}_rounds"] = len(passes)
+        figures[f"{label}_final_per_hour"] = round(final / 1e6, 2)
+        figures[f"{label}_share_of_eventual"] = (
+            round((cost - final) / achievable, 3) if achievable > 0 else None
+        )
+        figures[f"{label}_passes"] = passes
+    return figures
 
 
 def main() -> None:
@@ -464,6 +576,31 @@ def main() -> None:
             f"{row['share_of_achievable']:>7} {row['repack_share_of_achievable']:>7}"
         )
     print()
+    print(
+        "Pass after pass (each pass's commands applied, until a pass plans nothing), against the eventual LB:"
+    )
+    print(
+        f"{'budgets':<10} {'ev. LB':>7} {'rounds':>6} {'final':>7} {'of ach.':>7} "
+        f"{'+repack rounds':>14} {'final':>7} {'of ach.':>7} {'max pass s':>10} {'+repack':>7}"
+    )
+    for row in rows:
+        passes = row["repack_passes"]
+        print(
+            f"{row['budgets']:<10} {row['eventual_bound_per_hour']:>7} {row['karpenter_rounds']:>6} "
+            f"{row['karpenter_final_per_hour']:>7} {row['karpenter_share_of_eventual']:>7} "
+            f"{row['repack_rounds']:>14} {row['repack_final_per_hour']:>7} {row['repack_share_of_eventual']:>7} "
+            f"{max((p['plan_seconds'] for p in passes), default=0):>10} "
+            f"{max((p['repack_plan_seconds'] for p in passes), default=0):>7}"
+        )
+    for row in rows:
+        print(f"{row['budgets']}, with the repack, pass by pass:")
+        for p in row["repack_passes"]:
+            print(
+                f"  pass {p['round']:>2}: plan {p['plan_seconds']} s ({p['plan_cpu_seconds']} s CPU), +repack "
+                f"{p['repack_plan_seconds']} s ({p['repack_plan_cpu_seconds']} s CPU), {p['commands']} commands "
+                f"({p['repack_commands']} repack), saves ${p['savings_per_hour']}/h"
+            )
+    print()
     for row in rows:
         print(f"{row['budgets']}: every node decided: {row['every_node_decided']}; methods {row['methods']}")
         print(f"  kept, by first reason: {row['kept_by_first_reason']}")
@@ -475,7 +612,11 @@ def main() -> None:
         "real plans above it. 'plan +MB': how much the peak RSS grew while planning.\n"
         "tight LB: the solver's bound beside the plan with the repack (core.disruption.bound: no plan made now can\n"
         "cost less, within this pass's budgets and PDB allowances). 'of ach.': saved / ($/h now - tight LB), for\n"
-        "Karpenter's methods alone and with the repack; 'plan s' and '+repack s' come from the same process."
+        "Karpenter's methods alone and with the repack; 'plan s' and '+repack s' come from the same process.\n"
+        "ev. LB: the solver's bound of any sequence of passes (RepackOptions.eventual_bound: this pass's budgets and\n"
+        "PDB allowances left out, which later passes free). 'of ach.' there: (now - final) / (now - ev. LB), after\n"
+        "the passes of Karpenter's methods alone, and of the shipped plan with the repack; 'max pass s': the longest\n"
+        "pass of the repack's run, planned without and with the repack in the same process."
     )
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.disruption import NOW, Pool, node_pair, pod
+from benchmarks.disruption import NOW, Pool, apply_commands, node_pair, pod
 from core import labels as wk
 from core.api.manifests import Manifests, parse_manifests
 from core.disruption import DisruptionOptions, DisruptionPlan, plan_disruption
@@ -270,36 +270,6 @@ def cheapest_home(
     return best
 
 
-def apply(
-    documents: list[Any], plan: DisruptionPlan, round_: int, types: dict[str, InstanceType]
-) -> list[Any]:
-    """The cluster after the plan's commands: candidates gone, replacements launched, pods where sent."""
-    gone = {c.node for command in plan.commands for c in command.candidates}
-    renamed: dict[str, str] = {}
-    added: list[Any] = []
-    for command in plan.commands:
-        for replacement in command.replacements:
-            name = f"node-r{round_}-{len(renamed)}"
-            renamed[replacement.name] = name
-            it = types[replacement.instance_type or ""]
-            zone = replacement.zone or ZONES[0]
-            added.extend(node_pair(name, POOL, it, zone, replacement.capacity_type or "on-demand"))
-    moved = {
-        move.pod.split("/", 1)[1]: renamed.get(move.destination or "", move.destination)
-        for command in plan.commands
-        for move in command.pods_moved
-    }
-    kept = []
-    for document in documents:
-        name = document.get("metadata", {}).get("name")
-        if document["kind"] in ("Node", "NodeClaim") and name in gone:
-            continue
-        if document["kind"] == "Pod" and name in moved:
-            document = {**document, "spec": {**document["spec"], "nodeName": moved[name]}}
-        kept.append(document)
-    return kept + added
-
-
 def settle(
     cluster: Cluster, repack: bool, types: dict[str, InstanceType], settling: bool = True
 ) -> tuple[int, int, list[DisruptionPlan]]:
@@ -315,7 +285,7 @@ def settle(
         if not plan.commands:
             break
         plans.append(plan)
-        documents = apply(documents, plan, round_, types)
+        documents = apply_commands(documents, plan, round_, types, {POOL.name: POOL})
         manifests = parse_manifests(documents, "repack")
     return initial, cost(manifests, types), plans
 

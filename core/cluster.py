@@ -6,7 +6,7 @@ models of `core.api`. Deleting an object with finalizers marks it for deletion, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -98,7 +98,7 @@ class ClusterAPI(Protocol):
     async def patch_node(
         self,
         name: str,
-        labels: dict[str, str] | None = None,
+        labels: Mapping[str, str | None] | None = None,
         add_taints: list[Taint] | None = None,
         remove_taint_keys: list[str] | None = None,
         add_finalizers: list[str] | None = None,
@@ -106,8 +106,8 @@ class ClusterAPI(Protocol):
         unschedulable: bool | None = None,
         add_owner: OwnerReference | None = None,
     ) -> Node | None:
-        """Change labels, taints, finalizers, cordon; `add_owner` is added to the ownerReferences unless one of the
-        same kind and uid is there. None when the Node is gone."""
+        """Change labels (a None value removes one), taints, finalizers, cordon; `add_owner` is added to the
+        ownerReferences unless one of the same kind and uid is there. None when the Node is gone."""
         ...
 
     async def evict_pod(self, namespace: str, name: str) -> None:

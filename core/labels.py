@@ -17,6 +17,10 @@ WINDOWS_BUILD = "node.kubernetes.io/windows-build"
 
 # nodewright's own annotations and API group (extensions beyond Karpenter, such as CapacityWindow)
 NODEWRIGHT_DOMAIN = "nodewright.io"
+REPACK_TARGET = "nodewright.io/repack-target"
+"""On a repack's new node while its steered drain moves pods onto it (`core.disruption.steering`), with the Unix
+time until which the drain holds it: no other disruption takes it meanwhile, as Karpenter leaves a node alone that
+pods were just nominated to (a drain that never came back does not hold it past that time)."""
 
 # Karpenter
 KARPENTER_DOMAIN = "karpenter.sh"

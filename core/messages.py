@@ -474,6 +474,12 @@ class DisruptionSettings(BaseModel):
     repack: RepackSettings | None = None
     """The repack after Karpenter's methods (`core.disruption.repack`); None: Karpenter's methods alone, and no
     cost or bound in the plan (what a workflow started before the repack existed does)."""
+    steer_settle_seconds: float = Field(default=10.0, gt=0)
+    """A repack's steered drain: how long one step waits for the evicted pod's replacement to be scheduled
+    before it hands the wait back to the workflow."""
+    steer_wait_seconds: float = Field(default=120.0, gt=0)
+    """A repack's steered drain: how long an evicted pod's replacement may stay unscheduled (or an eviction stay
+    refused by a PodDisruptionBudget) before the drain gives up steering and drains the rest as Karpenter does."""
 
 
 class RepackSettings(BaseModel):
@@ -564,6 +570,9 @@ class RepackRecord(BaseModel):
     moves: list[str] = Field(default_factory=list)
     """"namespace/name: from -> to" per pod."""
     message: str = ""
+    staying: dict[str, str] = Field(default_factory=dict)
+    """The pods sent to nodes that stay: pod (`namespace/name`) -> node (those sent to a new node are listed by
+    their replacement); the steered drain reads it."""
 
 
 class PlanCostRecord(BaseModel):
@@ -638,12 +647,26 @@ class CommandOutcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+class SteeredDrain(BaseModel):
+    """What a repack's steered drain did: pods evicted one by one, where each landed against the plan, and
+    why it stopped steering early, if it did (the rest was then drained as Karpenter drains)."""
+
+    evicted: int = 0
+    as_planned: int = 0
+    elsewhere: list[str] = Field(default_factory=list)
+    """"namespace/name: planned -> landed" for each pod kube-scheduler put elsewhere (the rest was planned
+    again from there)."""
+    gave_up: str = ""
+
+
 class CommandResult(BaseModel):
     command: DisruptionCommand
     outcome: CommandOutcome
     replacements: list[str] = Field(default_factory=list)
     """Names of the NodeClaims launched to replace the candidates."""
     detail: str = ""
+    steered: SteeredDrain | None = None
+    """A repack's steered drain (None for other commands, and for repacks before it existed)."""
 
 
 class DisruptionStatus(BaseModel):
@@ -736,6 +759,53 @@ class TaintCandidates(BaseModel):
     method: str = ""
 
 
+class SteeredPod(BaseModel):
+    """A pod the steered drain evicted, and how to recognise its replacement: the next pod of its owner."""
+
+    pod: str
+    """`namespace/name`."""
+    owner: str = ""
+    """Its controller's uid ("": none, nothing comes back to wait for)."""
+    known: list[str] = Field(default_factory=list)
+    """The uids of the owner's pods when it was evicted: its replacement is one not among them."""
+    expected: str = ""
+    """The node kube-scheduler should put the replacement on."""
+    planned: str = ""
+    """The node the plan sent the pod to."""
+    landed: str = ""
+    """The node the replacement was scheduled to, once it was."""
+
+
+class SteerInput(BaseModel):
+    """One step of a repack's steered drain (`core.disruption.steering`)."""
+
+    candidates: list[str]
+    """The command's nodes."""
+    held: list[str]
+    """The command's replacement NodeClaims: their Nodes stay cordoned but for the one the next pod goes to."""
+    destinations: dict[str, str] = Field(default_factory=dict)
+    """Where the plan sent each pod: a node's name, or a replacement NodeClaim's."""
+    awaiting: SteeredPod | None = None
+    """The pod evicted last, whose replacement the step first waits for."""
+    settle_seconds: float = 10.0
+    """How long the step waits for a replacement to be scheduled before it answers `waiting`."""
+
+
+class SteerStep(BaseModel):
+    """What a step of the steered drain did."""
+
+    landed: SteeredPod | None = None
+    """The awaited pod, its replacement scheduled."""
+    evicted: SteeredPod | None = None
+    """The pod evicted by this step (its replacement awaited by the next)."""
+    waiting: str = ""
+    """Why nothing could be evicted yet (a replacement not scheduled, a PodDisruptionBudget): try again."""
+    done: bool = False
+    """No pod is left to steer."""
+    problem: str = ""
+    """Why the rest cannot be steered: the drain goes on as Karpenter's."""
+
+
 class DisruptionActivity(StrEnum):
     """The disruption workflow's activities besides `ActivityName.PLAN_DISRUPTION`."""
 
@@ -744,6 +814,8 @@ class DisruptionActivity(StrEnum):
     LAUNCH_REPLACEMENTS = "launch_disruption_replacements"
     REPLACEMENT_PROGRESS = "disruption_replacement_progress"
     RECORD_EVENTS = "record_disruption_events"
+    STEER_DRAIN = "steer_repack_drain"
+    RELEASE_HELD = "release_repack_nodes"
 
 
 # ----------------------------------------------------------------------------------------------- maintenance

@@ -25,6 +25,7 @@ from core.messages import (
     LaunchFailure,
     OfferingChoice,
     PlannedNodeClaim,
+    SteeredDrain,
 )
 
 SHOWN = 3
@@ -291,6 +292,33 @@ def launch_replacements_summary(command: DisruptionCommand) -> str:
 
 def replacement_progress_summary(nodeclaims: Sequence[str]) -> str:
     return f"check replacements {names(nodeclaims)} are initialized"
+
+
+def steer_summary(awaited: str | None) -> str:
+    return (
+        f"steered drain: wait for {awaited}'s replacement, evict the next pod"
+        if awaited
+        else ("steered drain: evict the next pod")
+    )
+
+
+def steered_drain(drain: SteeredDrain) -> str:
+    """A repack's steered drain in a sentence: "steered drain: 12 pods evicted one at a time, 11 landed where
+    planned, 1 elsewhere (default/a: node-1 -> node-2)"."""
+    text = (
+        f"steered drain: {count(drain.evicted, 'pod')} evicted one at a time, {drain.as_planned} landed where "
+        f"planned"
+    )
+    if drain.elsewhere:
+        text += f", {len(drain.elsewhere)} elsewhere ({'; '.join(drain.elsewhere[:3])}"
+        text += f" and {len(drain.elsewhere) - 3} more)" if len(drain.elsewhere) > 3 else ")"
+    if drain.gave_up:
+        text += f"; then drained as Karpenter drains: {drain.gave_up}"
+    return text
+
+
+def release_summary(nodeclaims: Sequence[str]) -> str:
+    return f"steered drain: uncordon {names(nodeclaims)}"
 
 
 def untaint_summary(nodes: Sequence[str]) -> str:

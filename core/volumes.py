@@ -21,7 +21,8 @@ from core.cron import as_utc
 
 STUCK_TERMINATING_AFTER = timedelta(minutes=1)
 """A pod still there this long after its deletion timestamp is stuck: nothing waits for it any more."""
-_DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
+DISRUPTED = Taint(key=labels.DISRUPTED_TAINT, effect=TaintEffect.NO_SCHEDULE)
+"""Karpenter's taint on a node being disrupted: pods that tolerate it stay with the node."""
 
 
 def is_stuck_terminating(pod: Pod, now: datetime) -> bool:
@@ -37,7 +38,7 @@ def is_static_pod(pod: Pod) -> bool:
 def is_drainable(pod: Pod, now: datetime) -> bool:
     """Karpenter's drainable pod: one the drain waits for (finished pods included, as in Karpenter's check)."""
     return (
-        not tolerates(pod.spec.tolerations or [], _DISRUPTED)
+        not tolerates(pod.spec.tolerations or [], DISRUPTED)
         and not is_stuck_terminating(pod, now)
         and not is_static_pod(pod)
     )

@@ -170,6 +170,8 @@ async def consolidate(
             detail = f": {result.detail}" if result.detail else ""
             replaced = f" (replacements: {', '.join(result.replacements)})" if result.replacements else ""
             print(f"  {result.outcome.value}{replaced}{detail} - {result.command.message}", file=out)
+            if result.steered is not None:
+                print(f"    {summaries.steered_drain(result.steered)}", file=out)
     if not confirmed:
         return 1
     return 0 if all(result.outcome is CommandOutcome.EXECUTED for result in status.results) else 1

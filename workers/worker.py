@@ -188,6 +188,8 @@ def disruption_activities(disruption: DisruptionActivities) -> list[Any]:
         disruption.untaint_candidates,
         disruption.launch_replacements,
         disruption.replacement_progress,
+        disruption.steer_drain,
+        disruption.release_held,
         disruption.record_events,
     ]
 

@@ -48,6 +48,9 @@ with workflow.unsafe.imports_passed_through():
         LaunchReplacementsInput,
         RepairRecord,
         ReplacementProgress,
+        SteeredDrain,
+        SteerInput,
+        SteerStep,
         TaintCandidates,
         TerminationReason,
     )
@@ -89,6 +92,10 @@ BLOCKED = frozenset(
 (not managed, not initialized, already leaving, consolidateAfter not reached) are states, not news."""
 MAX_RESULTS = 20
 """Results the status query keeps (the history has them all)."""
+STEERED_DRAIN = "repack-steered-drain"
+"""The patch of a repack's steered drain: histories from before it drained a repack's candidates at once."""
+STEER_PAUSE = timedelta(seconds=1)
+"""Between steps of the steered drain that found nothing to evict yet."""
 
 
 def disruption_id(cluster: str) -> str:
@@ -311,8 +318,75 @@ class DisruptionWorkflow:
                     replacements=replacements,
                     detail=failure,
                 )
+        steered = None
+        if command.method == Method.REPACK and workflow.patched(STEERED_DRAIN):
+            steered = await self._steer(request, command, replacements)
         await self._terminate(command)
-        return CommandResult(command=command, outcome=CommandOutcome.EXECUTED, replacements=replacements)
+        return CommandResult(
+            command=command, outcome=CommandOutcome.EXECUTED, replacements=replacements, steered=steered
+        )
+
+    async def _steer(
+        self, request: DisruptionInput, command: DisruptionCommand, replacements: list[str]
+    ) -> SteeredDrain:
+        """A repack's steered drain (`core.disruption.steering`): its candidates' pods evicted one at a time,
+        each once the previous one's replacement is scheduled, with the new nodes cordoned but for the one the
+        next pod should go to; then the new nodes are uncordoned and the candidates terminate as any command's
+        (their drain finds nothing left to move, or, when steering gave up, drains the rest as Karpenter's)."""
+        settings = request.settings
+        destinations = dict(command.repack.staying) if command.repack is not None else {}
+        for name, replacement in zip(replacements, command.replacements, strict=False):
+            destinations.update(dict.fromkeys(replacement.pods, name))
+        step_input = SteerInput(
+            candidates=[c.node for c in command.candidates],
+            held=replacements,
+            destinations=destinations,
+            settle_seconds=settings.steer_settle_seconds,
+        )
+        drain = SteeredDrain()
+        waiting_since = None
+        self._waiting("steered drain")
+        while True:
+            awaited = step_input.awaiting.pod if step_input.awaiting is not None else None
+            workflow.set_current_details(f"steered drain: {drain.evicted} pod(s) moved")
+            step: SteerStep = await self._activity(
+                DisruptionActivity.STEER_DRAIN, step_input, SteerStep, summaries.steer_summary(awaited)
+            )
+            if step.landed is not None:
+                landed = step.landed
+                if landed.landed == landed.planned:
+                    drain.as_planned += 1
+                else:
+                    drain.elsewhere.append(f"{landed.pod}: {landed.planned} -> {landed.landed}")
+                step_input.awaiting = None
+            if step.problem:
+                drain.gave_up = step.problem
+                break
+            if step.done:
+                break
+            if step.evicted is not None:
+                drain.evicted += 1
+                step_input.awaiting = step.evicted if step.evicted.owner else None
+                waiting_since = None
+                continue
+            waiting_since = waiting_since or workflow.now()
+            if workflow.now() - waiting_since >= timedelta(seconds=settings.steer_wait_seconds):
+                drain.gave_up = f"{step.waiting} for {settings.steer_wait_seconds:g}s"
+                break
+            await workflow.sleep(STEER_PAUSE, summary=summaries.wait_summary(1, step.waiting))
+        if replacements:
+            await self._activity(
+                DisruptionActivity.RELEASE_HELD, replacements, summary=summaries.release_summary(replacements)
+            )
+        log(
+            "steered the drain of a repack",
+            command=command.message,
+            evicted=drain.evicted,
+            asPlanned=drain.as_planned,
+            elsewhere=len(drain.elsewhere),
+            gaveUp=drain.gave_up,
+        )
+        return drain
 
     async def _await_replacements(self, request: DisruptionInput, names: list[str]) -> str:
         """Wait until every replacement is initialized; why not, when one failed or time ran out."""

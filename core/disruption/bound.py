@@ -16,7 +16,9 @@ search stop at its node limit, the bound it proved); a larger one is bounded by 
 fraction of a node), which is below the exact optimum.
 
 Budgets, PDB allowances and consolidateAfter change between passes, so this is the bound of this pass: a later
-pass, with those freed, may go lower.
+pass, with those freed, may go lower. Left without the budgets' and PDBs' limits (`eventual`) it bounds what
+passes made one after another can reach: each keeps a node with all the pods it had, or moves them all, so a
+node that stays to the end still holds its own pods, as the program keeps them.
 """
 
 from __future__ import annotations
@@ -88,9 +90,11 @@ def _disruptable(state: PlanState, candidate: Candidate) -> bool:
     return consolidation_blocker(state, candidate) is None
 
 
-def cluster_bound(state: PlanState) -> tuple[int, int, bool]:
+def cluster_bound(state: PlanState, eventual: bool = False) -> tuple[int, int, bool]:
     """The cluster's cost now, the bound (both micro-dollars per hour) and whether the bound is exact; call it
-    before any method ran."""
+    before any method ran. `eventual`: the bound of any sequence of passes, without this pass's budgets and PDB
+    allowances (a later pass has those freed; a PDB that allows no eviction now still keeps its pods, and so
+    does consolidateAfter)."""
     report = state.report
     now = sum(report.pool_price.values())
     candidates = [c for c in [*report.candidates, *report.expiring] if c.price_micros is not None]
@@ -167,7 +171,7 @@ def cluster_bound(state: PlanState) -> tuple[int, int, bool]:
         headroom=headroom[keep],
         type_price=prices[keep],
         fits=fits_types[:, keep],
-        limits=_limits(state, candidates),
+        limits=() if eventual else _limits(state, candidates),
         slots=pods,
     )
     saved: int | None = None

@@ -407,6 +407,12 @@ def _add_to_pool(
     report.pool_disruption[pool.name] = report.pool_disruption.get(pool.name, 0.0) + cost
 
 
+def _repack_target(node: Node, now: datetime) -> bool:
+    """Whether a repack's steered drain still holds the node for the pods it moves there (`REPACK_TARGET`)."""
+    until = node.metadata.labels.get(labels.REPACK_TARGET, "")
+    return until.isdigit() and as_utc(now).timestamp() < int(until)
+
+
 def _admit(
     report: NodeReport, node: Node, claim: NodeClaim, pool: NodePool, schedulable: bool, now: datetime
 ) -> Reason | None:
@@ -434,6 +440,8 @@ def _admit(
         return None
     if not initialized:
         return Reason(BlockReason.NOT_INITIALIZED, "node is not initialized yet")
+    if _repack_target(node, now):
+        return Reason(BlockReason.NOMINATED, "a repack command is moving pods onto this node")
     if pool.is_static:
         return Reason(
             BlockReason.STATIC_NODEPOOL,

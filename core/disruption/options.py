@@ -37,8 +37,13 @@ class RepackOptions:
     hint: frozenset[str] = frozenset()
     """The candidates of a repack command being validated: tried first, together, as they were planned."""
     settling: bool = True
-    """Refuse packings kube-scheduler's least-allocated placement would not settle (`repack.settles`); False
-    trusts the pods to land where the plan sends them (what an evaluation that applies plans as written measures)."""
+    """Refuse packings the steered drain could not carry out (`repack.steering`: kube-scheduler, evicted pod by pod
+    with the new nodes held back, would leave a pod without room); False trusts the pods to land where the plan
+    sends them (what an evaluation that applies plans as written measures)."""
+    eventual_bound: bool = False
+    """The plan's bound covers any sequence of passes, not this one: the budgets' and PDBs' per-pass limits left
+    out (a PDB that allows no eviction now still keeps its pods), what a disruption loop could reach pass after
+    pass (the disruption benchmark's rounds compare against it)."""
 
 
 @dataclass(frozen=True, slots=True)

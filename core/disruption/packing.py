@@ -32,9 +32,15 @@ from core.scheduling.instancetypeset import BoolArray, IntArray
 FloatArray = npt.NDArray[np.float64]
 
 MICROS = 1_000_000.0
-MOVE_WEIGHT = 1e-9
-"""What one moved pod costs in the objective (dollars per hour): among plans that save the same, fewer moves
-(a thousandth of a micro-dollar, so that it never outweighs a price difference)."""
+"""The savings row is in dollars per hour; the objective is in micro-dollars per hour (prices as they are), so
+that the search's tolerances sit far below one micro-dollar."""
+ABSOLUTE_GAP = 0.1
+"""The search stops when its best plan is proven within this many micro-dollars per hour of the optimum."""
+MOVE_WEIGHT = 0.2
+"""What one moved pod costs in the objective (micro-dollars per hour): among plans that save the same, fewer
+moves. Twice the search's absolute gap, so that the search tells such plans apart; at most 10 micro-dollars
+($0.00001/h) for the 50 pods a command may move, so it only outweighs a price difference smaller than that. The
+bounds leave it out."""
 INTEGER_TOLERANCE = 1e-6
 
 
@@ -147,7 +153,7 @@ class _Model:
         highs = highspy.Highs()  # type: ignore[no-untyped-call]
         highs.setOptionValue("output_flag", False)
         highs.setOptionValue("mip_rel_gap", 0.0)
-        highs.setOptionValue("mip_abs_gap", 1e-7)
+        highs.setOptionValue("mip_abs_gap", ABSOLUTE_GAP)
         if max_nodes is not None:
             highs.setOptionValue("mip_max_nodes", max_nodes)
         if time_limit is not None:
@@ -171,8 +177,11 @@ def _used(problem: PackingProblem) -> list[int]:
     return [k for k in range(problem.requests.shape[1]) if problem.requests[:, k].any()]
 
 
-def _retirements(model: _Model, problem: PackingProblem, integer: bool) -> list[int]:
-    """One column per candidate (retire or not), with its limits, exclusions and fixings."""
+def _retirements(
+    model: _Model, problem: PackingProblem, integer: bool, move_weight: float = MOVE_WEIGHT
+) -> list[int]:
+    """One column per candidate (retire or not), with its limits, exclusions and fixings; each pod it would move
+    costs `move_weight`."""
     retire = []
     for n in range(problem.price.size):
         upper = 1.0
@@ -180,7 +189,7 @@ def _retirements(model: _Model, problem: PackingProblem, integer: bool) -> list[
         if problem.fixed is not None:
             lower = upper = 1.0 if n in problem.fixed else 0.0
         moved = float(problem.counts[:, n].sum())
-        retire.append(model.column(-problem.price[n] / MICROS + MOVE_WEIGHT * moved, upper, integer, lower))
+        retire.append(model.column(-float(problem.price[n]) + move_weight * moved, upper, integer, lower))
     for limit in problem.limits:
         terms = [(retire[n], float(w)) for n, w in enumerate(limit.weights.tolist()) if w]
         if terms:
@@ -227,12 +236,12 @@ _Slots = list[tuple[dict[int, int], dict[int, int]]]
 
 
 def _packing_model(
-    problem: PackingProblem, floor: int
+    problem: PackingProblem, floor: int, move_weight: float = MOVE_WEIGHT
 ) -> tuple[_Model, list[int], dict[tuple[int, int], int], _Slots]:
     """The mixed-integer program: its retirement columns, pod moves and slots; the saving at least `floor`."""
     model = _Model()
     scales = _scales(problem)
-    retire = _retirements(model, problem, integer=True)
+    retire = _retirements(model, problem, integer=True, move_weight=move_weight)
     moves, balance = _destinations(model, problem, retire, integer=True, scales=scales)
     groups, types = problem.fits.shape
     total = problem.counts.sum(axis=1)
@@ -240,7 +249,7 @@ def _packing_model(
     previous: list[int] | None = None
     for _ in range(problem.slots):
         chosen = {
-            t: model.column(problem.type_price[t] / MICROS, 1.0, True)
+            t: model.column(float(problem.type_price[t]), 1.0, True)
             for t in range(types)
             if problem.fits[:, t].any()
         }
@@ -320,7 +329,7 @@ def savings_bound(
     optimum (else the bound its search proved when it stopped early); None when it proved none. The minimum
     saving does not apply; give `slots` as many as there are pods, so that the program is a relaxation of every
     plan."""
-    model, _, _, _ = _packing_model(problem, 0)
+    model, _, _, _ = _packing_model(problem, 0, move_weight=0.0)
     highs, _ = model.solve(mip=True, max_nodes=max_nodes, time_limit=time_limit)
     if highs.getModelStatus() not in (
         highspy.HighsModelStatus.kOptimal,
@@ -332,11 +341,10 @@ def savings_bound(
     dual = highs.getInfo().mip_dual_bound
     if not np.isfinite(dual):
         return None
-    moves = MOVE_WEIGHT * float(problem.counts.sum())
     # Prices are whole micro-dollars, so is any plan's saving: the bound rounds to the nearest (the solver's
     # tolerances are far below one).
     optimal = highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    return max(0, int(np.floor((moves - dual) * MICROS + 0.5))), optimal
+    return max(0, int(np.floor(-dual + 0.5))), optimal
 
 
 def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) -> int | None:
@@ -345,7 +353,7 @@ def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) ->
     solve it. The minimum saving and slot count do not apply."""
     model = _Model()
     scales = _scales(problem)
-    retire = _retirements(model, problem, integer=False)
+    retire = _retirements(model, problem, integer=False, move_weight=0.0)
     _, balance = _destinations(model, problem, retire, integer=False, scales=scales)
     groups, types = problem.fits.shape
     total = problem.counts.sum(axis=1)
@@ -353,7 +361,7 @@ def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) ->
         holders = [g for g in range(groups) if problem.fits[g, t] and total[g]]
         if not holders:
             continue
-        nodes = model.column(problem.type_price[t] / MICROS, highspy.kHighsInf, False)
+        nodes = model.column(float(problem.type_price[t]), highspy.kHighsInf, False)
         held = {}
         for g in holders:
             held[g] = model.column(0.0, float(total[g]), False)
@@ -367,8 +375,6 @@ def relaxed_savings(problem: PackingProblem, time_limit: float | None = None) ->
     highs, solved = model.solve(mip=False, time_limit=time_limit)
     if not solved or highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    values = np.asarray(highs.getSolution().col_value)
-    moved = float(sum(problem.counts[:, n].sum() * values[column] for n, column in enumerate(retire)))
-    objective = highs.getInfo().objective_function_value - MOVE_WEIGHT * moved
+    objective = highs.getInfo().objective_function_value
     # Rounded up, and a tolerance's worth more, so that the bound is never above a plan.
-    return max(0, int(np.ceil(-objective * MICROS)) + 1)
+    return max(0, int(np.ceil(-objective)) + 1)

@@ -156,7 +156,8 @@ def plan_disruption(
         staying=staying,
     )
     state.settle(report.leaving)
-    bound = cluster_bound(state) if options.repack is not None else None
+    repack = options.repack
+    bound = cluster_bound(state, repack.eventual_bound) if repack is not None else None
     for method, run in METHODS:
         if method in options.methods:
             run(state)

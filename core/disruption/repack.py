@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core import labels
+from core.api.kube import pod_key
 from core.api.nodepool import DisruptionReason
 from core.disruption.candidates import Candidate
 from core.disruption.commands import Decision, Method, Repacked, format_price
@@ -49,6 +50,7 @@ from core.disruption.packing import Limit, Packing, PackingProblem, solve_packin
 from core.disruption.replacements import Priced
 from core.disruption.simulation import Outcome
 from core.disruption.state import PlanState
+from core.disruption.steering import Mover, Places, Steering, SteeringModel, owner_counts, spread_owner
 from core.scheduling.instancetypeset import NO_PRICE, BoolArray, IntArray
 from core.scheduling.removal import Capacity, PlannedNodeClaim, PodFit
 
@@ -324,43 +326,81 @@ def _priced(
     return launched, savings
 
 
-def settles(window: _Window, outcome: Outcome, launched: Sequence[Priced]) -> bool:
-    """Whether the pods, evicted and recreated one by one in the order their nodes drain, each find room when
-    kube-scheduler puts it where its default scoring (least allocated) prefers, among the nodes the command
-    counts on. The simulation placed each pod where the solver sent it; kube-scheduler will not follow, and a
-    packing that only that placement completes would leave a pod pending (and the provisioner would launch a
-    node the plan did not pay for)."""
+def steering(
+    window: _Window, candidates: Sequence[Candidate], outcome: Outcome, launched: Sequence[Priced]
+) -> Steering:
+    """How the command's steered drain would carry it out (`core.disruption.steering`): the pods evicted one by
+    one, the new nodes held back but for the one the next pod should go to, each pod put where kube-scheduler's
+    scores put it among every node it may run on. Incomplete when some pod would be left without room."""
     capacity = window.capacity
-    axes = [capacity.axes.index(name) for name in ("cpu", "memory") if name in capacity.axes]
-    requests = {fit.key: fit.requests for members in window.members for _, fit in members}
-    rows = {name: row for row, name in enumerate(capacity.nodes)}
-    rooms: list[IntArray] = []
-    totals: list[IntArray] = []
-    for node in sorted({p.destination for p in outcome.placements if p.nodeclaim is None and p.destination}):
-        free = np.maximum(capacity.free[rows[node]], 0)
-        rooms.append(free.copy())
-        totals.append(np.maximum(free, 1))
+    retired = {c.name for c in candidates}
+    fits = {fit.key: fit for members in window.members for _, fit in members}
+    pods = {pod_key(pod): pod for c in candidates for pod in c.reschedulable}
+    moving = [p for p in outcome.placements if p.pod in fits]
+    requests = np.array([fits[p.pod].requests for p in moving], dtype=np.int64).reshape(
+        len(moving), len(capacity.axes)
+    )
+    admitted = np.zeros(len(capacity.nodes), dtype=np.bool_)
+    for placement in moving:
+        admitted |= fits[placement.pod].nodes
+    smallest = requests.min(axis=0) if len(moving) else np.zeros(len(capacity.axes), dtype=np.int64)
+    rows = [
+        row
+        for row in np.flatnonzero(
+            capacity.live & admitted & np.all(capacity.free >= smallest, axis=1)
+        ).tolist()
+        if capacity.nodes[row] not in retired
+    ]
+    cpu, memory = capacity.axes.index("cpu"), capacity.axes.index("memory")
     pools = {pool.nodepool: pool for pool in capacity.pools}
+    new_free, new_allocatable, new_zones, new_types, new_avoided = [], [], [], [], []
     for priced in launched:
         launch = priced.launch()
-        if launch is None:
-            return False
+        assert launch is not None  # `_priced` refused replacements without one
         pool = pools[priced.claim.nodepool]
-        headroom = pool.headroom[pool.names.index(launch[0].name)]
-        rooms.append(headroom.copy())
-        totals.append(np.maximum(headroom, 1))
-    for placement in outcome.placements:
-        need = requests[placement.pod]
-        best, score = -1, -1.0
-        for index, room in enumerate(rooms):
-            if np.all(room >= need):
-                left = float(np.mean([(room[k] - need[k]) / totals[index][k] for k in axes]))
-                if left > score:
-                    best, score = index, left
-        if best < 0:
-            return False
-        rooms[best] = rooms[best] - need
-    return True
+        row = pool.names.index(launch[0].name)
+        allocatable = launch[0].allocatable()
+        new_free.append(pool.headroom[row])
+        new_allocatable.append((allocatable.get("cpu", 0), allocatable.get("memory", 0)))
+        new_zones.append(launch[1].zone)
+        new_types.append((pool.nodepool, row))
+        new_avoided.append(sum(t.effect == "PreferNoSchedule" for t in priced.claim.taints))
+    names = tuple(capacity.nodes[row] for row in rows) + tuple(
+        f"replacement-{i + 1}" for i in range(len(launched))
+    )
+    width = len(capacity.axes)
+    places = Places(
+        names=names,
+        free=np.vstack([capacity.free[rows].reshape(len(rows), width), *new_free]).reshape(len(names), width),
+        allocatable=np.vstack(
+            [capacity.allocatable[rows][:, [cpu, memory]].reshape(len(rows), 2), *new_allocatable]
+        ).reshape(len(names), 2),
+        zones=tuple(capacity.zones[row] for row in rows) + tuple(new_zones),
+        held=np.array([False] * len(rows) + [True] * len(launched), dtype=np.bool_),
+        avoided=np.array([int(capacity.avoided[row]) for row in rows] + new_avoided, dtype=np.int64),
+    )
+    index = {name: i for i, name in enumerate(names)}
+    movers: list[Mover] = []
+    for placement in moving:
+        fit = fits[placement.pod]
+        admits = np.concatenate(
+            [fit.nodes[rows], np.array([bool(fit.types[p][r]) for p, r in new_types], dtype=np.bool_)]
+        )
+        if placement.nodeclaim is not None:
+            destination: int | None = len(rows) + placement.nodeclaim
+        else:
+            destination = index.get(placement.destination or "")
+        movers.append(
+            Mover(
+                placement.pod, requests[len(movers)], admits, destination, spread_owner(pods[placement.pod])
+            )
+        )
+    owners = {mover.owner for mover in movers if mover.owner is not None}
+    zones = dict(zip(capacity.nodes, capacity.zones, strict=True))
+    on_place, in_zone = owner_counts(window.state.report.pods, names, zones, owners)
+    source = {c.name: c.zone for c in candidates}
+    model = SteeringModel(places, movers, capacity.axes, on_place, in_zone)
+    return model.plan([source.get(p.source) for p in moving])
 
 
 def explanation(
@@ -511,9 +551,9 @@ class _Search:
             if (
                 not isinstance(verdict, str)
                 and self.options.settling
-                and not settles(window, outcome, verdict[0])
+                and not steering(window, candidates, outcome, verdict[0]).complete
             ):
-                # Too tight for kube-scheduler: solve again with room to spare on every node.
+                # Too tight for the steered drain: solve again with room to spare on every node.
                 state.sandbox.rollback()
                 margin += SETTLING_MARGIN
                 continue

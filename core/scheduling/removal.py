@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from core import labels
 from core.api.kube import Pod, pod_key
 from core.instancetypes.types import InstanceType
 from core.resources import Resources
@@ -120,8 +121,16 @@ class Capacity:
     """Per existing node, what is left of each resource now (negative on a node that was removed)."""
     open: BoolArray
     """Nodes that may take pods: initialized, not removed, not closed to them."""
+    live: BoolArray
+    """Nodes kube-scheduler may put pods on: initialized and not removed (closed ones too)."""
     pools: tuple[PoolCapacity, ...]
     pods: tuple[PodFit, ...]
+    allocatable: IntArray
+    """Per existing node, its allocatable (columns: `axes`), what kube-scheduler's scores divide by."""
+    zones: tuple[str | None, ...]
+    """Each node's zone label, if it has one."""
+    avoided: IntArray
+    """Per existing node, how many PreferNoSchedule taints it carries."""
 
 
 @dataclass(slots=True)
@@ -177,6 +186,17 @@ class RemovalSimulation:
         everyone = [pod for pods in self._pods.values() for pod in pods]
         self._sim = Simulation(nodepools, instance_types, staying, daemonsets, options, everyone)
         self._row = {node.name: row for row, node in enumerate(self._sim.existing)}
+        by_name = {node.name: node for node in nodes}
+        ordered = [by_name[node.name] for node in self._sim.existing]
+        self._allocatable = (
+            np.stack([self._sim.axes.vector(node.allocatable) for node in ordered])
+            if ordered
+            else np.zeros((0, len(self._sim.axes.names)), dtype=np.int64)
+        )
+        self._zones = tuple(node.labels.get(labels.ZONE) for node in ordered)
+        self._avoided = np.array(
+            [sum(t.effect == "PreferNoSchedule" for t in node.taints) for node in ordered], dtype=np.int64
+        )
         for node, compiled in self._pods.items():
             self._sim.bind(self._row[node], compiled)
         self._limits = _copy_limits(self._sim.remaining)
@@ -200,9 +220,10 @@ class RemovalSimulation:
         """The cluster as it stands (after the committed trials), with the movable pods of `nodes`; the
         `closed` nodes take no pods."""
         sim = self._sim
-        open_rows = np.array(
+        live = np.array(
             [node.initialized and node.name not in self.removed for node in sim.existing], dtype=np.bool_
         )
+        open_rows = live.copy()
         for node in closed:
             if node in self._row:
                 open_rows[self._row[node]] = False
@@ -231,6 +252,7 @@ class RemovalSimulation:
             nodepools=tuple(node.nodepool for node in sim.existing),
             free=sim.existing_free.copy(),
             open=open_rows,
+            live=live,
             pools=tuple(
                 PoolCapacity(
                     template.nodepool,
@@ -242,6 +264,9 @@ class RemovalSimulation:
                 for template in sim.templates
             ),
             pods=tuple(fits),
+            allocatable=self._allocatable,
+            zones=self._zones,
+            avoided=self._avoided,
         )
 
     def simulate(

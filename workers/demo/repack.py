@@ -39,9 +39,12 @@ WIDER = [
 ]
 
 
-def pool_manifest(types: list[str], cpus: int | None = None) -> str:
-    """The pool, allowing `types`; with `cpus`, limited to that many vCPUs (one more node while a group arrives)."""
+def pool_manifest(types: list[str], cpus: int | None = None, frozen: bool = False) -> str:
+    """The pool, allowing `types`; with `cpus`, limited to that many vCPUs (one more node while a group arrives);
+    `frozen`, with a budget of no node, so that no disruption touches it while it is laid out (the first node
+    drifts while the pool allows only the second's type)."""
     limits = f"\n  limits: {{cpu: {cpus}}}" if cpus is not None else ""
+    budget = "0" if frozen else "100%"
     return f"""apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata:
@@ -58,7 +61,7 @@ spec:
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 0s
-    budgets: [{{nodes: "100%"}}]{limits}
+    budgets: [{{nodes: "{budget}"}}]{limits}
 """
 
 
@@ -89,7 +92,7 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
     deployments: list[tuple[str, int]] = []
     for group, (instance_type, pods) in enumerate(GROUPS):
         # One more 8-vCPU node at most: the group's pods wait for it rather than spread over two.
-        await _apply(walk, pool_manifest([instance_type], 8 * (group + 1)), "repack-pool.yaml")
+        await _apply(walk, pool_manifest([instance_type], 8 * (group + 1), frozen=True), "repack-pool.yaml")
         documents = []
         for cpu, memory, replicas in pods:
             name = f"repack-{group}-{cpu}m-{memory}mi"
@@ -110,6 +113,17 @@ async def repack_step(walk: Walkthrough, number: int) -> None:
         await walk.kubectl("uncordon", claim.status.node_name or "", show=False)
     await walk.kubectl("get", "nodeclaims", "-l", f"{labels.NODEPOOL}={POOL}", "-o", "wide")
     walk.say("The pool now allows the Fsv2, Dsv5 and Esv5 families, 2 to 16 vCPUs")
+    await _apply(walk, pool_manifest(WIDER, frozen=True), "repack-pool.yaml")
+
+    async def undrifted() -> bool:
+        # The first node drifted while the pool allowed only the second's type: its Drifted condition clears at
+        # the disruption loop's next pass, before the pool's budget lets any disruption act.
+        claims = await _claims(walk)
+        return len(claims) == len(GROUPS) and not any(
+            claim.is_true(NodeClaimConditionType.DRIFTED) for claim in claims
+        )
+
+    await walk.until("the pool's nodes no longer drifted", undrifted)
     await _apply(walk, pool_manifest(WIDER), "repack-pool.yaml")
     request = DisruptionInput(
         cluster=walk.options.cluster,
