@@ -675,7 +675,7 @@ def leaked(row: dict[str, Any]) -> list[str]:
 
 
 def consolidating_examples(
-    root: Path | None = None, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
+    root: Path = ROOT, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
 ) -> list[dict[str, Any]]:
     """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter (10 s) and disruption
     budget (100 %) set."""
