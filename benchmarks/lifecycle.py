@@ -106,7 +106,7 @@ if not workflow.unsafe.in_sandbox():
     sys.path.insert(0, str(project_root()))
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kubeclient import KubernetesCluster, load_cluster
+    from activities.kubeclient.cluster import KubernetesCluster, load_cluster
     from benchmarks.karpenter import (
         KWOK_NODECLASS,
         fresh_control_plane,

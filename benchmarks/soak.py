@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from benchmarks.chaos import (
     API_SERVER_READY_SECONDS,
     LEASE,

@@ -72,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from benchmarks.chaos import (
     LEASE_NAMESPACE,
     LEFT,

@@ -336,7 +336,7 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _serve(main: Coroutine[Any, Any, None], err: TextIO) -> int:
     """Run a long-running command until SIGINT or SIGTERM (then exit 0); a cluster it cannot reach or a probe
     port it cannot serve is one line and exit 2, a lost leader Lease exit 1."""
-    from activities.kubeclient import ClusterConfigError
+    from activities.kubeclient.errors import ClusterConfigError
     from workers.health import ProbeServerError
     from workers.leader import LeadershipLostError
     from workers.processes import until_signalled
