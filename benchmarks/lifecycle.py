@@ -96,11 +96,11 @@ from benchmarks.histories import (
     workflow_task_timeouts,
 )
 from benchmarks.karpenter import fresh_control_plane
-from benchmarks.lifecycle_measure import CONTROL_PLANE, OBSERVER_QPS, SIDES, measure, side_figures, wait_until
+from benchmarks.lifecycle_measure import CONTROL_PLANE, OBSERVER_QPS, SIDES, measure, side_figures
 from benchmarks.lifecycle_peer import run_without_nodewright
 from benchmarks.lifecycle_report import print_comparison, print_profile, print_tables
 from benchmarks.nodewright import emulated_azure, examples, running_nodewright, settings, worker_roles
-from benchmarks.observed import Observed, nominations, p50_p99, pending_latencies, since
+from benchmarks.observed import Observed, latency_figures, nominations, since
 from benchmarks.processes import cpu_of, cpu_since, figures_of, log_path, temporal_pid
 from benchmarks.trivial import trivial_rate
 from benchmarks.workload import SHAPES
@@ -228,16 +228,10 @@ async def _run_on(
                 pids,
                 count,
                 shape,
-                functools.partial(
-                    wait_until,
-                    seen,
-                    count,
-                    timeout,
-                    ours,
-                    plane,
-                    claims=count,
-                    stuck=functools.partial(provisioner_failure, client),
-                ),
+                timeout,
+                ours,
+                claims=count,
+                stuck=functools.partial(provisioner_failure, client),
             )
             await asyncio.sleep(1)  # the last workflow tasks land in the histories
         warnings = {name: worker_warnings(log_path(logs, name)) for name in workers}
@@ -258,9 +252,6 @@ async def _run_on(
     claims_per_second = (
         initialized / (last_initialized - first_start) if first_start and last_initialized else 0.0
     )
-    to_created, to_running = pending_latencies(seen, pods_of, seen.claim_created)
-    created_p50, created_p99 = p50_p99(to_created)
-    running_p50, running_p99 = p50_p99(to_running)
     return {
         "side": "nodewright",
         **side_figures("nodewright", seen, first_pending, phase.cpu),
@@ -268,12 +259,7 @@ async def _run_on(
         "shape": shape,
         "finished": not phase.failure,
         "failure": phase.failure,
-        "pods_pending": len(seen.pod_pending),
-        "pods_running": seen.running,
-        "nodeclaims_created": len(seen.claim_created),
-        "nodeclaims_launched": len(seen.claim_launched),
-        "nodes": len(seen.nodes),
-        "nodeclaims_initialized": initialized,
+        **seen.reached(),
         "nominated_pods": sum(len(pods) for pods in pods_of.values()),
         "pods_deleted": len(seen.pods_deleted),
         "pods_disrupted": dict(Counter(seen.pods_disrupted.values())),
@@ -284,10 +270,7 @@ async def _run_on(
         "nodeclaims_per_second": round(claims_per_second, 1),
         "trivial_workflows_per_second": round(trivial_per_second, 1),
         "ratio": round(claims_per_second / trivial_per_second, 2),
-        "pending_to_created_p50": created_p50,
-        "pending_to_created_p99": created_p99,
-        "pending_to_running_p50": running_p50,
-        "pending_to_running_p99": running_p99,
+        **latency_figures(seen, pods_of, seen.claim_created),
         "first_pending_to_first_nodeclaim_start": since(first_pending, first_start),
         "first_pending_to_last_initialized": since(first_pending, last_initialized),
         "first_pending_to_last_running": since(first_pending, max(seen.pod_running.values(), default=None)),
@@ -302,10 +285,7 @@ async def _run_on(
         "workflow_task_timeouts": timeouts,
         "worker_warnings": warnings,
         "cpu_seconds_trivial": {name: round(value, 1) for name, value in trivial_cpu.items()},
-        "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in phase.cpu.items()},
-        "lifecycle_seconds": round(phase.elapsed, 1),
-        "window": (phase.started, phase.started + phase.elapsed),
-        "cores": os.cpu_count(),
+        **phase.figures(),
     }
 
 

@@ -5,6 +5,7 @@ floor): the bench deployment created, waited for, and what it cost each process.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -105,6 +106,15 @@ class Measured:
     requests: list[dict[str, Any]]
     """The API server's requests in the phase (`apiserver.request_profile`)."""
 
+    def figures(self) -> dict[str, Any]:
+        """What every side's figures end with."""
+        return {
+            "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in self.cpu.items()},
+            "lifecycle_seconds": round(self.elapsed, 1),
+            "window": (self.started, self.started + self.elapsed),
+            "cores": os.cpu_count(),
+        }
+
 
 async def measure(
     kube: KubernetesCluster,
@@ -114,13 +124,17 @@ async def measure(
     pids: dict[str, int],
     count: int,
     shape: str,
-    until_done: Callable[[], Awaitable[str]],
+    timeout: float,
+    processes: dict[str, subprocess.Popen[bytes]],
     *,
+    claims: int,
     label: str = "",
+    stuck: Callable[[], Awaitable[str]] | None = None,
     alongside: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> Measured:
-    """Watch the cluster from `since` into `seen`, create the bench deployment of `count` pods and wait
-    `until_done`, with `alongside` (the floor's Node maker) running meanwhile; what the phase cost."""
+    """Watch the cluster from `since` into `seen`, create the bench deployment of `count` pods and wait until
+    they are done (`wait_until`: `claims`, `label`, `stuck`), with `alongside` (the floor's Node maker) running
+    meanwhile; what the phase cost (`pids`: the processes measured)."""
     async with asyncio.TaskGroup() as group:
         watcher = group.create_task(observe(kube, since, seen))
         await asyncio.sleep(CATCH_UP_SECONDS)  # every watch of this process open, and the autoscaler's
@@ -129,7 +143,9 @@ async def measure(
         started = time.time()
         await kube.apply([bench_deployment(count, shape)])
         helper = group.create_task(alongside()) if alongside is not None else None
-        failure = await until_done()
+        failure = await wait_until(
+            seen, count, timeout, processes, plane, claims=claims, label=label, stuck=stuck
+        )
         cpu = cpu_since(before, pids)
         elapsed = time.time() - started
         rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}

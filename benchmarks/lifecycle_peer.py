@@ -14,9 +14,9 @@ from typing import Any
 
 from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from benchmarks.karpenter import KWOK_NODECLASS, karpenter_nodepool, running_karpenter
-from benchmarks.lifecycle_measure import CONTROL_PLANE, OBSERVER_QPS, measure, side_figures, wait_until
+from benchmarks.lifecycle_measure import CONTROL_PLANE, OBSERVER_QPS, measure, side_figures
 from benchmarks.nodewright import examples
-from benchmarks.observed import Observed, nominations, p50_p99, pending_latencies, since
+from benchmarks.observed import Observed, latency_figures, nominations, since
 from benchmarks.workload import APP, PINNED_INSTANCE_TYPE
 from workers.controlplane.build import KARPENTER_VERSION
 from workers.controlplane.run import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE, ControlPlane
@@ -126,9 +126,9 @@ async def run_without_nodewright(
             pids,
             count,
             shape,
-            functools.partial(
-                wait_until, seen, count, timeout, processes, plane, claims=claims, label=f"{side} "
-            ),
+            timeout,
+            processes,
+            claims=claims,
             label=f"{side} ",
             alongside=functools.partial(make_floor_nodes, kube, seen, count, made)
             if side == "floor"
@@ -140,9 +140,6 @@ async def run_without_nodewright(
         pods_of = {node: [pod] for pod, node in made.items()}
     created_at = seen.nodes if side == "floor" else seen.claim_created
     first_pending = min(seen.pod_pending.values(), default=phase.started)
-    to_created, to_running = pending_latencies(seen, pods_of, created_at)
-    created_p50, created_p99 = p50_p99(to_created)
-    running_p50, running_p99 = p50_p99(to_running)
     return {
         "side": side,
         **side_figures(side, seen, first_pending, phase.cpu),
@@ -151,27 +148,16 @@ async def run_without_nodewright(
         "shape": shape,
         "finished": not phase.failure,
         "failure": phase.failure,
-        "pods_pending": len(seen.pod_pending),
-        "pods_running": seen.running,
-        "nodeclaims_created": len(seen.claim_created),
-        "nodeclaims_launched": len(seen.claim_launched),
-        "nodes": len(seen.nodes),
-        "nodeclaims_initialized": len(seen.claim_initialized),
+        **seen.reached(),
         "nominated_pods": sum(len(pods) for pods in pods_of.values()),
         "pods_deleted": len(seen.pods_deleted),
         "nodeclaims_deleted": len(seen.claims_deleted),
         "apiserver_requests": phase.requests,
-        "pending_to_created_p50": created_p50,
-        "pending_to_created_p99": created_p99,
-        "pending_to_running_p50": running_p50,
-        "pending_to_running_p99": running_p99,
+        **latency_figures(seen, pods_of, created_at),
         "first_pending_to_last_initialized": since(
             first_pending, max(seen.claim_initialized.values(), default=None)
         ),
         "first_pending_to_last_running": since(first_pending, max(seen.pod_running.values(), default=None)),
         "peak_mb": phase.rss,
-        "cpu_seconds_lifecycle": {name: round(value, 1) for name, value in phase.cpu.items()},
-        "lifecycle_seconds": round(phase.elapsed, 1),
-        "window": (phase.started, phase.started + phase.elapsed),
-        "cores": os.cpu_count(),
+        **phase.figures(),
     }

@@ -42,6 +42,17 @@ class Observed:
         """Pods Running now (evicted ones no longer count)."""
         return len(self.pod_running.keys() - self.pods_deleted)
 
+    def reached(self) -> dict[str, int]:
+        """How far a run got, as its figures name it."""
+        return {
+            "pods_pending": len(self.pod_pending),
+            "pods_running": self.running,
+            "nodeclaims_created": len(self.claim_created),
+            "nodeclaims_launched": len(self.claim_launched),
+            "nodes": len(self.nodes),
+            "nodeclaims_initialized": len(self.claim_initialized),
+        }
+
 
 def condition(manifest: dict[str, Any], condition: str) -> dict[str, Any]:
     conditions = manifest.get("status", {}).get("conditions") or []
@@ -155,6 +166,21 @@ def p50_p99(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
     return round(statistics.median(values), 2), round(percentile(values, 0.99), 2)
+
+
+def latency_figures(
+    seen: Observed, pods_of: dict[str, list[str]], created_at: dict[str, float]
+) -> dict[str, float | None]:
+    """p50 and p99 of the seconds from pending to created (`pending_latencies`) and to Running."""
+    to_created, to_running = pending_latencies(seen, pods_of, created_at)
+    created_p50, created_p99 = p50_p99(to_created)
+    running_p50, running_p99 = p50_p99(to_running)
+    return {
+        "pending_to_created_p50": created_p50,
+        "pending_to_created_p99": created_p99,
+        "pending_to_running_p50": running_p50,
+        "pending_to_running_p99": running_p99,
+    }
 
 
 def since(origin: float, moment: float | None) -> float | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
@@ -106,18 +106,15 @@ class AnyObjects(Connection):
             body["metadata"] = {**metadata, "namespace": namespace}
 
         def server_side_apply(target: Any, content: dict[str, Any], what: str) -> None:
-            self._decoded(
-                lambda: self._dynamic().server_side_apply(
-                    target,
-                    body=content,
-                    name=name,
-                    namespace=namespace,
-                    field_manager=FIELD_MANAGER,
-                    force_conflicts=True,
-                    serialize=False,
-                    _request_timeout=self._timeout,
-                ),
+            self._dynamic_call(
+                "server_side_apply",
+                lambda: target,
                 what,
+                body=content,
+                name=name,
+                namespace=namespace,
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
             )
 
         try:
@@ -141,22 +138,29 @@ class AnyObjects(Connection):
         group = resource.group
         return f"{str(kind).lower()}{'.' + group if group else ''}/{name} serverside-applied"
 
-    async def scale(self, kind: str, namespace: str, name: str, replicas: int) -> None:
-        """Set the replicas of a Deployment, ReplicaSet or StatefulSet (through its scale subresource)."""
+    def _dynamic_call(self, verb: str, resource: Callable[[], Any], what: str, **options: Any) -> Any:
+        """`verb` (get, patch, delete, server_side_apply) of the dynamic client on what `resource` discovers (on this
+        thread, within the request), answered as decoded JSON."""
 
         def call() -> Any:
-            scale = self._resource(kind).subresources["scale"]
-            return self._dynamic().patch(
-                scale,
-                body={"spec": {"replicas": replicas}},
-                name=name,
-                namespace=namespace,
-                content_type=MERGE_PATCH,
-                serialize=False,
-                _request_timeout=self._timeout,
-            )
+            target = resource()
+            method = getattr(self._dynamic(), verb)
+            return method(target, serialize=False, _request_timeout=self._timeout, **options)
 
-        await self._in_thread(self._decoded, call, f"scale {kind} {namespace}/{name}")
+        return self._decoded(call, what)
+
+    async def scale(self, kind: str, namespace: str, name: str, replicas: int) -> None:
+        """Set the replicas of a Deployment, ReplicaSet or StatefulSet (through its scale subresource)."""
+        await self._in_thread(
+            self._dynamic_call,
+            "patch",
+            lambda: self._resource(kind).subresources["scale"],
+            f"scale {kind} {namespace}/{name}",
+            body={"spec": {"replicas": replicas}},
+            name=name,
+            namespace=namespace,
+            content_type=MERGE_PATCH,
+        )
 
     async def set_replicas(
         self, kind: str, api_version: str, name: str, namespace: str | None, expected: int, replicas: int
@@ -169,20 +173,17 @@ class AnyObjects(Connection):
             {"op": "test", "path": path, "value": expected},
             {"op": "replace", "path": path, "value": replicas},
         ]
-
-        def call() -> Any:
-            return self._dynamic().patch(
-                self._resource(kind, api_version),
+        try:
+            await self._in_thread(
+                self._dynamic_call,
+                "patch",
+                lambda: self._resource(kind, api_version),
+                f"set the replicas of {kind} {name}",
                 body=operations,
                 name=name,
                 namespace=namespace,
                 content_type=JSON_PATCH,
-                serialize=False,
-                _request_timeout=self._timeout,
             )
-
-        try:
-            await self._in_thread(self._decoded, call, f"set the replicas of {kind} {name}")
         except (ConflictError, InvalidError) as error:
             if precondition_failed(error):
                 return False
@@ -193,18 +194,15 @@ class AnyObjects(Connection):
         self, kind: str, name: str, namespace: str | None = None, api_version: str | None = None
     ) -> dict[str, Any] | None:
         """Any object's manifest, or None."""
-
-        def call() -> Any:
-            return self._dynamic().get(
-                self._resource(kind, api_version),
+        try:
+            result: dict[str, Any] = await self._in_thread(
+                self._dynamic_call,
+                "get",
+                lambda: self._resource(kind, api_version),
+                f"get {kind} {name}",
                 name=name,
                 namespace=namespace,
-                serialize=False,
-                _request_timeout=self._timeout,
             )
-
-        try:
-            result: dict[str, Any] = await self._in_thread(self._decoded, call, f"get {kind} {name}")
         except NotFoundError:
             return None
         return result
@@ -213,32 +211,26 @@ class AnyObjects(Connection):
         self, kind: str, namespace: str | None = None, field_selector: str = "", label_selector: str = ""
     ) -> builtins.list[dict[str, Any]]:
         """Manifests of a kind, in one namespace or all, optionally filtered by field and label selectors."""
-
-        def call() -> Any:
-            return self._dynamic().get(
-                self._resource(kind),
-                namespace=namespace,
-                field_selector=field_selector or None,
-                label_selector=label_selector or None,
-                serialize=False,
-                _request_timeout=self._timeout,
-            )
-
-        body = await self._in_thread(self._decoded, call, f"list {kind}")
+        body = await self._in_thread(
+            self._dynamic_call,
+            "get",
+            lambda: self._resource(kind),
+            f"list {kind}",
+            namespace=namespace,
+            field_selector=field_selector or None,
+            label_selector=label_selector or None,
+        )
         api_version = str(body.get("apiVersion") or "")
         return [{**item, "apiVersion": api_version, "kind": kind} for item in body.get("items") or ()]
 
     async def delete_object(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete (or, with finalizers, mark for deletion) any object; one already gone counts as done."""
-
-        def call() -> Any:
-            return self._dynamic().delete(
-                self._resource(kind),
+        with contextlib.suppress(NotFoundError):
+            await self._in_thread(
+                self._dynamic_call,
+                "delete",
+                lambda: self._resource(kind),
+                f"delete {kind} {name}",
                 name=name,
                 namespace=namespace,
-                serialize=False,
-                _request_timeout=self._timeout,
             )
-
-        with contextlib.suppress(NotFoundError):
-            await self._in_thread(self._decoded, call, f"delete {kind} {name}")
