@@ -82,6 +82,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -322,18 +323,31 @@ def compare(counts: list[int], args: argparse.Namespace) -> None:
     """`--peer karpenter`: for each N, Karpenter's run, the floor's and nodewright's, each on a fresh control
     plane in a process of its own; the comparison, then nodewright's tables and profile."""
     ensure_karpenter()  # built once (minutes) before any run's clock starts
-    rows: list[dict[str, Any]] = []
-    for count in counts:
-        for side in (args.peer, "floor", "nodewright"):
-            row = run_in_process(count, args, side)
-            if row is None:
-                if rows:
-                    print_comparison(rows)
-                sys.exit(1)
-            rows.append(row)
+    runs = [(count, side) for count in counts for side in (args.peer, "floor", "nodewright")]
+    rows = run_each(runs, args, print_comparison)
     print_comparison(rows)
-    ours = [row for row in rows if row["side"] == "nodewright"]
     print()
+    finish([row for row in rows if row["side"] == "nodewright"], rows)
+
+
+def run_each(
+    runs: list[tuple[int, str]], args: argparse.Namespace, cut_short: Callable[[list[dict[str, Any]]], None]
+) -> list[dict[str, Any]]:
+    """Each run (pods, side) in a process of its own, in order, and their figures; when one prints none, the
+    benchmark shows the figures before it with `cut_short` and exits with 1."""
+    rows: list[dict[str, Any]] = []
+    for count, side in runs:
+        row = run_in_process(count, args, side)
+        if row is None:
+            if rows:
+                cut_short(rows)
+            sys.exit(1)
+        rows.append(row)
+    return rows
+
+
+def finish(ours: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """nodewright's tables and profiles; the benchmark exits with 1 when a run of `rows` did not finish."""
     print_tables(ours)
     for row in ours:
         print_profile(row)
@@ -444,19 +458,8 @@ def main() -> None:
         )
         print(json.dumps(one))
         sys.exit(0 if one["finished"] else 1)
-    rows: list[dict[str, Any]] = []
-    for count in (int(count) for count in args.runs.split(",")):
-        row = run_in_process(count, args)
-        if row is None:
-            if rows:
-                print_tables(rows)
-            sys.exit(1)
-        rows.append(row)
-    print_tables(rows)
-    for row in rows:
-        print_profile(row)
-    if not all(row["finished"] for row in rows):
-        sys.exit(1)
+    rows = run_each([(int(count), SIDES[0]) for count in args.runs.split(",")], args, print_tables)
+    finish(rows, rows)
 
 
 if __name__ == "__main__":

@@ -64,9 +64,7 @@ from activities.kubeclient.resources import (
     Resource,
     with_kind,
 )
-from core.errors import (
-    NotFoundError,
-)
+from core.errors import NotFoundError
 
 T = TypeVar("T")
 

@@ -12,14 +12,7 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from core.errors import (
-    CloudError,
-    ConflictError,
-    InvalidError,
-    NotFoundError,
-    ThrottledError,
-    TransientError,
-)
+from core.errors import CloudError, ConflictError, InvalidError, NotFoundError, ThrottledError, TransientError
 
 
 class ClusterConfigError(Exception):

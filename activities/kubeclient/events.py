@@ -22,15 +22,8 @@ from activities.kubeclient.objects import AnyObjects
 from activities.kubeclient.patches import MERGE_PATCH
 from activities.kubeclient.ratelimit import TokenBucket
 from activities.kubeclient.resources import API_VERSIONS, as_manifest
-from core.api.kube import (
-    DEFAULT_NAMESPACE,
-    Event,
-)
-from core.errors import (
-    CloudError,
-    InvalidError,
-    NotFoundError,
-)
+from core.api.kube import DEFAULT_NAMESPACE, Event
+from core.errors import CloudError, InvalidError, NotFoundError
 from core.events import NOMINATED, NOMINATION_BURST, NOMINATION_QPS, Deduper, dedupe_key, dedupe_rule
 
 logger = logging.getLogger("nodewright.kube")

@@ -18,11 +18,7 @@ from activities.informer import Emit, object_key, revision
 from activities.kubeclient.errors import connection_error, status_error
 from activities.kubeclient.resources import Resource, with_kind
 from core.cluster import EventType, WatchEvent
-from core.errors import (
-    ConflictError,
-    ThrottledError,
-    TransientError,
-)
+from core.errors import ConflictError, ThrottledError, TransientError
 
 logger = logging.getLogger("nodewright.kube")
 

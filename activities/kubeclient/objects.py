@@ -17,16 +17,9 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError, ResourceNotUniq
 from activities.kubeclient.connection import Connection
 from activities.kubeclient.patches import JSON_PATCH, MERGE_PATCH, precondition_failed
 from activities.kubeclient.resources import API_VERSIONS
-from core.api.kube import (
-    DEFAULT_NAMESPACE,
-)
+from core.api.kube import DEFAULT_NAMESPACE
 from core.api.manifests import ManifestError, load_yaml
-from core.errors import (
-    CloudError,
-    ConflictError,
-    InvalidError,
-    NotFoundError,
-)
+from core.errors import CloudError, ConflictError, InvalidError, NotFoundError
 
 FIELD_MANAGER = "nodewright"
 

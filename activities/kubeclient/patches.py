@@ -8,10 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.errors import (
-    CloudError,
-    ConflictError,
-)
+from core.errors import CloudError, ConflictError
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

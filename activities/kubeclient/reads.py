@@ -10,12 +10,7 @@ from typing import Any
 from activities.kubeclient.connection import Connection
 from activities.kubeclient.resources import NODE, NODECLAIM, NODECLASS, NODEPOOL, POD, VOLUME_ATTACHMENT
 from core.api.aksnodeclass import AKSNodeClass
-from core.api.kube import (
-    Node,
-    PersistentVolumeClaim,
-    Pod,
-    VolumeAttachment,
-)
+from core.api.kube import Node, PersistentVolumeClaim, Pod, VolumeAttachment
 from core.api.nodeclaim import NodeClaim
 from core.api.nodepool import NodePool
 

@@ -9,11 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from core.api.kube import (
-    Deployment,
-    ReplicaSet,
-    StatefulSet,
-)
+from core.api.kube import Deployment, ReplicaSet, StatefulSet
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,14 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from activities.kubeclient.connection import Connection
-from core.api.kube import (
-    Secret,
-)
-from core.errors import (
-    ConflictError,
-    InvalidError,
-    NotFoundError,
-)
+from core.api.kube import Secret
+from core.errors import ConflictError, InvalidError, NotFoundError
 
 
 class Secrets(Connection):

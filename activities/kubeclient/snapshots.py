@@ -15,9 +15,7 @@ from activities.informer import Emit, SnapshotInformer
 from activities.kubeclient.listwatch import ListWatch
 from activities.kubeclient.objects import AnyObjects
 from activities.kubeclient.resources import PODTEMPLATE, SCALABLE_MODELS
-from core.api.kube import (
-    PodTemplate,
-)
+from core.api.kube import PodTemplate
 from core.api.manifests import Manifests, ParseCache, parse_manifests, without_nulls
 from core.capacity_buffer import target_of
 

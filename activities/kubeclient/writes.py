@@ -27,18 +27,10 @@ from activities.kubeclient.resources import (
     NODEPOOL,
     as_manifest,
 )
-from core.api.kube import (
-    Node,
-)
+from core.api.kube import Node
 from core.api.meta import OwnerReference, Taint
 from core.api.nodeclaim import NodeClaim
-from core.errors import (
-    ConflictError,
-    InvalidError,
-    NotFoundError,
-    PDBViolationError,
-    ThrottledError,
-)
+from core.errors import ConflictError, InvalidError, NotFoundError, PDBViolationError, ThrottledError
 
 
 class Writes(Reads):
