@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.azure.names import nodeclaim_of
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.api.nodeclaim import NodeClaimConditionType
 from simulator.aks import AksSettings, ClusterInfo
 from simulator.kubelet.namespaces import unsupported_reason
