@@ -159,7 +159,9 @@ class _Window:
             [[bool(s.types[t.nodepool][t.row]) for t in self.types] for s in self.samples], dtype=np.bool_
         ).reshape(groups, len(self.types))
         keep = undominated(
-            np.array([t.headroom for t in self.types], dtype=np.int64).reshape(len(self.types), -1),
+            np.array([t.headroom for t in self.types], dtype=np.int64).reshape(
+                len(self.types), len(capacity.axes)
+            ),
             np.array([t.price for t in self.types], dtype=np.int64),
             fits_types,
             requests,
