@@ -218,7 +218,9 @@ class _Window:
 
     def directions(self, packing: Packing) -> tuple[dict[str, str | int], list[PlannedNodeClaim]]:
         """Where each pod of the retired candidates goes, and the NodeClaims to open: each may be any type of
-        its pool no dearer than the one the solver chose."""
+        its pool that costs at most the solver's choice plus an even share of what the packing saves above the
+        minimum, as a consolidation's replacement may be any type cheaper than its candidates (Karpenter's
+        spot-to-spot rule counts these options; `_priced` keeps those within the share the simulation leaves)."""
         retired = set(packing.retire)
         directions: dict[str, str | int] = {}
         for g, members in enumerate(self.members):
@@ -229,6 +231,7 @@ class _Window:
             for index, (_, pods) in enumerate(packing.launches):
                 targets += [index] * int(pods[g])
             directions.update(zip(leaving, targets, strict=False))
+        share = max(0, packing.savings - self.problem.min_savings) // max(1, len(packing.launches))
         planned = []
         for t, _ in packing.launches:
             chosen = self.types[t]
@@ -238,7 +241,7 @@ class _Window:
                     frozenset(
                         other.name
                         for other in self._pool_types(chosen.nodepool)
-                        if other.price <= chosen.price
+                        if other.price <= chosen.price + share
                     ),
                 )
             )

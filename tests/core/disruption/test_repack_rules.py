@@ -13,9 +13,11 @@ from typing import Any
 from core import labels as wk
 from core.disruption import DisruptionPlan, Method
 from core.disruption.commands import BlockReason, Decision
+from core.disruption.consolidation import MIN_SPOT_TO_SPOT_OPTIONS
 from core.disruption.options import RepackOptions
 from tests.core.disruption.fixtures import (
     NOW,
+    ZONES,
     bound,
     catalog_type,
     cluster,
@@ -29,6 +31,12 @@ from tests.core.disruption.fixtures import (
 
 SAVED = 1_351_620
 """$3.317987/h less $0.906571/h (8 vCPUs, 1 GiB) and $1.059796/h (2 vCPUs, 8 GiB)."""
+ONE_ZONE = (
+    {"key": wk.ZONE, "operator": "In", "values": [ZONES[0]]},
+    {"key": wk.ARCH, "operator": "In", "values": ["amd64"]},
+    {"key": wk.OS, "operator": "In", "values": ["linux"]},
+)
+"""A pool that offers each size once: three types at most as dear as the repack may pay for each new node."""
 
 
 def _plan(
@@ -86,6 +94,22 @@ def test_spot_nodes_are_not_repacked_onto_spot_without_the_spot_to_spot_gate() -
     assert result.commands == ()
     assert codes(result, "a") == [BlockReason.SPOT_TO_SPOT_DISABLED]
     assert result.cost is not None and result.cost.bound_micros < result.cost.now_micros
+
+
+def test_every_spot_replacement_of_a_spot_to_spot_repack_needs_fifteen_cheaper_types() -> None:
+    """With the gate, each new node of a spot-to-spot repack has at least 15 types within its share of the
+    saving and launches from the 15 cheapest; a pool that offers fewer gets no repack."""
+    command = only_command(_plan(wk.CAPACITY_TYPE_SPOT, spot_to_spot_consolidation=True))
+    assert command.method is Method.REPACK and command.savings_micros == SAVED
+    assert len(command.replacements) == 2
+    for replacement in command.replacements:
+        assert replacement.capacity_types == (wk.CAPACITY_TYPE_SPOT,)
+        assert len(replacement.instance_type_options) == MIN_SPOT_TO_SPOT_OPTIONS
+        assert replacement.instance_type == replacement.instance_type_options[0]
+    narrow = _plan(wk.CAPACITY_TYPE_SPOT, spot_to_spot_consolidation=True, requirements=ONE_ZONE)
+    assert narrow.commands == ()
+    # On-demand candidates are not held to the rule: the same narrow pool repacks them.
+    assert only_command(_plan(requirements=ONE_ZONE)).method is Method.REPACK
 
 
 def test_a_when_empty_pool_is_left_to_emptiness() -> None:
