@@ -354,7 +354,7 @@ def main() -> None:
     print(
         f"seeds {first}:{last}; gap: final cost above the cheapest home (exhaustive search); 'of saving': "
         "initial less final cost over initial less cheapest home, summed over the clusters. 'as planned': without\n"
-        "the check that kube-scheduler's own placement would settle the pods (RepackOptions.settling), since the\n"
+        "the check that the steered drain would carry each packing out (RepackOptions.settling), since the\n"
         "evaluation moves pods where the commands send them."
     )
 

@@ -59,8 +59,8 @@ HOSTS = 16
 RETRIES = 4
 """Proposals of one window the simulation may refuse before the window is given up."""
 SETTLING_MARGIN = 0.1
-"""The share of every node's room the solver leaves unused, more at each try, when kube-scheduler's placement
-would not settle the pods of a tighter packing (`settles`)."""
+"""The share of every node's room the solver leaves unused, more at each try, when the steered drain could not
+carry out a tighter packing (`steering`)."""
 MAX_SOLVER_NODES = 2000
 """Branch-and-bound nodes one solve may explore (a deterministic bound on its work)."""
 
