@@ -1,6 +1,6 @@
 """What every disruption command respects holds for a repack: the spot rules (the SpotToSpotConsolidation gate,
 and Karpenter's 15 cheaper instance types for every spot replacement, launched from the 15 cheapest), WhenEmpty
-pools, do-not-disrupt on pods and nodes, budgets per reason, PDBs and consolidateAfter.
+pools, do-not-disrupt on pods (with durations) and nodes, budgets per reason, PDBs and consolidateAfter.
 
 One Catalog D node (16 vCPUs, 16 GiB, $3.318/h) holds a CPU-heavy pod (7 vCPUs) and a memory-heavy one (7.5 GiB):
 it is the cheapest type that holds both, so Karpenter's methods find nothing, while an 8-vCPU/1-GiB node and a
@@ -8,6 +8,7 @@ it is the cheapest type that holds both, so Karpenter's methods find nothing, wh
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from core import labels as wk
@@ -43,6 +44,7 @@ def _plan(
     capacity_type: str = wk.CAPACITY_TYPE_ON_DEMAND,
     *,
     pod_annotations: dict[str, str] | None = None,
+    pod_created: datetime | None = None,
     node_annotations: dict[str, str] | None = None,
     pdbs: tuple[Any, ...] = (),
     repack: RepackOptions | None = None,
@@ -62,7 +64,15 @@ def _plan(
         last_pod_event=NOW,
     )
     pods = [
-        bound("a", "heavy-cpu", app="cpu", cpu="7", memory="900Mi", annotations=pod_annotations),
+        bound(
+            "a",
+            "heavy-cpu",
+            app="cpu",
+            cpu="7",
+            memory="900Mi",
+            annotations=pod_annotations,
+            created=pod_created,
+        ),
         bound("a", "heavy-memory", app="memory", cpu="1", memory="7680Mi"),
     ]
     return plan(cluster([nodepool(**pool)], [pair], pods, pdbs), repack=repack or RepackOptions(), **options)
@@ -125,6 +135,14 @@ def test_do_not_disrupt_on_a_pod_or_on_the_node_keeps_it() -> None:
     on_node = _plan(node_annotations={wk.DO_NOT_DISRUPT: "true"})
     assert on_node.commands == ()
     assert codes(on_node, "a") == [BlockReason.DO_NOT_DISRUPT_NODE]
+
+
+def test_a_do_not_disrupt_duration_keeps_the_node_until_the_pod_is_that_old() -> None:
+    young = _plan(pod_annotations={wk.DO_NOT_DISRUPT: "1h"}, pod_created=NOW - timedelta(minutes=30))
+    assert young.commands == ()
+    assert codes(young, "a") == [BlockReason.DO_NOT_DISRUPT_POD]
+    old = _plan(pod_annotations={wk.DO_NOT_DISRUPT: "1h"}, pod_created=NOW - timedelta(hours=2))
+    assert only_command(old).method is Method.REPACK
 
 
 def test_an_underutilized_budget_of_zero_stops_the_repack_and_another_reasons_does_not() -> None:
