@@ -1,6 +1,7 @@
 """What every disruption command respects holds for a repack: the spot rules (the SpotToSpotConsolidation gate,
 and Karpenter's 15 cheaper instance types for every spot replacement, launched from the 15 cheapest), WhenEmpty
-pools, do-not-disrupt on pods (with durations) and nodes, budgets per reason, PDBs and consolidateAfter.
+pools, do-not-disrupt on pods (with durations) and nodes, budgets per reason and on schedules, PDBs and
+consolidateAfter.
 
 One Catalog D node (16 vCPUs, 16 GiB, $3.318/h) holds a CPU-heavy pod (7 vCPUs) and a memory-heavy one (7.5 GiB):
 it is the cheapest type that holds both, so Karpenter's methods find nothing, while an 8-vCPU/1-GiB node and a
@@ -151,6 +152,14 @@ def test_an_underutilized_budget_of_zero_stops_the_repack_and_another_reasons_do
     assert codes(stopped, "a") == [BlockReason.BUDGET]
     other = _plan(budgets=({"nodes": "0", "reasons": ["Drifted"]},))
     assert only_command(other).method is Method.REPACK
+
+
+def test_a_scheduled_budget_of_zero_stops_the_repack_only_while_its_window_is_open() -> None:
+    """NOW is a Monday at noon."""
+    window = {"nodes": "0", "schedule": "0 12 * * *", "duration": "1h"}
+    assert codes(_plan(budgets=(window, {"nodes": "100%"})), "a") == [BlockReason.BUDGET]
+    later = {**window, "schedule": "0 15 * * *"}
+    assert only_command(_plan(budgets=(later, {"nodes": "100%"}))).method is Method.REPACK
 
 
 def test_a_pdb_that_allows_no_eviction_and_consolidate_after_keep_the_node() -> None:
