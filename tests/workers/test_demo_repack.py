@@ -5,10 +5,12 @@ with the bound beside the plan and the lines `explain` shows."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import yaml
 
+from activities.disruption import pass_record
 from benchmarks.disruption import NOW, Pool, node_pair
 from benchmarks.repack import provider
 from core import labels
@@ -19,6 +21,7 @@ from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from workers.demo.repack import GROUPS, POOL, WIDER, deployment, pool_manifest
 from workers.demo.walkthrough import EXAMPLES
+from workers.explain import Pass, disruption_spans
 
 
 def _documents() -> list[Any]:
@@ -64,6 +67,7 @@ def _documents() -> list[Any]:
     return documents
 
 
+@functools.cache
 def _plan(repack: RepackOptions | None) -> DisruptionPlan:
     options = DisruptionOptions(nodepools=frozenset({POOL}), repack=repack)
     return plan_disruption(parse_manifests(_documents(), "demo"), provider(), options, NOW)
@@ -94,3 +98,24 @@ def test_karpenters_methods_leave_the_step_s_nodes_and_the_repack_splits_one_ont
     )
     assert plan.cost is not None
     assert plan.cost.bound_micros <= plan.cost.after_micros == plan.cost.now_micros - command.savings_micros
+
+
+def test_explain_says_where_the_retired_node_s_pods_went_and_why_the_new_set_is_cheaper() -> None:
+    """The lines the step prints from `nodewright explain nodeclaim` for the retired node, from the pass the
+    disruption workflow records."""
+    plan = _plan(RepackOptions())
+    (command,) = plan.commands
+    (retired,) = command.candidates
+    record = pass_record(plan, NOW)
+    [span] = disruption_spans(
+        [Pass(workflow_id="disruption/c", record=record)], retired.node, retired.nodeclaim
+    )
+    assert (span.outcome, span.method) == ("chosen", "repack")
+    assert command.repacked is not None
+    assert span.repack[0] == f"why cheaper: {command.repacked.message}"
+    assert [line for line in span.repack if line.startswith("launches ")] == [
+        f"launches {line}" for line in command.repacked.launched
+    ]
+    moves = [line for line in span.repack if line.startswith("pod ")]
+    assert len(moves) == retired.pods == len(command.pods_moved)
+    assert all(f": {retired.node} -> " in line for line in moves)
