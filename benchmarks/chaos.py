@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
@@ -70,7 +69,7 @@ from temporalio.client import Client
 
 from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from benchmarks.nodewright import CLUSTER, emulated_azure, examples, has_pollers, workflow_exists
-from benchmarks.processes import ROOT, tail
+from benchmarks.processes import ROOT, conclude, tail
 from benchmarks.workload import APP, bench_deployment
 from core.cluster import EventType as WatchEventType
 from simulator.aks_client import AksEmulatorClient
@@ -770,12 +769,7 @@ def main() -> None:
         keep=args.keep,
     )
     row = asyncio.run(run(options))
-    print_table(row)
-    if args.json:
-        print(json.dumps(row))
-    if found := problems(row):
-        print("FAILED: " + "; ".join(found))
-        sys.exit(1)
+    conclude(row, lambda: print_table(row), problems(row), args.json)
 
 
 if __name__ == "__main__":

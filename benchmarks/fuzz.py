@@ -56,6 +56,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.fuzz_objects import POD_API, Fuzzed, Kind, crd_kinds, objects, pod_kind
+from benchmarks.processes import conclude
 from core.api.manifests import parse_manifests
 from core.api.nodepool import is_managed_manifest
 from workers.controlplane.run import ControlPlane, start_control_plane
@@ -585,12 +586,7 @@ def main() -> None:
         keep=args.keep,
     )
     row = asyncio.run(run(options))
-    print_table(row)
-    if args.json:
-        print(json.dumps(row))
-    if found := problems(row):
-        print("FAILED: " + "; ".join(found))
-        sys.exit(1)
+    conclude(row, lambda: print_table(row), problems(row), args.json)
 
 
 if __name__ == "__main__":

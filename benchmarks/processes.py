@@ -164,3 +164,16 @@ def others(cpu: dict[str, float]) -> dict[str, float]:
 def cpu_since(before: dict[str, float], pids: dict[str, int]) -> dict[str, float]:
     """`others` of the CPU seconds each process (and the machine) used since `before` (a `cpu_of`)."""
     return others({name: value - before[name] for name, value in cpu_of(pids).items()})
+
+
+def conclude(
+    row: dict[str, Any], print_table: Callable[[], None], problems: list[str], as_json: bool
+) -> None:
+    """The end of a run that judges itself (chaos, fuzz, upgrade, soak): its table, its figures as JSON when asked,
+    and exit code 1 naming every problem found."""
+    print_table()
+    if as_json:
+        print(json.dumps(row))
+    if problems:
+        print("FAILED: " + "; ".join(problems))
+        sys.exit(1)

@@ -79,7 +79,7 @@ from benchmarks.chaos import (
     watch,
 )
 from benchmarks.nodewright import CLUSTER, has_pollers, workflow_exists
-from benchmarks.processes import tail, temporal_pid
+from benchmarks.processes import conclude, tail, temporal_pid
 from benchmarks.upgrade import (
     OPEN_LIFECYCLES,
     STARTUP_SECONDS,
@@ -702,12 +702,7 @@ def main() -> None:
         keep=args.keep,
     )
     row = asyncio.run(run(options))
-    print_tables(row, options)
-    if args.json:
-        print(json.dumps(row))
-    if found := problems(row, options):
-        print("FAILED: " + "; ".join(found))
-        sys.exit(1)
+    conclude(row, lambda: print_tables(row, options), problems(row, options), args.json)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ from benchmarks.chaos import (
     watch,
 )
 from benchmarks.nodewright import CLUSTER, has_pollers, workflow_exists
-from benchmarks.processes import ROOT, tail
+from benchmarks.processes import ROOT, conclude, tail
 from benchmarks.workload import APP, bench_deployment
 from simulator.aks_client import AksEmulatorClient
 from workers.controlplane.run import ControlPlane
@@ -811,12 +811,7 @@ def main() -> None:
         keep=args.keep,
     )
     row = asyncio.run(run(options))
-    print_table(row)
-    if args.json:
-        print(json.dumps(row))
-    if found := problems(row):
-        print("FAILED: " + "; ".join(found))
-        sys.exit(1)
+    conclude(row, lambda: print_table(row), problems(row), args.json)
 
 
 if __name__ == "__main__":
