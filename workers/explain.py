@@ -124,6 +124,8 @@ class DisruptionSpan(BaseModel):
     savings_per_hour: float = 0.0
     repack: list[str] = Field(default_factory=list)
     """For a repack: why the new set is cheaper, what it launches and where this node's pods went."""
+    dry_run: bool = False
+    """Chosen by a dry run (`nodewright consolidate --dry-run`): planned, never carried out."""
 
 
 class Step(BaseModel):
@@ -453,6 +455,8 @@ class Pass:
     validated: DisruptionCommand | None = None
     """For the fresh plan after a command's validation wait (`record.validating`): that command as the run planned
     it, which is what goes ahead if anything does."""
+    dry_run: bool = False
+    """A pass of a dry run, whose commands are never carried out."""
 
 
 async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> list[Pass]:
@@ -461,6 +465,9 @@ async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> li
     passes: list[Pass] = []
     previous: DisruptionPassRecord | None = None
     planned: dict[str, DisruptionCommand] = {}
+    started = events.started.workflow_execution_started_event_attributes.input.payloads
+    request = await decoder.one(started[:1], dict) if started else {}
+    dry_run = bool(request.get("dry_run"))
     for item in events.items:
         if isinstance(item, Signal) or item.name != ActivityName.PLAN_DISRUPTION or item.result is None:
             continue
@@ -475,7 +482,7 @@ async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> li
         elif not record.unchanged:
             previous = record
         planned.update((command.message, command) for command in record.commands)
-        passes.append(Pass(workflow_id, record))
+        passes.append(Pass(workflow_id, record, dry_run=dry_run))
     return passes
 
 
@@ -502,7 +509,9 @@ def _of_command(command: DisruptionCommand) -> dict[str, Any]:
     }
 
 
-def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> DisruptionSpan | None:
+def _mention(
+    record: DisruptionPassRecord, node: str | None, nodeclaim: str, dry_run: bool = False
+) -> DisruptionSpan | None:
     """How one pass treated the node, as a one-pass span (None when it did not consider it)."""
     about = _about(node, nodeclaim)
     for command in record.commands:
@@ -513,6 +522,7 @@ def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> 
                 "chosen",
                 reasons=[c.detail for c in chosen if c.detail],
                 repack=_repack_lines(command, {c.node for c in chosen}),
+                dry_run=dry_run,
                 **_of_command(command),
             )
     for repair in record.repairs:
@@ -598,7 +608,7 @@ def disruption_spans(passes: Sequence[Pass], node: str | None, nodeclaim: str) -
             if seen is None:  # it checks a command for other nodes: not a pass over this one
                 continue
         else:
-            seen = _mention(one.record, node, nodeclaim)
+            seen = _mention(one.record, node, nodeclaim, one.dry_run)
         current = open_span.get(one.workflow_id)
         if seen is None:
             open_span[one.workflow_id] = None
@@ -808,8 +818,10 @@ def render_text(story: Story, out: TextIO) -> None:
                 print(f"    why: {detail}", file=out)
         else:
             saves = f", saves {_dollars(span.savings_per_hour)}" if span.savings_per_hour else ""
+            dry_run = "dry run, not carried out; " if span.dry_run else ""
             print(
-                f"  {when}  chosen ({passes}, {span.method}, {span.reason}{saves}): {span.command}", file=out
+                f"  {when}  chosen ({dry_run}{passes}, {span.method}, {span.reason}{saves}): {span.command}",
+                file=out,
             )
             for detail in span.reasons:
                 print(f"    {detail}", file=out)

@@ -77,6 +77,8 @@ class Passes(BaseModel):
     records: list[DisruptionPassRecord]
     per_run: int
     """Continue as new after this many passes, as the real loop does every so many."""
+    dry_run: bool = False
+    """As a manual consolidation's `DisruptionInput.dry_run`."""
 
 
 @activity.defn(name="plan_disruption")
@@ -91,7 +93,7 @@ class FakeDisruption:
         for record in passes.records[: passes.per_run]:
             await workflow.execute_activity(canned_plan, record, start_to_close_timeout=timedelta(seconds=10))
         if len(passes.records) > passes.per_run:
-            workflow.continue_as_new(Passes(records=passes.records[passes.per_run :], per_run=passes.per_run))
+            workflow.continue_as_new(passes.model_copy(update={"records": passes.records[passes.per_run :]}))
 
 
 async def run_fake_disruption(client: Client, task_queue: str, workflow_id: str, passes: Passes) -> None:
@@ -268,10 +270,11 @@ def repack(nodes: tuple[str, ...], launched: tuple[tuple[str, int, int], ...]) -
 async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planned_command(
     temporal_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    """A manual consolidation plans a repack of a and b and a deletion of c, then validates each: the fresh plan
-    would repack a and b onto other types (the planned command still holds and is what goes ahead), a PDB now
-    keeps c, and the fresh plan would delete d. Explain shows the decision once, then its validation: never the
-    fresh plan as a second decision (as it did when it read every plan as a pass that chooses)."""
+    """After a dry run, a manual consolidation plans a repack of a and b and a deletion of c, then validates each:
+    the fresh plan would repack a and b onto other types (the planned command still holds and is what goes ahead),
+    a PDB now keeps c, and the fresh plan would delete d. Explain shows the decision once, then its validation:
+    never the fresh plan as a second decision (as it did when it read every plan as a pass that chooses), and the
+    dry run's choice as a dry run's."""
     client = temporal_env.client
     cluster = f"c-{uuid.uuid4().hex[:10]}"
     planned = repack(("a", "b"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
@@ -290,20 +293,25 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
     run = Passes(
         records=[DisruptionPassRecord(at=minutes(0), commands=[planned, delete_c]), *validations], per_run=10
     )
+    dry_run = Passes(
+        records=[DisruptionPassRecord(at=minutes(-1), commands=[planned])], per_run=10, dry_run=True
+    )
     async with fake_worker(client, task_queue):
+        await run_fake_disruption(client, task_queue, f"consolidation/{cluster}/dry-1", dry_run)
         await run_fake_disruption(client, task_queue, f"consolidation/{cluster}/manual-1", run)
     explainer = Explainer(client)
 
     async def spans(node: str) -> list[DisruptionSpan] | None:
         found = await explainer.disruption(cluster, node, node, since=LONG_AGO)
-        return found or None
+        return found if len(found) == 3 else None
 
-    a = await eventually(lambda: spans("a"), what="the run listed")
-    assert [(s.outcome, s.first, s.command) for s in a] == [
-        ("chosen", minutes(0), planned.message),
-        ("validated", minutes(1), planned.message),
+    a = await eventually(lambda: spans("a"), what="both runs listed")
+    assert [(s.outcome, s.dry_run, s.first, s.command) for s in a] == [
+        ("chosen", True, minutes(-1), planned.message),
+        ("chosen", False, minutes(0), planned.message),
+        ("validated", False, minutes(1), planned.message),
     ]
-    assert a[1].reasons == [
+    assert a[2].reasons == [
         "a plan made now would launch replacement-1 (Standard_F8s_v2, $0.338/h): 11 pods, replacement-2 "
         "(Standard_D2s_v5, $0.096/h): 3 pods (savings: $0.288/h); validation only checks that the planned command "
         "still holds, and it is the planned command that goes ahead"
@@ -317,6 +325,10 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
 
     text = io.StringIO()
     render_text(_story(cluster, "a", a), text)
+    assert (
+        f"2026-11-22T09:59:00.000Z  chosen (dry run, not carried out; 1 pass of consolidation/{cluster}/dry-1, "
+        f"repack, Underutilized, saves $0.2150/h): {planned.message}" in text.getvalue()
+    )
     assert (
         f"2026-11-22T10:01:00.000Z  validated (1 pass of consolidation/{cluster}/manual-1, repack): goes ahead as "
         f"planned: {planned.message}\n    a plan made now would launch" in text.getvalue()
