@@ -145,6 +145,35 @@ def minutes(count: float) -> datetime:
     return T0 + timedelta(minutes=count)
 
 
+def _story(cluster: str, node: str, spans: list[DisruptionSpan]) -> Story:
+    created = {
+        "at": T0,
+        "cluster": cluster,
+        "nodepool": "default",
+        "reason": "",
+        "pods": [],
+        "pod_count": 0,
+        "requests": {},
+        "instance_types": "",
+        "options": [],
+        "batch": 0,
+        "planned_by": None,
+    }
+    return Story.model_validate(
+        {
+            "nodeclaim": node,
+            "node": node,
+            "workflow_id": f"nodeclaim/{node}",
+            "run_id": "r",
+            "status": "Running",
+            "phase": None,
+            "closed_at": None,
+            "created": created,
+            "disruption": [span.model_dump() for span in spans],
+        }
+    )
+
+
 # --- the disruption history ---------------------------------------------------------------------------------
 
 
@@ -195,31 +224,7 @@ async def test_disruption_passes_become_spans_across_runs_and_workflows(
         0.154,
     )
 
-    story = Story.model_validate(
-        {
-            "nodeclaim": node,
-            "node": node,
-            "workflow_id": f"nodeclaim/{node}",
-            "run_id": "r",
-            "status": "Running",
-            "phase": None,
-            "closed_at": None,
-            "created": {
-                "at": T0,
-                "cluster": cluster,
-                "nodepool": "default",
-                "reason": "",
-                "pods": [],
-                "pod_count": 0,
-                "requests": {},
-                "instance_types": "",
-                "options": [],
-                "batch": 0,
-                "planned_by": None,
-            },
-            "disruption": [span.model_dump() for span in spans],
-        }
-    )
+    story = _story(cluster, node, spans)
     text = io.StringIO()
     render_text(story, text)
     assert (
@@ -338,35 +343,6 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
     assert (
         f"abandoned at validation (1 pass of consolidation/{cluster}/manual-1, single-node-consolidation): "
         f"{delete_c.message}\n    why: c: {pdb.message}\n" in text.getvalue()
-    )
-
-
-def _story(cluster: str, node: str, spans: list[DisruptionSpan]) -> Story:
-    created = {
-        "at": T0,
-        "cluster": cluster,
-        "nodepool": "default",
-        "reason": "",
-        "pods": [],
-        "pod_count": 0,
-        "requests": {},
-        "instance_types": "",
-        "options": [],
-        "batch": 0,
-        "planned_by": None,
-    }
-    return Story.model_validate(
-        {
-            "nodeclaim": node,
-            "node": node,
-            "workflow_id": f"nodeclaim/{node}",
-            "run_id": "r",
-            "status": "Running",
-            "phase": None,
-            "closed_at": None,
-            "created": created,
-            "disruption": [span.model_dump() for span in spans],
-        }
     )
 
 
@@ -518,30 +494,7 @@ def test_a_drifted_node_is_explained_with_the_field_that_changed() -> None:
     record = DisruptionPassRecord(at=T0, commands=[command])
     [span] = disruption_spans([Pass(workflow_id="disruption/c", record=record)], "n", "n")
     assert (span.outcome, span.reasons) == ("chosen", [detail])
-    created = {
-        "at": T0,
-        "cluster": "c",
-        "nodepool": "default",
-        "reason": "",
-        "pods": [],
-        "pod_count": 0,
-        "requests": {},
-        "instance_types": "",
-        "options": [],
-        "batch": 0,
-        "planned_by": None,
-    }
-    story = Story(
-        nodeclaim="n",
-        node="n",
-        workflow_id="nodeclaim/n",
-        run_id="r",
-        status="Running",
-        phase=None,
-        closed_at=None,
-        created=created,  # type: ignore[arg-type]
-        disruption=[span],
-    )
+    story = _story("c", "n", [span])
     text = io.StringIO()
     render_text(story, text)
     assert f"disrupting via drift replace, terminating 1 nodes (n)\n    {detail}\n" in text.getvalue()
