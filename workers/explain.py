@@ -568,8 +568,8 @@ def _instead(command: DisruptionCommand, fresh: DisruptionPassRecord) -> list[st
     )
     would = f"launch {', '.join(launches)}" if launches else f"{other.decision} them"
     return [
-        f"a plan made now would {would} (savings: {format_price(other.savings_micros)}/h); validation only checks "
-        "that the planned command still holds, and it is the planned command that goes ahead"
+        f"the fresh plan would {would} (savings: {format_price(other.savings_micros)}/h); validation only checks "
+        "that the planned command still holds, and the planned command is what goes ahead"
     ]
 
 

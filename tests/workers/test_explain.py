@@ -317,9 +317,9 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
         ("validated", False, minutes(1), planned.message),
     ]
     assert a[2].reasons == [
-        "a plan made now would launch replacement-1 (Standard_F8s_v2, $0.338/h): 11 pods, replacement-2 "
+        "the fresh plan would launch replacement-1 (Standard_F8s_v2, $0.338/h): 11 pods, replacement-2 "
         "(Standard_D2s_v5, $0.096/h): 3 pods (savings: $0.288/h); validation only checks that the planned command "
-        "still holds, and it is the planned command that goes ahead"
+        "still holds, and the planned command is what goes ahead"
     ]
     c = await explainer.disruption(cluster, "c", "c", since=LONG_AGO)
     assert [(s.outcome, s.reasons) for s in c] == [
@@ -336,7 +336,7 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
     )
     assert (
         f"2026-11-22T10:01:00.000Z  validated (1 pass of consolidation/{cluster}/manual-1, repack): goes ahead as "
-        f"planned: {planned.message}\n    a plan made now would launch" in text.getvalue()
+        f"planned: {planned.message}\n    the fresh plan would launch" in text.getvalue()
     )
     text = io.StringIO()
     render_text(_story(cluster, "c", c), text)
