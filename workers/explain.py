@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -574,12 +575,13 @@ def _instead(command: DisruptionCommand, fresh: DisruptionPassRecord) -> list[st
 
 
 def _outline(command: DisruptionCommand) -> tuple[object, ...]:
-    """What a command does, however its nodes are ordered and named: each replacement's type, price and pods, and
-    the pods that go to nodes that stay."""
+    """What a command does as its lines say it, however its nodes are ordered and named and whichever of a
+    Deployment's like pods goes where: each new node's type, price and pod count, and the pods each node that stays
+    takes."""
     replacements = sorted(
-        (r.instance_type or "", r.price_micros or 0, sorted(r.pods)) for r in command.replacements
+        (r.instance_type or "", r.price_micros or 0, len(r.pods)) for r in command.replacements
     )
-    staying = sorted(command.repack.staying.items()) if command.repack is not None else []
+    staying = sorted(Counter(command.repack.staying.values()).items()) if command.repack is not None else []
     return command.decision, command.savings_micros, replacements, staying
 
 

@@ -346,6 +346,25 @@ async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planne
     )
 
 
+def test_a_validation_whose_fresh_plan_only_swaps_like_pods_says_nothing_more() -> None:
+    """The fresh plan launches the same types for as many pods, two of a Deployment's replicas changing places: the
+    same decision as the command's, so the validated line stands alone."""
+    planned = repack(("a", "b"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
+    fresh = repack(("b", "a"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
+    first, second = fresh.replacements
+    first.pods[0], second.pods[0] = second.pods[0], first.pods[0]
+    passes = [
+        Pass("consolidation/c/1", DisruptionPassRecord(at=minutes(0), commands=[planned])),
+        Pass(
+            "consolidation/c/1",
+            DisruptionPassRecord(at=minutes(1), commands=[fresh], validating=planned.message),
+            validated=planned,
+        ),
+    ]
+    spans = disruption_spans(passes, "a", "a")
+    assert [(s.outcome, s.reasons) for s in spans] == [("chosen", []), ("validated", [])]
+
+
 # --- a NodeClaim's whole life -------------------------------------------------------------------------------
 
 
