@@ -34,7 +34,7 @@ Emit = Callable[[WatchEvent | Exception], None]
 
 
 class Watch(Protocol):
-    """One kind's list-then-watch loop (`activities.kubeclient.ListWatch`)."""
+    """One kind's list-then-watch loop (`activities.kubeclient.listwatch.ListWatch`)."""
 
     @property
     def listed(self) -> bool:

@@ -68,10 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client
 
-from activities.kubeclient import KubernetesCluster, load_cluster
-from benchmarks.lifecycle import APP, bench_deployment
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from benchmarks.nodewright import CLUSTER, emulated_azure, examples, has_pollers, workflow_exists
 from benchmarks.processes import ROOT, tail
+from benchmarks.workload import APP, bench_deployment
 from core.cluster import EventType as WatchEventType
 from simulator.aks_client import AksEmulatorClient
 from simulator.arm.faults import Fault, FaultAction
@@ -675,7 +675,7 @@ def leaked(row: dict[str, Any]) -> list[str]:
 
 
 def consolidating_examples(
-    root: Path | None = None, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
+    root: Path = ROOT, consolidate_after: str = CONSOLIDATE_AFTER, budget: str = BUDGET
 ) -> list[dict[str, Any]]:
     """deploy/examples/ (of this tree, or of `root`) with the NodePool's consolidateAfter (10 s) and disruption
     budget (100 %) set."""

@@ -75,7 +75,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from benchmarks.karpenter import (
     KWOK_NODECLASS,
     REGION,

@@ -353,7 +353,7 @@ async def through_the_system(
     plane: ControlPlane, chosen: Sequence[Outcome], directory: Path, options: Options
 ) -> SystemCheck:
     """(c): the sample created for real while the worker and the controller run."""
-    from activities.kubeclient import load_cluster
+    from activities.kubeclient.cluster import load_cluster
     from benchmarks.nodewright import CLUSTER, emulated_azure, examples, has_pollers, workflow_exists
     from benchmarks.processes import child_process
     from workers.temporal_server import DevServer, free_port

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from benchmarks.processes import child_process, until
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog

@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from benchmarks.chaos import (
     API_SERVER_READY_SECONDS,
     LEASE,
@@ -78,7 +78,6 @@ from benchmarks.chaos import (
     until,
     watch,
 )
-from benchmarks.lifecycle import APP, bench_deployment
 from benchmarks.nodewright import CLUSTER, has_pollers, workflow_exists
 from benchmarks.processes import tail, temporal_pid
 from benchmarks.upgrade import (
@@ -91,6 +90,7 @@ from benchmarks.upgrade import (
     supervise,
     system_settings,
 )
+from benchmarks.workload import APP, bench_deployment
 from simulator.aks_client import AksEmulatorClient
 from workers.controlplane.run import ControlPlane
 from workers.demo.disruption import status_images

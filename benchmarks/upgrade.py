@@ -72,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from benchmarks.chaos import (
     LEASE_NAMESPACE,
     LEFT,
@@ -88,9 +88,9 @@ from benchmarks.chaos import (
     until,
     watch,
 )
-from benchmarks.lifecycle import APP, bench_deployment
 from benchmarks.nodewright import CLUSTER, has_pollers, workflow_exists
 from benchmarks.processes import ROOT, tail
+from benchmarks.workload import APP, bench_deployment
 from simulator.aks_client import AksEmulatorClient
 from workers.controlplane.run import ControlPlane
 from workers.releases import Release, read_releases, release_python, released_tree

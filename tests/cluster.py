@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.api.kube import Pod
 from core.bootstrap_tokens import MANAGED_BY, MANAGED_BY_LABEL
 from core.bootstrap_tokens import NAMESPACE as TOKEN_NAMESPACE

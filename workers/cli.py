@@ -38,6 +38,7 @@ from core.scheduling.snapshot import (
     merge,
 )
 from core.static_capacity import StaticPreview, gate_off_message, static_preview
+from workers.planner_flags import add_min_values_argument, add_repack_argument, add_spot_to_spot_argument
 from workers.tables import render_disruption_table, render_static_table, render_table
 
 if TYPE_CHECKING:
@@ -336,7 +337,7 @@ def dev_server(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _serve(main: Coroutine[Any, Any, None], err: TextIO) -> int:
     """Run a long-running command until SIGINT or SIGTERM (then exit 0); a cluster it cannot reach or a probe
     port it cannot serve is one line and exit 2, a lost leader Lease exit 1."""
-    from activities.kubeclient import ClusterConfigError
+    from activities.kubeclient.errors import ClusterConfigError
     from workers.health import ProbeServerError
     from workers.leader import LeadershipLostError
     from workers.processes import until_signalled
@@ -472,34 +473,6 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser) -> None:
         help="treat this offering as unavailable (repeatable)",
     )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
-
-
-def add_spot_to_spot_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--spot-to-spot",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="allow spot-to-spot consolidation (default: the SpotToSpotConsolidation gate of FEATURE_GATES, off)",
-    )
-
-
-def add_repack_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repack",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="after Karpenter's consolidation, re-home pods onto a cheaper set of nodes (default: "
-        "NODEWRIGHT_REPACK_ENABLED, on); --no-repack plans as Karpenter alone",
-    )
-
-
-def add_min_values_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--min-values-policy",
-        choices=[policy.value for policy in MinValuesPolicy],
-        default=None,
-        help="Karpenter's MIN_VALUES_POLICY (default: that variable, else Strict)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

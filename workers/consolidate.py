@@ -28,6 +28,7 @@ from core.messages import (
     LifecycleSettings,
     RepackSettings,
 )
+from workers.planner_flags import add_min_values_argument, add_repack_argument, add_spot_to_spot_argument
 from workers.settings import Settings
 from workers.tables import render_disruption_table
 
@@ -78,8 +79,6 @@ def disruption_input(settings: Settings) -> DisruptionInput:
 
 def add_consolidate_parser(commands: Any) -> None:
     """Register `nodewright consolidate` on the CLI's subcommands."""
-    from workers.cli import add_min_values_argument, add_repack_argument, add_spot_to_spot_argument
-
     parser = commands.add_parser(
         "consolidate",
         help="consolidate the cluster now: plan, show, confirm, execute (as a workflow)",

@@ -50,7 +50,7 @@ MASTER_STATUS = Gauge(
 
 
 class LeaseAPI(Protocol):
-    """The three Lease calls leader election makes (`activities.kubeclient.KubernetesCluster` has them)."""
+    """The three Lease calls leader election makes (`activities.kubeclient.cluster.KubernetesCluster` has them)."""
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 

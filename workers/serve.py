@@ -35,7 +35,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from activities.azure.skus import SkuListError
 from activities.azure.windows import LICENSE_NONE as WINDOWS_LICENSE_NONE
-from activities.kubeclient import USER_AGENT, KubernetesCluster, load_cluster
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
+from activities.kubeclient.connection import USER_AGENT
 from core.errors import CloudError, CredentialError
 from core.messages import ProvisionerInput
 from workers.health import Check, Readiness, serve_probes

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from simulator.aks import AksSettings, EmulatedAks, serve_aks
 from simulator.aks_client import AksEmulatorClient
 from workers.azure import AzureConfig, emulator_config

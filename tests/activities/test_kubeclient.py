@@ -21,18 +21,13 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from activities import kubeclient
 from activities.kube import kube_event, node_state, pod_event
-from activities.kubeclient import (
-    NODE,
-    NODECLAIM,
-    ClusterConfigError,
-    KubernetesCluster,
-    ListWatch,
-    TokenBucket,
-    api_error,
-    load_cluster,
-)
+from activities.kubeclient import connection
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
+from activities.kubeclient.errors import ClusterConfigError, api_error
+from activities.kubeclient.listwatch import ListWatch
+from activities.kubeclient.ratelimit import TokenBucket
+from activities.kubeclient.resources import NODE, NODECLAIM
 from core import labels
 from core.api.kube import Node, is_node_ready
 from core.api.manifests import load_yaml
@@ -1131,7 +1126,7 @@ async def test_the_look_after_a_node_write_takes_its_answer_once_and_only_while_
         assert node is not None and node.metadata.labels["c"] == "d"
         # Nor is a write's answer once it is no longer fresh.
         await cluster.patch_node(name, labels={"e": "f"})
-        monkeypatch.setattr(kubeclient, "JUST_WRITTEN_SECONDS", 0.0)
+        monkeypatch.setattr(connection, "JUST_WRITTEN_SECONDS", 0.0)
         assert cluster.node_seen(name) is None
     finally:
         monkeypatch.undo()

@@ -26,9 +26,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.azure.names import nodeclaim_of
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.api.nodeclaim import NodeClaimConditionType
 from simulator.aks import AksSettings, ClusterInfo
 from simulator.kubelet.namespaces import unsupported_reason
@@ -268,6 +269,20 @@ async def _lose_temporal_while_launching(plane: ControlPlane, aks: SimulatedAks,
         return sorted(new) if len(new) == LAUNCHES and unlaunched else []
 
     new = await eventually(launching, timeout=60, what=f"{LAUNCHES} NodeClaims launching")
+    # Each NodeClaim's lifecycle is started just after the NodeClaim is created: wait for all of them, and note
+    # each run, which the restarted server must still hold.
+    before_loss = await Client.connect(f"127.0.0.1:{temporal_port}")
+
+    async def runs() -> dict[str, str]:
+        found = {}
+        for name in new:
+            try:
+                found[name] = (await before_loss.get_workflow_handle(nodeclaim_id(name)).describe()).run_id
+            except RPCError:
+                return {}
+        return found
+
+    started = await eventually(runs, timeout=60, what="every new NodeClaim's lifecycle started")
     old_uid = yaml.safe_load(plane.kubectl("get", "pod", TEMPORAL_POD, "-n", NAMESPACE, "-o", "json").stdout)[
         "metadata"
     ]["uid"]
@@ -310,8 +325,10 @@ async def _lose_temporal_while_launching(plane: ControlPlane, aks: SimulatedAks,
         if item.get("type") == "Microsoft.Network/networkInterfaces"
     )
     assert vms == nics == sorted(final)
-    # The restarted server kept its history: the lifecycles started before its pod was deleted are there.
+    # The restarted server kept its history: the lifecycles started before its pod was deleted are there, the
+    # same runs.
     client = await Client.connect(f"127.0.0.1:{temporal_port}")
     for name in new:
         description = await client.get_workflow_handle(nodeclaim_id(name)).describe()
+        assert description.run_id == started[name], (name, description.run_id, started[name])
         assert description.start_time < deleted_at, (name, description.start_time, deleted_at)

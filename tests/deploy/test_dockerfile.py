@@ -26,6 +26,7 @@ from workers.azure import (
     CREDENTIAL_VARIABLE,
     POLL_VARIABLE,
     REGION_VARIABLE,
+    TOKEN_FILE_VARIABLE,
     WORKLOAD_IDENTITY_VARIABLES,
     load_azure,
 )
@@ -139,6 +140,9 @@ def test_the_rendered_environment_loads_as_settings(
     env = literal_environment(worker)
     # What the workload identity webhook adds to the pod.
     env |= {name: "injected" for name in WORKLOAD_IDENTITY_VARIABLES}
+    token = tmp_path / "azure-identity-token"  # the projected token is a file the kubelet mounts
+    token.write_text("eyJ...")
+    env[TOKEN_FILE_VARIABLE] = str(token)
     # The TLS files are read at start; the Secret's volume is mounted in a pod, so stand in for it here.
     for name in TLS_FILE_FIELDS:
         if env.get(env_var(name)):

@@ -29,7 +29,7 @@ from typing import IO, Any, TypeVar
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.api.nodeclaim import NodeClaim
 from core.cloudprovider import CloudProvider
 from core.messages import LifecycleSettings, LifecycleStatus, Phase, ProvisionerInput

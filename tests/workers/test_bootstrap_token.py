@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.azure.names import NodeNames
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from workers.demo import record_histories, system
 from workers.demo.walkthrough import EXAMPLES, DemoOptions
 from workers.schedules import rotate_bootstrap_token_now

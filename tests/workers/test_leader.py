@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kubeclient import KubernetesCluster, load_cluster
+from activities.kubeclient.cluster import KubernetesCluster, load_cluster
 from core.errors import ConflictError, TransientError
 from tests.workers.component import Component, until
 from workers.controlplane.run import ControlPlane

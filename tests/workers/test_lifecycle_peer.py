@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 
 from benchmarks.karpenter import KWOK_KUBE_RESERVED, karpenter_instance_types
-from benchmarks.lifecycle import (
-    PINNED_INSTANCE_TYPE,
-    bench_deployment,
-    floor_node,
-    karpenter_objects,
-    print_comparison,
-)
+from benchmarks.lifecycle_peer import floor_node, karpenter_objects
+from benchmarks.lifecycle_report import print_comparison
+from benchmarks.workload import PINNED_INSTANCE_TYPE, bench_deployment
 
 
 def test_karpenter_gets_the_emulated_azure_instance_types_in_its_kwok_format() -> None:

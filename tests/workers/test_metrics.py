@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.disruption import DisruptionActivities
 from activities.kube import KubeActivities, apply_condition, has_expired
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from activities.metrics import Metrics, snake_case
 from activities.planning import PlanningActivities
 from core import labels

@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.kube import nodeclaim_object
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from activities.metrics import Metrics
 from core import labels, summaries
 from core.api.kube import Node, Pod

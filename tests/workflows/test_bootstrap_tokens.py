@@ -23,7 +23,7 @@ from temporalio.worker import Worker
 
 from activities.azure.bootstrap import ClusterBootstrap
 from activities.bootstrap_tokens import BootstrapTokenActivities
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from activities.metrics import Metrics
 from core.api.kube import Secret
 from core.bootstrap_token_messages import BootstrapTokenRotationInput, BootstrapTokenRotationResult

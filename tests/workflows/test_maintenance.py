@@ -30,7 +30,7 @@ from activities.azure.prices import PriceSettings
 from activities.azure.provider import AzureCloudProvider
 from activities.catalog_source import CatalogSource
 from activities.heartbeat import heartbeats
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.cloudprovider import LaunchRequest
 from core.messages import (
     CatalogOrigin,

@@ -105,7 +105,11 @@ async def test_a_static_pool_holds_its_replicas_through_deletion_and_scaling(sys
     await eventually(lambda: ready_nodes(system, 3), timeout=60, what="3 static nodes")
     await system.kube.apply([static_pool(1)])
     await eventually(lambda: ready_nodes(system, 1), timeout=90, what="1 static node")
-    assert "1 of 1 replica(s)" in await current_details(handle)
+
+    async def settled_at_one() -> bool:  # a step in progress says "reconciling" until it ends
+        return "1 of 1 replica(s)" in await current_details(handle)
+
+    await eventually(settled_at_one, timeout=30, what="the workflow's details at 1 of 1 replica(s)")
     # The dynamic provisioner never made a NodeClaim for it: every NodeClaim of the pool came from its workflow.
     assert not [c for c in await system.nodeclaims() if c.labels.get(labels.NODEPOOL) == "default"]
 

@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.capacity_window import KIND
 from activities.kube import kube_event
-from activities.kubeclient import KubernetesCluster
+from activities.kubeclient.cluster import KubernetesCluster
 from core.api.capacitywindow import CapacityWindow, CapacityWindowConditionType
 from core.api.condition_set import ConditionSet, conditions_json, readable_conditions
 from core.api.meta import InvalidObjectError
