@@ -8,6 +8,11 @@ hour. When one size has several items of the same kind, the last one read wins (
 one). The provider drops Windows products (`productName` ending in ` Windows`), as it launches Linux only; they
 are kept here apart, as the Windows prices of Windows nodes (`core.instancetypes.windows`).
 
+Unlike the provider, Cloud Services products (`productName` ending in ` Cloud Services`, e.g. `Dasv5 Series Cloud
+Services`) are dropped: the API lists them under the `Virtual Machines` service for some series, at the Windows
+rate, and the provider keeping whichever item comes last is the likely way its generated table came to hold
+2,095 Windows rates as Linux prices (`core/instancetypes/data/README.md`).
+
 Only the public cloud has the API (the AKS provider reads it there only): a `PriceSettings` without a `url` is a
 cloud without one, and `RetailPricesClient.available` says so. Every request has a timeout; throttling (429),
 server errors and connection failures are retried a bounded number of times with exponential backoff. A failed
@@ -35,6 +40,8 @@ API_VERSION = "2023-01-01-preview"
 MAX_PAGES = 1000
 """A bound on `NextPageLink`s followed (eastus has about 10 pages of 1,000 items)."""
 _RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_CLOUD_SERVICES = " Cloud Services"
+"""The suffix of the Cloud Services products the API lists among VM prices (they run Windows: the Windows rate)."""
 
 
 class PriceSettings(BaseModel):
@@ -78,7 +85,8 @@ def price_filter(region: str) -> str:
 
 
 def prices_from_items(items: Iterable[Mapping[str, Any]]) -> LivePrices:
-    """The on-demand and spot prices among Retail Prices items, Linux and Windows apart (Low Priority dropped)."""
+    """The on-demand and spot prices among Retail Prices items, Linux and Windows apart (Low Priority and Cloud
+    Services dropped)."""
     prices = LivePrices()
     for item in items:
         size = item.get("armSkuName")
@@ -86,6 +94,8 @@ def prices_from_items(items: Iterable[Mapping[str, Any]]) -> LivePrices:
         if not isinstance(size, str) or not size or not isinstance(price, int | float):
             continue
         if str(item.get("meterName", "")).endswith(" Low Priority"):
+            continue
+        if str(item.get("productName", "")).endswith(_CLOUD_SERVICES):
             continue
         spot = str(item.get("skuName", "")).endswith(" Spot")
         if str(item.get("productName", "")).endswith(" Windows"):

@@ -6,6 +6,10 @@ The table (`data/public-prices.csv`, see `data/README.md`) is the provider's `zz
 empty where the region has no meter for the size. As in the provider, a region the table lacks is priced with
 the fallback region's (eastus) prices, and the caller says so. The table holds no spot prices.
 
+The provider's table holds the Windows rate (Linux plus the Windows Server license) instead of the Linux one for
+some sizes in 56 of its 57 regions. `data/public-prices-windows-rates.csv` lists each such cell with its Linux
+price, and loading replaces the one by the other, so the table's prices are Linux prices everywhere.
+
 Zones (`data/public-regions.json`) are the logical availability zones of each physical region, from the
 provider's `locations.json`; a region it does not list has none known.
 """
@@ -26,6 +30,7 @@ from core.instancetypes.types import usd_to_micros
 _DATA_PACKAGE = "core.instancetypes"
 _DATA_DIR = "data"
 _PRICES_FILE = "public-prices.csv"
+_WINDOWS_RATES_FILE = "public-prices-windows-rates.csv"
 _REGIONS_FILE = "public-regions.json"
 
 PRICE_FALLBACK_REGION = "eastus"
@@ -88,9 +93,20 @@ def region_display_name(region: str) -> str:
 
 @cache
 def _price_table() -> dict[str, dict[str, int]]:
-    text = files(_DATA_PACKAGE).joinpath(_DATA_DIR, _PRICES_FILE).read_text(encoding="utf-8")
-    rows = csv.reader(io.StringIO(text))
-    header = next(rows)
+    table = _provider_table()
+    for correction in _read_csv(_WINDOWS_RATES_FILE)[1]:
+        region, size, windows_rate, linux_rate = correction[:4]
+        if table[region].get(size) != usd_to_micros(windows_rate):
+            raise ValueError(
+                f"{_WINDOWS_RATES_FILE}: {region} {size} is listed at {windows_rate} $/h, which is not "
+                f"its price in {_PRICES_FILE}"
+            )
+        table[region][size] = usd_to_micros(linux_rate)
+    return table
+
+
+def _provider_table() -> dict[str, dict[str, int]]:
+    header, rows = _read_csv(_PRICES_FILE)
     if header[0] != "size":
         raise ValueError(f"{_PRICES_FILE}: the first column must be 'size', not {header[0]!r}")
     regions = header[1:]
@@ -105,6 +121,12 @@ def _price_table() -> dict[str, dict[str, int]]:
             if price:
                 table[region][size] = usd_to_micros(price)
     return dict(sorted(table.items()))
+
+
+def _read_csv(name: str) -> tuple[list[str], list[list[str]]]:
+    text = files(_DATA_PACKAGE).joinpath(_DATA_DIR, name).read_text(encoding="utf-8")
+    header, *rows = csv.reader(io.StringIO(text))
+    return header, rows
 
 
 @cache

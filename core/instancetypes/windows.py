@@ -10,8 +10,8 @@ derived: the Linux rate plus the license at
 - USD 0.046 per vCPU-hour for every size but the B-series,
 - USD 0.0046 per vCPU-hour for the burstable B-series,
 
-the difference between the Windows and Linux pay-as-you-go meters in eastus and southcentralus (41 sizes each,
-the same rate in both regions; `core/instancetypes/data/README.md` has the figures). Spot VMs are derived the same
+the difference between the Windows and Linux pay-as-you-go meters of the 2,095 Windows rates the provider's price
+table holds in 56 regions (`core/instancetypes/data/README.md` has the figures). Spot VMs are derived the same
 way (the license is not discounted with the capacity): an upper bound of the Windows spot meter, which replaces
 it once read. A cluster with Azure Hybrid Benefit (license type `Windows_Server`) brings its own license and pays
 the Linux rate (`AzureCatalog.windows_license_included`).

@@ -109,6 +109,12 @@ REQUIREMENTS = "spec.template.spec.requirements"
 LABELS = "spec.template.metadata.labels"
 SYSCTLS = "spec.linuxOSConfig.sysctls"
 
+LINUX_ONLY: dict[str, tuple[dict[str, Any], str]] = {
+    "linuxOSConfig": ({"linuxOSConfig": {"transparentHugePageEnabled": "never"}}, "spec.linuxOSConfig"),
+    "artifact streaming": ({"artifactStreaming": {"enabled": True}}, "spec.artifactStreaming.enabled"),
+    "LocalDNS": (local_dns(VNET_ZONES)["spec"], "spec.localDNS.mode"),
+}
+"""What AKS refuses on a Windows AKSNodeClass: the spec that asks for it, and the field the refusal names."""
 INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
     # NodePool requirements
     "hostname requirement": (
@@ -289,21 +295,6 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
         "spec.fipsMode",
         "FIPS with Trusted Launch is not supported with imageFamily AzureLinux",
     ),
-    "linuxOSConfig on Windows2022": (
-        nodeclass(imageFamily="Windows2022", linuxOSConfig={"transparentHugePageEnabled": "never"}),
-        "spec.linuxOSConfig",
-        "linuxOSConfig is not supported with imageFamily Windows2022",
-    ),
-    "artifact streaming on Windows2025": (
-        nodeclass(imageFamily="Windows2025", artifactStreaming={"enabled": True}),
-        "spec.artifactStreaming.enabled",
-        "artifact streaming is not supported with imageFamily Windows2025",
-    ),
-    "LocalDNS on Windows2022": (
-        {**local_dns(VNET_ZONES), "spec": {**local_dns(VNET_ZONES)["spec"], "imageFamily": "Windows2022"}},
-        "spec.localDNS.mode",
-        "LocalDNS is not supported with imageFamily Windows2022",
-    ),
     "FIPS disabled on Windows2025": (
         nodeclass(imageFamily="Windows2025", fipsMode="Disabled"),
         "spec.fipsMode",
@@ -398,6 +389,17 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
         "Duplicate value",
     ),
 }
+INVALID.update(
+    {
+        f"{setting} on {family}": (
+            nodeclass(**spec, imageFamily=family),
+            field,
+            f"{setting} is not supported with imageFamily {family}",
+        )
+        for setting, (spec, field) in LINUX_ONLY.items()
+        for family in ("Windows2022", "Windows2025")
+    }
+)
 
 
 def dry_run(control_plane: ControlPlane, manifest: dict[str, Any]) -> str | None:

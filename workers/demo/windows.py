@@ -6,13 +6,14 @@ NodePool `windows` launches a Windows VM (admin account from the cluster's Secre
 characters, bootstrap run by the CustomScriptExtension), whose node registers as Windows (`kubectl get nodes -o
 wide` shows its OS image and kernel), while the Linux pods of the earlier steps stay on Linux nodes. Then a newer
 Windows node image ships (the AKSNodeClass status, as the AKS image controller writes it): drift replaces the
-Windows node with one on the new image. `windows-web` is scaled back to zero at the end, and emptiness removes the
-node.
+Windows node with one on the new image. Last, `windows-web` is scaled to zero and consolidation deletes the empty
+Windows node (the NodePool's `consolidateAfter` set to 0s first, as step 3 does for NodePool `default`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from core import labels
 from workers.demo.disruption import status_images
@@ -41,8 +42,10 @@ async def windows_step(walk: Walkthrough, number: int) -> None:
     }
     placed = [pod for pod in await sim.list_pods() if pod.spec.node_name in windows_nodes]
     others = sorted(pod.metadata.name for pod in placed if pod.metadata.labels.get("app") != WINDOWS_APP)
+    if others:
+        raise RuntimeError(f"pods other than {WINDOWS_APP} on the Windows nodes: {', '.join(others)}")
     print(
-        f"Windows nodes: {', '.join(sorted(windows_nodes))}; other pods on them: {', '.join(others) or 'none'} "
+        f"Windows nodes: {', '.join(sorted(windows_nodes))}; other pods on them: none "
         "(the taint keeps every Linux pod off)",
         file=walk.out,
         flush=True,
@@ -54,17 +57,7 @@ async def windows_step(walk: Walkthrough, number: int) -> None:
     images = status_images(nodeclass)
     wanted = {image["id"] for image in images}
     print("Ship a newer Windows node image: drift replaces the Windows node", file=walk.out, flush=True)
-    await walk.kubectl(
-        "patch",
-        "aksnodeclass",
-        WINDOWS_POOL,
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        json.dumps({"status": {"images": images}}),
-    )
+    await _patch(walk, "aksnodeclass", {"status": {"images": images}}, "--subresource", "status")
 
     async def drifted() -> bool:
         claims = [claim for claim in await sim.list_nodeclaims() if claim.nodepool_name == WINDOWS_POOL]
@@ -76,4 +69,20 @@ async def windows_step(walk: Walkthrough, number: int) -> None:
 
     await walk.until("the Windows node on the new image", drifted)
     await walk.kubectl("get", "nodes", "-o", "wide", "-l", f"{labels.OS}=windows")
+
+    print(
+        f"Scale {WINDOWS_APP} to 0: consolidation deletes the empty Windows node", file=walk.out, flush=True
+    )
+    await _patch(walk, "nodepool", {"spec": {"disruption": {"consolidateAfter": "0s"}}})
     await walk.kubectl("scale", "deployment", WINDOWS_APP, "--replicas=0")
+
+    async def emptied() -> bool:
+        return not [claim for claim in await sim.list_nodeclaims() if claim.nodepool_name == WINDOWS_POOL]
+
+    await walk.until("the empty Windows node deleted", emptied)
+    await walk.kubectl("get", "nodes", "-l", f"{labels.OS}=windows")
+
+
+async def _patch(walk: Walkthrough, kind: str, patch: dict[str, Any], *options: str) -> None:
+    """`kubectl patch <kind> windows --type merge -p <patch>`, printed as it runs."""
+    await walk.kubectl("patch", kind, WINDOWS_POOL, *options, "--type", "merge", "-p", json.dumps(patch))

@@ -54,6 +54,17 @@ def test_linux_and_windows_items_give_their_on_demand_and_spot_prices_low_priori
     assert prices.windows_spot == {"Standard_D4s_v5": 90_000}
 
 
+@pytest.mark.parametrize("cloud_services_last", [True, False])
+def test_a_cloud_services_item_at_the_windows_rate_is_not_the_linux_price(cloud_services_last: bool) -> None:
+    # What the API lists for Standard_D8as_v5 in eastus: the VM meter, and Cloud Services' at the Windows rate.
+    linux = item("Standard_D8as_v5", "D8as v5", 0.344, product="Virtual Machines Dasv5 Series")
+    cloud = item("Standard_D8as_v5", "D8as v5", 0.712, product="Dasv5 Series Cloud Services")
+    windows = item("Standard_D8as_v5", "D8as v5", 0.712, product="Virtual Machines Dasv5 Series Windows")
+    prices = prices_from_items([linux, windows, cloud] if cloud_services_last else [cloud, linux, windows])
+    assert prices.on_demand == {"Standard_D8as_v5": 344_000}
+    assert prices.windows_on_demand == {"Standard_D8as_v5": 712_000}
+
+
 def test_the_filter_is_the_providers() -> None:
     assert price_filter("eastus") == (
         "priceType eq 'Consumption' and currencyCode eq 'USD' and serviceFamily eq 'Compute' "

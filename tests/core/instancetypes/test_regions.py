@@ -3,6 +3,14 @@ embeds about sizes (known SKUs, GPU registry)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import re
+from importlib.resources import files
+
+import pytest
+
+from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.provider_facts import RegisteredGpu, is_known_sku, registered_gpu
 from core.instancetypes.regions import (
     PRICE_FALLBACK_REGION,
@@ -46,3 +54,44 @@ def test_the_providers_known_skus_and_gpu_registry() -> None:
     )
     assert registered_gpu("Standard_NC24ads_A100_v4_Promo") == registered_gpu("Standard_NC24ads_A100_v4")
     assert registered_gpu("Standard_D4s_v5") is None
+
+
+def _windows_rate_rows() -> list[dict[str, str]]:
+    data = files("core.instancetypes").joinpath("data", "public-prices-windows-rates.csv")
+    return list(csv.DictReader(io.StringIO(data.read_text(encoding="utf-8"))))
+
+
+def test_the_windows_rates_in_the_providers_table_are_replaced_by_linux_prices() -> None:
+    # westus2's row of Standard_D2as_v5 in the provider's table is 0.178: the Linux 0.086 plus the license.
+    assert region_prices("westus2").on_demand["Standard_D2as_v5"] == 86_000
+    # A Linux AMD size (D/E ..as_v5, ..ads_v5) never costs more than its Intel twin; the provider's table
+    # breaks that 893 times in 54 regions.
+    above_twin = []
+    for region in priced_regions():
+        prices = region_prices(region).on_demand
+        for size, price in prices.items():
+            if amd := re.fullmatch(r"Standard_([DE]\d+)a(d?s_v5)", size):
+                twin = prices.get(f"Standard_{amd[1]}{amd[2]}")
+                if twin is not None and price > twin:
+                    above_twin.append((region, size, price, twin))
+    assert above_twin == []
+
+
+@pytest.mark.parametrize("region", ["eastus", "southcentralus"])
+def test_the_table_holds_the_snapshots_linux_prices_in_their_regions(region: str) -> None:
+    # The snapshots' on-demand prices are Linux meters; the provider's table has 41 Windows rates in each region.
+    table = region_prices(region).on_demand
+    snapshot = {sku.name: sku.on_demand_price_micros for sku in load_shipped_catalog(region).skus}
+    differ = {name: (price, table.get(name)) for name, price in snapshot.items() if table.get(name) != price}
+    assert differ == {}
+
+
+def test_each_replaced_price_is_the_windows_rate_less_the_license() -> None:
+    rows = _windows_rate_rows()
+    assert len(rows) == 2095
+    assert len({row["region"] for row in rows}) == 56  # every region but spaincentral
+    for row in rows:
+        vcpus = int(re.match(r"Standard_[A-Z]+(\d+)", row["size"])[1])  # type: ignore[index]
+        license_rate = 0.0046 if row["size"].startswith("Standard_B") else 0.046
+        per_vcpu = (float(row["table_usd_per_hour"]) - float(row["linux_usd_per_hour"])) / vcpus
+        assert abs(per_vcpu - license_rate) <= license_rate / 10, row
