@@ -59,8 +59,8 @@ HOSTS = 16
 RETRIES = 4
 """Proposals of one window the simulation may refuse before the window is given up."""
 SETTLING_MARGIN = 0.1
-"""The share of every node's room the solver leaves unused, more at each try, when kube-scheduler's placement
-would not settle the pods of a tighter packing (`settles`)."""
+"""The share of every node's room the solver leaves unused, more at each try, when the steered drain could not
+carry out a tighter packing (`steering`)."""
 MAX_SOLVER_NODES = 2000
 """Branch-and-bound nodes one solve may explore (a deterministic bound on its work)."""
 
@@ -159,7 +159,9 @@ class _Window:
             [[bool(s.types[t.nodepool][t.row]) for t in self.types] for s in self.samples], dtype=np.bool_
         ).reshape(groups, len(self.types))
         keep = undominated(
-            np.array([t.headroom for t in self.types], dtype=np.int64).reshape(len(self.types), -1),
+            np.array([t.headroom for t in self.types], dtype=np.int64).reshape(
+                len(self.types), len(capacity.axes)
+            ),
             np.array([t.price for t in self.types], dtype=np.int64),
             fits_types,
             requests,
@@ -216,7 +218,9 @@ class _Window:
 
     def directions(self, packing: Packing) -> tuple[dict[str, str | int], list[PlannedNodeClaim]]:
         """Where each pod of the retired candidates goes, and the NodeClaims to open: each may be any type of
-        its pool no dearer than the one the solver chose."""
+        its pool that costs at most the solver's choice plus an even share of what the packing saves above the
+        minimum, as a consolidation's replacement may be any type cheaper than its candidates (Karpenter's
+        spot-to-spot rule counts these options; `_priced` keeps those within the share the simulation leaves)."""
         retired = set(packing.retire)
         directions: dict[str, str | int] = {}
         for g, members in enumerate(self.members):
@@ -227,6 +231,7 @@ class _Window:
             for index, (_, pods) in enumerate(packing.launches):
                 targets += [index] * int(pods[g])
             directions.update(zip(leaving, targets, strict=False))
+        share = max(0, packing.savings - self.problem.min_savings) // max(1, len(packing.launches))
         planned = []
         for t, _ in packing.launches:
             chosen = self.types[t]
@@ -236,7 +241,7 @@ class _Window:
                     frozenset(
                         other.name
                         for other in self._pool_types(chosen.nodepool)
-                        if other.price <= chosen.price
+                        if other.price <= chosen.price + share
                     ),
                 )
             )
