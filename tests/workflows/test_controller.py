@@ -94,7 +94,7 @@ async def test_a_provisionable_pod_starts_the_provisioner_with_its_signal(system
     assert await start_input(system.client, provisioner, ProvisionerInput) == system.provisioner_input()
     history = await provisioner.fetch_history()
     assert history.events[1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-    await eventually(lambda: system.running("web", 2), timeout=15, what="web running")
+    await eventually(lambda: system.running("web", 2), timeout=60, what="web running")
 
 
 async def test_pods_left_pending_by_a_nodepool_not_ready_yet_are_planned_again_once_it_is_ready(

@@ -72,7 +72,7 @@ async def test_signals_within_the_idle_window_become_one_plan(system: System) ->
     for pod in pods[1:]:
         await system.signal_pods([pod])
 
-    await eventually(lambda: system.running("web", 3), timeout=15, what="web running")
+    await eventually(lambda: system.running("web", 3), timeout=60, what="web running")
     [(_, plan)] = await plans(system)
     assert plan.pods == 3
     assert sum(claim.pod_count for claim in plan.nodeclaims) == 3
@@ -135,7 +135,7 @@ async def test_pods_on_nodeclaims_in_flight_are_not_provisioned_twice(
         # Nominated to the NodeClaims in flight: left to them, not simulated again.
         assert (second.pods, second.nominated, second.nodeclaims) == (0, 3, [])
         assert sorted(claim.name for claim in await system.nodeclaims()) == sorted(c.name for c in claims)
-        await eventually(lambda: system.running("web", 3), timeout=15, what="web running")
+        await eventually(lambda: system.running("web", 3), timeout=60, what="web running")
         assert (await system.aks.counters()).vms_created == len(claims)
 
 

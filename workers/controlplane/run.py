@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import json
 import secrets
 import shutil
 import socket
@@ -205,7 +206,9 @@ class ControlPlane:
         return done
 
     def apply(self, documents: list[dict[str, object]] | str) -> str:
-        text = documents if isinstance(documents, str) else yaml.safe_dump_all(documents, sort_keys=False)
+        # As JSON documents (JSON is YAML): PyYAML leaves a string such as "742e77" unquoted, which kubectl's
+        # YAML 1.2 reads as a number (a bootstrap token id, say).
+        text = documents if isinstance(documents, str) else "\n---\n".join(json.dumps(d) for d in documents)
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text).stdout
 
     def log(self, name: str) -> Path:

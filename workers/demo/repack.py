@@ -86,8 +86,8 @@ spec:
 
 async def repack_step(walk: Walkthrough, number: int) -> None:
     walk.say(
-        f"{number}. A Standard_F8s_v2 whose pods Karpenter's consolidation leaves where they are: the repack "
-        "finds two smaller nodes and room elsewhere that hold them for less, shows the bound, and carries it out"
+        f"{number}. A Standard_D8s_v5 and a Standard_F8s_v2 whose pods Karpenter's consolidation leaves where they "
+        "are: the repack finds a cheaper set of nodes for them, shows the bound, and carries it out"
     )
     deployments: list[tuple[str, int]] = []
     for group, (instance_type, pods) in enumerate(GROUPS):

@@ -1,5 +1,5 @@
 """`helm test`: the chart's test hook asks a ready controller for /readyz through a Service of its own; and the
-README's sample `my-values.yaml` passes the chart's schema as written."""
+install guide's sample `my-values.yaml` (docs/install.md) passes the chart's schema as written."""
 
 from __future__ import annotations
 
@@ -17,20 +17,20 @@ import pytest
 
 from tests.deploy.helm import REPOSITORY, REQUIRED_VALUES, Helm, container, deployments
 
-README = REPOSITORY / "README.md"
+INSTALL = REPOSITORY / "docs" / "install.md"
 HOOK = "helm.sh/hook"
 
 
 def readme_values() -> str:
-    """The README's `my-values.yaml` block (in "Install on AKS"), as a user would copy it."""
+    """The install guide's `my-values.yaml` block (its "Values"), as a user would copy it."""
     blocks = re.findall(
-        r"```yaml\n(# my-values\.yaml\n.*?)```", README.read_text(encoding="utf-8"), re.DOTALL
+        r"```yaml\n(# my-values\.yaml\n.*?)```", INSTALL.read_text(encoding="utf-8"), re.DOTALL
     )
-    assert len(blocks) == 1, "the README has one my-values.yaml sample"
+    assert len(blocks) == 1, "docs/install.md has one my-values.yaml sample"
     return str(blocks[0])
 
 
-def test_the_readme_sample_values_lint_and_render(helm: Helm, tmp_path: Path) -> None:
+def test_the_install_guide_sample_values_lint_and_render(helm: Helm, tmp_path: Path) -> None:
     values = tmp_path / "my-values.yaml"
     values.write_text(readme_values(), encoding="utf-8")
     done = helm.lint([values])
