@@ -387,7 +387,9 @@ class DisruptionActivities:
             self.metrics.set_nodepool_costs(plan.costs)
             if plan.cost is not None:
                 self.metrics.set_cluster_cost(plan.cost)
-        return pass_record(plan, now, request.previous_fingerprint)
+        record = pass_record(plan, now, request.previous_fingerprint)
+        record.validating = request.validating
+        return record
 
     async def _mark_nodeclaims(self, changes: list[ConditionChange]) -> None:
         """Write the Drifted and Consolidatable conditions that changed, as Karpenter's nodeclaim disruption

@@ -635,6 +635,10 @@ class DisruptionPassRecord(BaseModel):
     """Node repairs, made at once (no budget, no validation) or refused."""
     cost: PlanCostRecord | None = None
     """The cluster's cost now, after the plan, and the lower bound (with the repack's settings)."""
+    validating: str = ""
+    """The log line of the command this pass is the fresh plan of, after its validation wait (empty: a pass that
+    plans). Its commands are what a plan made now would do, not a decision: the validated command is what goes
+    ahead, or nothing (`core.disruption.validation`)."""
 
 
 class CommandOutcome(StrEnum):
@@ -716,6 +720,8 @@ class DisruptionPlanInput(BaseModel):
     """The repack's settings; None: Karpenter's methods alone."""
     repack_candidates: list[str] = Field(default_factory=list)
     """The candidates of a repack command being validated: the repack tries them first, together."""
+    validating: str = ""
+    """The log line of the command this fresh plan validates (empty: a pass that plans); the record says it too."""
 
 
 class LaunchReplacementsInput(BaseModel):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
@@ -29,6 +30,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.azure.names import nodeclaim_of
 from core import summaries
+from core.disruption.commands import format_price
+from core.disruption.validation import abandonment_reason, validate
 from core.instancetypes.types import dollars
 from core.messages import (
     ActivityName,
@@ -109,9 +112,11 @@ class DisruptionSpan(BaseModel):
     last: datetime
     passes: int
     outcome: str
-    """"kept" or "chosen"."""
+    """"kept" or "chosen"; "validated" (the fresh plan after a command's validation wait found the command still
+    holds: it goes ahead as planned) or "abandoned" (it did not); "repaired" or "repair refused"."""
     reasons: list[str] = Field(default_factory=list)
-    """Why it was kept; when chosen, the node's detail (which field drifted, when it expired)."""
+    """Why it was kept; when chosen, the node's detail (which field drifted, when it expired); when abandoned, why;
+    when validated, what a plan made then would do instead, if that differs from the command."""
     method: str = ""
     reason: str = ""
     """Karpenter's disruption reason of the command that chose it."""
@@ -120,6 +125,8 @@ class DisruptionSpan(BaseModel):
     savings_per_hour: float = 0.0
     repack: list[str] = Field(default_factory=list)
     """For a repack: why the new set is cheaper, what it launches and where this node's pods went."""
+    dry_run: bool = False
+    """Chosen by a dry run (`nodewright consolidate --dry-run`): planned, never carried out."""
 
 
 class Step(BaseModel):
@@ -446,57 +453,136 @@ class Pass:
     workflow_id: str
     record: DisruptionPassRecord
     """With an unchanged pass's commands and kept nodes filled in from the run's previous full record."""
+    validated: DisruptionCommand | None = None
+    """For the fresh plan after a command's validation wait (`record.validating`): that command as the run planned
+    it, which is what goes ahead if anything does."""
+    dry_run: bool = False
+    """A pass of a dry run, whose commands are never carried out."""
 
 
 async def pass_records(decoder: Decoder, workflow_id: str, events: Events) -> list[Pass]:
-    """Every `plan_disruption` result of one run, unchanged passes expanded."""
+    """Every `plan_disruption` result of one run, unchanged passes expanded, each validation's fresh plan with the
+    command it validates."""
     passes: list[Pass] = []
     previous: DisruptionPassRecord | None = None
+    planned: dict[str, DisruptionCommand] = {}
+    started = events.started.workflow_execution_started_event_attributes.input.payloads
+    request = await decoder.one(started[:1], dict) if started else {}
+    dry_run = bool(request.get("dry_run"))
     for item in events.items:
         if isinstance(item, Signal) or item.name != ActivityName.PLAN_DISRUPTION or item.result is None:
             continue
         record = await decoder.one(item.result, DisruptionPassRecord)
+        if record.validating:
+            passes.append(Pass(workflow_id, record, planned.get(record.validating)))
+            continue
         if record.unchanged and previous is not None:
             record = previous.model_copy(
                 update={"at": record.at, "unchanged": True, "repairs": record.repairs}
             )
         elif not record.unchanged:
             previous = record
-        passes.append(Pass(workflow_id, record))
+        planned.update((command.message, command) for command in record.commands)
+        passes.append(Pass(workflow_id, record, dry_run=dry_run))
     return passes
 
 
-def _mention(record: DisruptionPassRecord, node: str | None, nodeclaim: str) -> DisruptionSpan | None:
+def _about(node: str | None, nodeclaim: str) -> Callable[[str, str | None], bool]:
+    """Whether a node and NodeClaim named in a record are the ones explained."""
+    return lambda other_node, other_claim: (
+        other_claim == nodeclaim or (node is not None and other_node == node)
+    )
+
+
+def _one_pass(record: DisruptionPassRecord, outcome: str, **fields: Any) -> DisruptionSpan:
+    return DisruptionSpan(
+        workflow_id="", first=record.at, last=record.at, passes=1, outcome=outcome, **fields
+    )
+
+
+def _of_command(command: DisruptionCommand) -> dict[str, Any]:
+    """A span's fields that name the command."""
+    return {
+        "method": command.method,
+        "reason": command.reason,
+        "command": command.message,
+        "savings_per_hour": round(dollars(command.savings_micros), 6),
+    }
+
+
+def _mention(
+    record: DisruptionPassRecord, node: str | None, nodeclaim: str, dry_run: bool = False
+) -> DisruptionSpan | None:
     """How one pass treated the node, as a one-pass span (None when it did not consider it)."""
-
-    def about(other_node: str, other_claim: str) -> bool:
-        return other_claim == nodeclaim or (node is not None and other_node == node)
-
-    def span(outcome: str, **fields: Any) -> DisruptionSpan:
-        return DisruptionSpan(
-            workflow_id="", first=record.at, last=record.at, passes=1, outcome=outcome, **fields
-        )
-
+    about = _about(node, nodeclaim)
     for command in record.commands:
         chosen = [c for c in command.candidates if about(c.node, c.nodeclaim)]
         if chosen:
-            return span(
+            return _one_pass(
+                record,
                 "chosen",
-                method=command.method,
-                reason=command.reason,
-                command=command.message,
-                savings_per_hour=round(dollars(command.savings_micros), 6),
                 reasons=[c.detail for c in chosen if c.detail],
                 repack=_repack_lines(command, {c.node for c in chosen}),
+                dry_run=dry_run,
+                **_of_command(command),
             )
     for repair in record.repairs:
         if about(repair.node, repair.nodeclaim):
             outcome = "repair refused" if repair.refused else "repaired"
-            return span(outcome, reason=repair.condition, reasons=[repair.message])
+            return _one_pass(record, outcome, reason=repair.condition, reasons=[repair.message])
     for kept in record.kept:
         if about(kept.node, kept.nodeclaim):
-            return span("kept", reasons=[reason.message for reason in kept.reasons])
+            return _one_pass(record, "kept", reasons=[reason.message for reason in kept.reasons])
     return None
+
+
+def _validation(one: Pass, node: str | None, nodeclaim: str) -> DisruptionSpan | None:
+    """What the validation of a command that disrupts the node decided, as `core.disruption.validation` decides it
+    from the fresh plan (None when the command is not for this node): it goes ahead as planned, with what a plan
+    made then would do instead when that differs, or it is abandoned, and why."""
+    about = _about(node, nodeclaim)
+    command, fresh = one.validated, one.record
+    mine = [c for c in command.candidates if about(c.node, c.nodeclaim)] if command else []
+    if command is None or not mine:
+        return None
+    validated, why = validate(command, fresh)
+    if validated is None or not any(about(c.node, c.nodeclaim) for c in validated.candidates):
+        why = why or abandonment_reason(command.model_copy(update={"candidates": mine}), fresh)
+        return _one_pass(fresh, "abandoned", reasons=[why], **_of_command(command))
+    return _one_pass(fresh, "validated", reasons=_instead(command, fresh), **_of_command(command))
+
+
+def _instead(command: DisruptionCommand, fresh: DisruptionPassRecord) -> list[str]:
+    """What the fresh plan would do with the command's candidates, when it is not what the command does."""
+    nodes = {c.node for c in command.candidates}
+    other = next((c for c in fresh.commands if {d.node for d in c.candidates} == nodes), None)
+    if other is None or _outline(other) == _outline(command):
+        return []
+    repack = other.repack
+    launches = (
+        [*repack.launched, *(f"room on {line}" for line in repack.receiving)]
+        if repack is not None
+        else [
+            f"{r.instance_type} ({format_price(r.price_micros or 0)}/h): {len(r.pods)} pods"
+            for r in other.replacements
+        ]
+    )
+    would = f"launch {', '.join(launches)}" if launches else f"{other.decision} them"
+    return [
+        f"the fresh plan would {would} (savings: {format_price(other.savings_micros)}/h); validation only checks "
+        "that the planned command still holds, and the planned command is what goes ahead"
+    ]
+
+
+def _outline(command: DisruptionCommand) -> tuple[object, ...]:
+    """What a command does as its lines say it, however its nodes are ordered and named and whichever of a
+    Deployment's like pods goes where: each new node's type, price and pod count, and the pods each node that stays
+    takes."""
+    replacements = sorted(
+        (r.instance_type or "", r.price_micros or 0, len(r.pods)) for r in command.replacements
+    )
+    staying = sorted(Counter(command.repack.staying.values()).items()) if command.repack is not None else []
+    return command.decision, command.savings_micros, replacements, staying
 
 
 def _repack_lines(command: DisruptionCommand, nodes: set[str]) -> list[str]:
@@ -519,7 +605,12 @@ def disruption_spans(passes: Sequence[Pass], node: str | None, nodeclaim: str) -
     spans: list[DisruptionSpan] = []
     open_span: dict[str, DisruptionSpan | None] = {}
     for one in sorted(passes, key=lambda p: p.record.at):
-        seen = _mention(one.record, node, nodeclaim)
+        if one.record.validating:
+            seen = _validation(one, node, nodeclaim)
+            if seen is None:  # it checks a command for other nodes: not a pass over this one
+                continue
+        else:
+            seen = _mention(one.record, node, nodeclaim, one.dry_run)
         current = open_span.get(one.workflow_id)
         if seen is None:
             open_span[one.workflow_id] = None
@@ -716,10 +807,23 @@ def render_text(story: Story, out: TextIO) -> None:
             print(f"  {when}  kept ({passes}): {'; '.join(span.reasons) or 'no reason recorded'}", file=out)
         elif span.outcome in ("repaired", "repair refused"):
             print(f"  {when}  {span.outcome} ({passes}, {span.reason}): {'; '.join(span.reasons)}", file=out)
+        elif span.outcome == "validated":
+            print(
+                f"  {when}  validated ({passes}, {span.method}): goes ahead as planned: {span.command}",
+                file=out,
+            )
+            for detail in span.reasons:
+                print(f"    {detail}", file=out)
+        elif span.outcome == "abandoned":
+            print(f"  {when}  abandoned at validation ({passes}, {span.method}): {span.command}", file=out)
+            for detail in span.reasons:
+                print(f"    why: {detail}", file=out)
         else:
             saves = f", saves {_dollars(span.savings_per_hour)}" if span.savings_per_hour else ""
+            dry_run = "dry run, not carried out; " if span.dry_run else ""
             print(
-                f"  {when}  chosen ({passes}, {span.method}, {span.reason}{saves}): {span.command}", file=out
+                f"  {when}  chosen ({dry_run}{passes}, {span.method}, {span.reason}{saves}): {span.command}",
+                file=out,
             )
             for detail in span.reasons:
                 print(f"    {detail}", file=out)

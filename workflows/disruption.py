@@ -3,9 +3,10 @@
 Automatic (`disruption/<cluster>`): every `poll_seconds` a pass plans on a fresh snapshot (emptiness, drift,
 consolidation, expiration, within budgets and PDBs) and starts the first command. Emptiness and consolidation
 commands must still hold after `validation_seconds` (a fresh plan must choose the same candidates the same
-way, the replacement no dearer), else they are abandoned, as Karpenter validates them. A command taints its
-candidates, launches the replacements as NodeClaim lifecycles and waits until they are initialized, then
-signals each candidate's lifecycle to terminate; a replacement that fails rolls the command back (candidates
+way, the replacement no dearer), else they are abandoned, as Karpenter validates them; what goes ahead is the
+command as planned (the fresh plan only checks it, and its record names the command it validates). A command
+taints its candidates, launches the replacements as NodeClaim lifecycles and waits until they are initialized,
+then signals each candidate's lifecycle to terminate; a replacement that fails rolls the command back (candidates
 untainted, other replacements deleted). Passes that find what the previous idle pass found are recorded as
 unchanged, so an idle loop's history stays small. It continues as new every so many passes.
 
@@ -266,7 +267,9 @@ class DisruptionWorkflow:
                 )
             # A repack is planned again around the same candidates first, so that the fresh plan answers for them.
             hint = [c.node for c in command.candidates] if command.method == Method.REPACK else []
-            fresh = await self._plan(request, "", summaries.validate_summary(command), hint=hint)
+            fresh = await self._plan(
+                request, "", summaries.validate_summary(command), hint=hint, validating=command.message
+            )
             validated, why = validate(command, fresh)
             if validated is None:
                 log(
@@ -471,6 +474,7 @@ class DisruptionWorkflow:
         summary: str,
         repair: bool = False,
         hint: list[str] | None = None,
+        validating: str = "",
     ) -> DisruptionPassRecord:
         workflow.set_current_details("planning")
         settings = request.settings
@@ -488,6 +492,7 @@ class DisruptionWorkflow:
                 previous_fingerprint=fingerprint,
                 repack=settings.repack,
                 repack_candidates=hint or [],
+                validating=validating,
             ),
             DisruptionPassRecord,
             summary,

@@ -35,6 +35,8 @@ from core.messages import (
     KeptReason,
     LifecycleInput,
     Phase,
+    PlannedReplacement,
+    RepackRecord,
 )
 from simulator.arm import Fault
 from tests.workflows.conftest import (
@@ -75,6 +77,8 @@ class Passes(BaseModel):
     records: list[DisruptionPassRecord]
     per_run: int
     """Continue as new after this many passes, as the real loop does every so many."""
+    dry_run: bool = False
+    """As a manual consolidation's `DisruptionInput.dry_run`."""
 
 
 @activity.defn(name="plan_disruption")
@@ -89,7 +93,7 @@ class FakeDisruption:
         for record in passes.records[: passes.per_run]:
             await workflow.execute_activity(canned_plan, record, start_to_close_timeout=timedelta(seconds=10))
         if len(passes.records) > passes.per_run:
-            workflow.continue_as_new(Passes(records=passes.records[passes.per_run :], per_run=passes.per_run))
+            workflow.continue_as_new(passes.model_copy(update={"records": passes.records[passes.per_run :]}))
 
 
 async def run_fake_disruption(client: Client, task_queue: str, workflow_id: str, passes: Passes) -> None:
@@ -139,6 +143,35 @@ def chosen(node: str, at: datetime) -> DisruptionPassRecord:
 
 def minutes(count: float) -> datetime:
     return T0 + timedelta(minutes=count)
+
+
+def _story(cluster: str, node: str, spans: list[DisruptionSpan]) -> Story:
+    created = {
+        "at": T0,
+        "cluster": cluster,
+        "nodepool": "default",
+        "reason": "",
+        "pods": [],
+        "pod_count": 0,
+        "requests": {},
+        "instance_types": "",
+        "options": [],
+        "batch": 0,
+        "planned_by": None,
+    }
+    return Story.model_validate(
+        {
+            "nodeclaim": node,
+            "node": node,
+            "workflow_id": f"nodeclaim/{node}",
+            "run_id": "r",
+            "status": "Running",
+            "phase": None,
+            "closed_at": None,
+            "created": created,
+            "disruption": [span.model_dump() for span in spans],
+        }
+    )
 
 
 # --- the disruption history ---------------------------------------------------------------------------------
@@ -191,31 +224,7 @@ async def test_disruption_passes_become_spans_across_runs_and_workflows(
         0.154,
     )
 
-    story = Story.model_validate(
-        {
-            "nodeclaim": node,
-            "node": node,
-            "workflow_id": f"nodeclaim/{node}",
-            "run_id": "r",
-            "status": "Running",
-            "phase": None,
-            "closed_at": None,
-            "created": {
-                "at": T0,
-                "cluster": cluster,
-                "nodepool": "default",
-                "reason": "",
-                "pods": [],
-                "pod_count": 0,
-                "requests": {},
-                "instance_types": "",
-                "options": [],
-                "batch": 0,
-                "planned_by": None,
-            },
-            "disruption": [span.model_dump() for span in spans],
-        }
-    )
+    story = _story(cluster, node, spans)
     text = io.StringIO()
     render_text(story, text)
     assert (
@@ -231,6 +240,129 @@ async def test_disruption_passes_become_spans_across_runs_and_workflows(
 async def _when_complete(explainer: Explainer, cluster: str, node: str) -> list[DisruptionSpan] | None:
     spans = await explainer.disruption(cluster, node, node, since=LONG_AGO)
     return spans if len(spans) == 4 and spans[-1].outcome == "chosen" else None
+
+
+def repack(nodes: tuple[str, ...], launched: tuple[tuple[str, int, int], ...]) -> DisruptionCommand:
+    """A repack of `nodes` launching (type, micro-dollars per hour, pods) each, as the plan activity records it."""
+    pods = [f"default/p-{index}" for index in range(sum(count for _, _, count in launched))]
+    replacements, moves, start = [], [], 0
+    for index, (instance_type, price, count) in enumerate(launched, 1):
+        mine = pods[start : start + count]
+        start += count
+        replacements.append(
+            PlannedReplacement(nodepool="repack", instance_type=instance_type, price_micros=price, pods=mine)
+        )
+        moves += [f"{pod}: {nodes[0]} -> replacement-{index}" for pod in mine]
+    savings = 722_000 - sum(price for _, price, _ in launched)
+    return DisruptionCommand(
+        method="repack",
+        reason="Underutilized",
+        decision="replace",
+        candidates=[DisruptedCandidate(node=n, nodeclaim=n, nodepool="repack", pods=10) for n in nodes],
+        replacements=replacements,
+        savings_micros=savings,
+        message=f"disrupting via consolidation replace, terminating {len(nodes)} nodes {', '.join(nodes)}",
+        repack=RepackRecord(
+            launched=[
+                f"replacement-{i} ({t}, ${p / 1e6:.3f}/h): {c} pods"
+                for i, (t, p, c) in enumerate(launched, 1)
+            ],
+            moves=moves,
+        ),
+    )
+
+
+async def test_a_validation_s_fresh_plan_is_explained_as_the_check_of_the_planned_command(
+    temporal_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """After a dry run, a manual consolidation plans a repack of a and b and a deletion of c, then validates each:
+    the fresh plan would repack a and b onto other types (the planned command still holds and is what goes ahead),
+    a PDB now keeps c, and the fresh plan would delete d. Explain shows the decision once, then its validation:
+    never the fresh plan as a second decision (as it did when it read every plan as a pass that chooses), and the
+    dry run's choice as a dry run's."""
+    client = temporal_env.client
+    cluster = f"c-{uuid.uuid4().hex[:10]}"
+    planned = repack(("a", "b"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
+    fresh = repack(("b", "a"), (("Standard_F8s_v2", 338_000, 11), ("Standard_D2s_v5", 96_000, 3)))
+    delete_c = chosen("c", at=minutes(0)).commands[0]
+    pdb = KeptReason(code="PodDisruptionBudget", message="pdb default/web prevents pod evictions")
+    validations = [
+        DisruptionPassRecord(at=minutes(1), commands=[fresh], validating=planned.message),
+        DisruptionPassRecord(
+            at=minutes(2),
+            commands=[chosen("d", at=minutes(2)).commands[0]],
+            kept=[KeptNode(node="c", nodeclaim="c", nodepool="default", reasons=[pdb])],
+            validating=delete_c.message,
+        ),
+    ]
+    run = Passes(
+        records=[DisruptionPassRecord(at=minutes(0), commands=[planned, delete_c]), *validations], per_run=10
+    )
+    dry_run = Passes(
+        records=[DisruptionPassRecord(at=minutes(-1), commands=[planned])], per_run=10, dry_run=True
+    )
+    async with fake_worker(client, task_queue):
+        await run_fake_disruption(client, task_queue, f"consolidation/{cluster}/dry-1", dry_run)
+        await run_fake_disruption(client, task_queue, f"consolidation/{cluster}/manual-1", run)
+    explainer = Explainer(client)
+
+    async def spans(node: str) -> list[DisruptionSpan] | None:
+        found = await explainer.disruption(cluster, node, node, since=LONG_AGO)
+        return found if len(found) == 3 else None
+
+    a = await eventually(lambda: spans("a"), what="both runs listed")
+    assert [(s.outcome, s.dry_run, s.first, s.command) for s in a] == [
+        ("chosen", True, minutes(-1), planned.message),
+        ("chosen", False, minutes(0), planned.message),
+        ("validated", False, minutes(1), planned.message),
+    ]
+    assert a[2].reasons == [
+        "the fresh plan would launch replacement-1 (Standard_F8s_v2, $0.338/h): 11 pods, replacement-2 "
+        "(Standard_D2s_v5, $0.096/h): 3 pods (savings: $0.288/h); validation only checks that the planned command "
+        "still holds, and the planned command is what goes ahead"
+    ]
+    c = await explainer.disruption(cluster, "c", "c", since=LONG_AGO)
+    assert [(s.outcome, s.reasons) for s in c] == [
+        ("chosen", []),
+        ("abandoned", [f"c: {pdb.message}"]),
+    ]
+    assert await explainer.disruption(cluster, "d", "d", since=LONG_AGO) == []
+
+    text = io.StringIO()
+    render_text(_story(cluster, "a", a), text)
+    assert (
+        f"2026-11-22T09:59:00.000Z  chosen (dry run, not carried out; 1 pass of consolidation/{cluster}/dry-1, "
+        f"repack, Underutilized, saves $0.2150/h): {planned.message}" in text.getvalue()
+    )
+    assert (
+        f"2026-11-22T10:01:00.000Z  validated (1 pass of consolidation/{cluster}/manual-1, repack): goes ahead as "
+        f"planned: {planned.message}\n    the fresh plan would launch" in text.getvalue()
+    )
+    text = io.StringIO()
+    render_text(_story(cluster, "c", c), text)
+    assert (
+        f"abandoned at validation (1 pass of consolidation/{cluster}/manual-1, single-node-consolidation): "
+        f"{delete_c.message}\n    why: c: {pdb.message}\n" in text.getvalue()
+    )
+
+
+def test_a_validation_whose_fresh_plan_only_swaps_like_pods_says_nothing_more() -> None:
+    """The fresh plan launches the same types for as many pods, two of a Deployment's replicas changing places: the
+    same decision as the command's, so the validated line stands alone."""
+    planned = repack(("a", "b"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
+    fresh = repack(("b", "a"), (("Standard_F8s_v2", 338_000, 9), ("Standard_F4s_v2", 169_000, 5)))
+    first, second = fresh.replacements
+    first.pods[0], second.pods[0] = second.pods[0], first.pods[0]
+    passes = [
+        Pass("consolidation/c/1", DisruptionPassRecord(at=minutes(0), commands=[planned])),
+        Pass(
+            "consolidation/c/1",
+            DisruptionPassRecord(at=minutes(1), commands=[fresh], validating=planned.message),
+            validated=planned,
+        ),
+    ]
+    spans = disruption_spans(passes, "a", "a")
+    assert [(s.outcome, s.reasons) for s in spans] == [("chosen", []), ("validated", [])]
 
 
 # --- a NodeClaim's whole life -------------------------------------------------------------------------------
@@ -381,30 +513,7 @@ def test_a_drifted_node_is_explained_with_the_field_that_changed() -> None:
     record = DisruptionPassRecord(at=T0, commands=[command])
     [span] = disruption_spans([Pass(workflow_id="disruption/c", record=record)], "n", "n")
     assert (span.outcome, span.reasons) == ("chosen", [detail])
-    created = {
-        "at": T0,
-        "cluster": "c",
-        "nodepool": "default",
-        "reason": "",
-        "pods": [],
-        "pod_count": 0,
-        "requests": {},
-        "instance_types": "",
-        "options": [],
-        "batch": 0,
-        "planned_by": None,
-    }
-    story = Story(
-        nodeclaim="n",
-        node="n",
-        workflow_id="nodeclaim/n",
-        run_id="r",
-        status="Running",
-        phase=None,
-        closed_at=None,
-        created=created,  # type: ignore[arg-type]
-        disruption=[span],
-    )
+    story = _story("c", "n", [span])
     text = io.StringIO()
     render_text(story, text)
     assert f"disrupting via drift replace, terminating 1 nodes (n)\n    {detail}\n" in text.getvalue()

@@ -24,6 +24,7 @@ from core.messages import (
     DisruptionInput,
     DisruptionMode,
     DisruptionSettings,
+    DisruptionStatus,
     RepackSettings,
 )
 from simulator.arm import Fault
@@ -37,6 +38,7 @@ from tests.workflows.conftest import (
     fresh_name,
 )
 from tests.workflows.test_disruption import running_node, taints
+from workers.explain import Decoder, disruption_spans, pass_records, read_events
 from workflows.disruption import DisruptionWorkflow, consolidation_id
 
 SETTINGS = DisruptionSettings(
@@ -100,7 +102,8 @@ async def fragmented(system: System) -> dict[str, str]:
     return where
 
 
-async def consolidate(system: System) -> CommandResult:
+async def consolidate(system: System) -> tuple[CommandResult, DisruptionStatus, str]:
+    """A manual consolidation, confirmed: its one command's result, its status, and its workflow id."""
     request = DisruptionInput(
         cluster=system.cluster, mode=DisruptionMode.MANUAL, settings=SETTINGS, lifecycle=FAST
     )
@@ -118,17 +121,27 @@ async def consolidate(system: System) -> CommandResult:
     await handle.signal(DisruptionWorkflow.confirm, True)
     status = await asyncio.wait_for(handle.result(), 90)
     [result] = status.results
-    return result
+    return result, status, handle.id
 
 
 async def test_a_repack_launches_first_then_steers_each_pod_where_it_was_planned(system: System) -> None:
     where = await fragmented(system)
     first, second = where["first-0"], where["second-0"]
 
-    result = await consolidate(system)
+    result, status, workflow_id = await consolidate(system)
 
     assert result.outcome is CommandOutcome.EXECUTED, result.detail
     command = result.command
+    # The command carried out is the one planned (what `nodewright consolidate` printed), and `explain` shows that
+    # decision once, then its validation, from the workflow's history.
+    assert status.plan is not None and status.plan.commands == [command]
+    history = await system.client.get_workflow_handle(workflow_id).fetch_history()
+    passes = await pass_records(Decoder(system.client), workflow_id, read_events(history.events))
+    spans = disruption_spans(passes, first, command.candidates[0].nodeclaim)
+    assert [(span.outcome, span.command) for span in spans] == [
+        ("chosen", command.message),
+        ("validated", command.message),
+    ]
     assert (command.method, command.reason) == ("repack", "Underutilized")
     assert [c.node for c in command.candidates] == [first]
     assert command.repack is not None and command.repack.staying  # room on the node that stays is used
@@ -163,7 +176,7 @@ async def test_a_repack_whose_replacement_fails_leaves_its_candidate_as_it_was(s
     first = where["first-0"]
     await system.aks.add_fault(Fault.sku_not_available())
 
-    result = await consolidate(system)
+    result, _, _ = await consolidate(system)
 
     assert result.outcome is CommandOutcome.ROLLED_BACK and result.command.method == "repack"
     assert result.steered is None

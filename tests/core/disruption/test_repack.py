@@ -57,6 +57,11 @@ def test_the_issues_two_nodes_are_repacked_onto_two_cheaper_nodes_of_different_f
     assert command.method is Method.REPACK
     assert command.reason == "Underutilized"
     assert command.log_line().startswith("disrupting via consolidation replace, terminating 2 nodes (6 pods)")
+    # Karpenter's line for several replacements counts them by capacity type and lists the first one's types only.
+    first = ", ".join(command.replacements[0].instance_type_options[:5])
+    assert command.log_line().endswith(
+        f" and replacing with 0 spot and 2 on-demand, from types {first} (savings: $0.066/h)"
+    )
     assert sorted(r.instance_type or "" for r in command.replacements) == [
         "Standard_D4s_v5",
         "Standard_E2s_v5",
