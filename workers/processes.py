@@ -23,6 +23,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
 LONG_COLLECTION_SECONDS = 1.0
 """A full garbage collection that holds the process this long is logged."""
+THAW_SECONDS = 600.0
+"""How often one full garbage collection scans the frozen objects too, and frees the reference cycles that died
+frozen. Each NodeClaim lifecycle's cached workflow lives for minutes, so it is frozen; once it completes and leaves
+the cache it is a cycle nobody refers to, which only a collection that scans frozen objects frees: 400 short
+workflows left 35,000 such objects frozen (docs/benchmarks.md, bench-soak)."""
 
 logger = logging.getLogger("nodewright")
 GcCallback = Callable[[str, dict[str, int]], None]
@@ -59,7 +64,11 @@ async def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
             loop.remove_signal_handler(signum)
 
 
-def freeze_after_full_collections(warn_after: float = LONG_COLLECTION_SECONDS) -> GcCallback:
+def freeze_after_full_collections(
+    warn_after: float = LONG_COLLECTION_SECONDS,
+    thaw_every: float = THAW_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> GcCallback:
     """Keep Python's full garbage collections short in a long-running process; returns the installed callback.
 
     A worker holds a million container objects or more (the informer's objects and their parsed models, the
@@ -69,19 +78,27 @@ def freeze_after_full_collections(warn_after: float = LONG_COLLECTION_SECONDS) -
     activation that has not finished within 2 s) and no lifecycle moved. After each full collection the objects
     that survived it are frozen (`gc.freeze`), so the next one scans only what was allocated since. A frozen
     object is still freed when nothing refers to it; only a reference cycle among frozen objects that dies is not
-    reclaimed, and the worker's full collections found next to none (0 to 144 objects each). A full collection
-    that still takes `warn_after` seconds is logged."""
+    reclaimed, and the worker's full collections found next to none (0 to 144 objects each) while they scanned
+    everything. Yet such cycles come with every workflow a worker caches (the workflow instance, its event loop and
+    its tasks refer to each other), so once every `thaw_every` seconds the objects are unfrozen after a full
+    collection instead, and the next one scans them all and frees the cycles that died frozen (one long collection
+    per period, not one every few seconds). A full collection that still takes `warn_after` seconds is logged."""
     started = 0.0
+    thawed = clock()
 
     def callback(phase: str, info: dict[str, int]) -> None:
-        nonlocal started
+        nonlocal started, thawed
         if info.get("generation") != 2:
             return
         if phase == "start":
             started = time.perf_counter()
             return
         took = time.perf_counter() - started
-        gc.freeze()
+        if clock() - thawed >= thaw_every:
+            gc.unfreeze()
+            thawed = clock()
+        else:
+            gc.freeze()
         if took >= warn_after:
             logger.warning(
                 "a full garbage collection held the process for %.1f s (%d objects frozen)",

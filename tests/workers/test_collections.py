@@ -53,3 +53,30 @@ def test_a_quick_full_collection_is_not_logged(unfrozen: None, caplog: pytest.Lo
         assert "garbage collection" not in caplog.text
     finally:
         gc.callbacks.remove(callback)
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_cycle_that_dies_frozen_is_freed_by_the_collection_after_a_thaw(unfrozen: None) -> None:
+    now = [0.0]
+    callback = freeze_after_full_collections(warn_after=60.0, thaw_every=600.0, clock=lambda: now[0])
+    try:
+        cycle = Cycle()
+        gc.collect()  # it survives, and is frozen
+        dead = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert dead() is not None  # a frozen cycle is not scanned: it outlives its last reference
+        assert gc.get_freeze_count() > 0
+
+        now[0] = 600.0
+        gc.collect()  # the period is over: this collection unfreezes instead of freezing
+        assert gc.get_freeze_count() == 0
+        gc.collect()  # and the next scans every object
+        assert dead() is None
+        assert gc.get_freeze_count() > 0  # then freezes again until the next period ends
+    finally:
+        gc.callbacks.remove(callback)
