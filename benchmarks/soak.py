@@ -306,6 +306,8 @@ class Soak:
     replica_counts: dict[str, int] = field(default_factory=dict)
     events: list[tuple[float, str]] = field(default_factory=list)
     """What the churn did, when (seconds since it began)."""
+    noticed: int = 0
+    """Spot VMs the emulated Azure gave an eviction notice."""
     started: float = 0.0
 
     def note(self, what: str) -> None:
@@ -334,6 +336,7 @@ class Soak:
             try:
                 await self.emulator.evict(vm)
                 evicted.append(vm)
+                self.noticed += 1
             except Exception as error:  # gone meanwhile, or already being evicted
                 self.note(f"eviction of {vm} refused: {error}")
         self.note(f"evicted {len(evicted)} Spot VM(s): {', '.join(evicted) or 'none'}")
@@ -521,6 +524,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             "stuck_deleting": sorted(cluster.claims),
             "drained_after_seconds": drained_after,
             "vms_created": (await emulator.counters()).vms_created,
+            "spot_notices": soak.noticed,
             "vms_evicted": (await emulator.counters()).vms_evicted,
             "process_exits": [exit for each in everyone for exit in each.process.exits],
         }
@@ -643,7 +647,11 @@ def print_tables(row: dict[str, Any], options: Options) -> None:
     print()
     lines: list[tuple[str, Any]] = [
         ("churn steps and scheduled events", len(row["events"])),
-        ("VMs created / Spot VMs evicted", f"{row['vms_created']} / {row['vms_evicted']}"),
+        ("VMs created", row["vms_created"]),
+        (
+            "Spot VMs given notice / still there at the deadline",
+            f"{row['spot_notices']} / {row['vms_evicted']}",
+        ),
         ("leaked: VMs / NICs / disks / Nodes / NodeClaims", " / ".join(str(row[key]) for key, _ in LEFT)),
         ("NodeClaim lifecycles still open", row["open_lifecycles"]),
         ("workflows Failed / TimedOut", " / ".join(str(v) for v in row["workflow_failures"].values())),
