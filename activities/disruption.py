@@ -502,7 +502,7 @@ class DisruptionActivities:
 
     @activity.defn(name=DisruptionActivity.STEER_DRAIN)
     async def steer_drain(self, request: SteerInput) -> SteerStep:
-        """One step of a repack's steered drain (`core.disruption.steering`): wait until the pod evicted last has
+        """One step of a steered drain (`core.disruption.steering`): wait until the pod evicted last has
         its replacement scheduled, then hold every new node of the command but the one the next pod should go to
         (cordoned) and evict that pod."""
         async with heartbeating():

@@ -652,8 +652,9 @@ class CommandOutcome(StrEnum):
 
 
 class SteeredDrain(BaseModel):
-    """What a repack's steered drain did: pods evicted one by one, where each landed against the plan, and
-    why it stopped steering early, if it did (the rest was then drained as Karpenter drains)."""
+    """What a steered drain (a repack's, or a consolidation's) did: pods evicted one by one, where each landed
+    against the plan, and why it stopped steering early, if it did (the rest was then drained as Karpenter
+    drains)."""
 
     evicted: int = 0
     as_planned: int = 0
@@ -670,7 +671,8 @@ class CommandResult(BaseModel):
     """Names of the NodeClaims launched to replace the candidates."""
     detail: str = ""
     steered: SteeredDrain | None = None
-    """A repack's steered drain (None for other commands, and for repacks before it existed)."""
+    """The command's steered drain: a repack's, or a consolidation's while the repack is on (None for other
+    commands, and for those before it existed)."""
 
 
 class DisruptionStatus(BaseModel):
@@ -783,7 +785,7 @@ class SteeredPod(BaseModel):
 
 
 class SteerInput(BaseModel):
-    """One step of a repack's steered drain (`core.disruption.steering`)."""
+    """One step of a steered drain (`core.disruption.steering`)."""
 
     candidates: list[str]
     """The command's nodes."""

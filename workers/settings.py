@@ -141,7 +141,8 @@ class Settings(BaseSettings):
     )
     """Karpenter's MIN_VALUES_POLICY: Strict, or BestEffort to relax minValues rather than not launch."""
     repack_enabled: bool = True
-    """The repack after Karpenter's consolidation (`core.disruption.repack`); false: Karpenter's alone."""
+    """The repack after Karpenter's consolidation (`core.disruption.repack`), and the steered drain of every
+    consolidation command; false: Karpenter's alone, drained as Karpenter drains."""
     repack_min_savings_per_hour: float = Field(default=0.02, ge=0)
     """A repack command saves at least this many dollars per hour."""
     repack_max_pods_moved: int = Field(default=50, ge=1)

@@ -95,6 +95,13 @@ MAX_RESULTS = 20
 """Results the status query keeps (the history has them all)."""
 STEERED_DRAIN = "repack-steered-drain"
 """The patch of a repack's steered drain: histories from before it drained a repack's candidates at once."""
+STEERED_CONSOLIDATION = "consolidation-steered-drain"
+"""The patch that steers the drain of Karpenter's consolidation commands too, while the repack is on: histories
+from before it drained them at once."""
+STEERED = frozenset({Method.MULTI_NODE_CONSOLIDATION, Method.SINGLE_NODE_CONSOLIDATION})
+"""Karpenter's methods whose commands' drain is steered while the repack is on (the command itself unchanged):
+drained at once, kube-scheduler puts the evicted pods on the least allocated nodes, not where the simulation found
+room, and a pod left without room makes the provisioner launch a node the command did not pay for."""
 STEER_PAUSE = timedelta(seconds=1)
 """Between steps of the steered drain that found nothing to evict yet."""
 
@@ -322,20 +329,35 @@ class DisruptionWorkflow:
                     detail=failure,
                 )
         steered = None
-        if command.method == Method.REPACK and workflow.patched(STEERED_DRAIN):
+        if self._steers(request, command):
             steered = await self._steer(request, command, replacements)
         await self._terminate(command)
         return CommandResult(
             command=command, outcome=CommandOutcome.EXECUTED, replacements=replacements, steered=steered
         )
 
+    @staticmethod
+    def _steers(request: DisruptionInput, command: DisruptionCommand) -> bool:
+        """Whether the command's drain is steered: a repack's always; a consolidation of Karpenter's that moves
+        pods while the repack is on (off, Karpenter's behaviour alone)."""
+        if command.method == Method.REPACK:
+            return workflow.patched(STEERED_DRAIN)
+        repack = request.settings.repack
+        return (
+            command.method in STEERED
+            and command.pods_moved > 0
+            and repack is not None
+            and repack.enabled
+            and workflow.patched(STEERED_CONSOLIDATION)
+        )
+
     async def _steer(
         self, request: DisruptionInput, command: DisruptionCommand, replacements: list[str]
     ) -> SteeredDrain:
-        """A repack's steered drain (`core.disruption.steering`): its candidates' pods evicted one at a time,
-        each once the previous one's replacement is scheduled, with the new nodes cordoned but for the one the
-        next pod should go to; then the new nodes are uncordoned and the candidates terminate as any command's
-        (their drain finds nothing left to move, or, when steering gave up, drains the rest as Karpenter's)."""
+        """A steered drain (`core.disruption.steering`): the candidates' pods evicted one at a time, each once
+        the previous one's replacement is scheduled, with the new nodes cordoned but for the one the next pod
+        should go to; then the new nodes are uncordoned and the candidates terminate as any command's (their
+        drain finds nothing left to move, or, when steering gave up, drains the rest as Karpenter's)."""
         settings = request.settings
         destinations = dict(command.repack.staying) if command.repack is not None else {}
         for name, replacement in zip(replacements, command.replacements, strict=False):
@@ -382,7 +404,9 @@ class DisruptionWorkflow:
                 DisruptionActivity.RELEASE_HELD, replacements, summary=summaries.release_summary(replacements)
             )
         log(
-            "steered the drain of a repack",
+            "steered the drain of a repack"
+            if command.method == Method.REPACK
+            else "steered the drain of a consolidation",
             command=command.message,
             evicted=drain.evicted,
             asPlanned=drain.as_planned,

@@ -31,9 +31,12 @@ class RepackOptions:
     window: int = 8
     """Candidates one solve considers together."""
     deadline: timedelta = timedelta(seconds=3)
-    """How long the repack may search, by `clock` (the bound and the commands found by then are kept)."""
+    """How long the repack may search, by `clock`, counted from the plan's start (`started`), so that the whole
+    plan stays within Karpenter's methods' time plus this (the bound and the commands found by then are kept)."""
     clock: Callable[[], float] | None = None
     """Seconds from any fixed origin (`time.monotonic`); None: no deadline, only the solver's node limits."""
+    started: float | None = None
+    """When the plan began, by `clock` (`plan_disruption` sets it); None: when the repack begins."""
     hint: frozenset[str] = frozenset()
     """The candidates of a repack command being validated: tried first, together, as they were planned."""
     settling: bool = True

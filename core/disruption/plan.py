@@ -127,6 +127,9 @@ def plan_disruption(
     CapacityBuffers' virtual pods are placed first as a provisioning pass would place them, and stand on the
     nodes that hold them like running pods: a node holding buffer room is not empty, and consolidation must
     find them room elsewhere before it takes the node (Karpenter simulates them among the pending pods)."""
+    if options.repack is not None and options.repack.clock is not None:
+        # The repack's deadline counts from here: Karpenter's methods' time is part of the plan's.
+        options = replace(options, repack=replace(options.repack, started=options.repack.clock()))
     scheduling = build_snapshot(snapshot, instance_types)
     buffers = scheduling.buffers
     where: dict[str, str] = {}

@@ -451,7 +451,9 @@ class _Search:
         self.state = state
         self.options = options
         self.clock: Callable[[], float] | None = options.clock
-        self.started = options.clock() if options.clock else 0.0
+        self.started: float = options.started if options.started is not None else 0.0
+        if options.started is None and options.clock is not None:
+            self.started = options.clock()
         self.refused: set[frozenset[str]] = set()
         """Candidate sets a window could not use: not tried again in this plan."""
 

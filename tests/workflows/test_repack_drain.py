@@ -37,7 +37,7 @@ from tests.workflows.conftest import (
     example_manifests,
     fresh_name,
 )
-from tests.workflows.test_disruption import running_node, taints
+from tests.workflows.test_disruption import running_node, taints, underutilized
 from workers.explain import Decoder, disruption_spans, pass_records, read_events
 from workflows.disruption import DisruptionWorkflow, consolidation_id
 
@@ -169,6 +169,27 @@ async def test_a_repack_launches_first_then_steers_each_pod_where_it_was_planned
         lambda: system.gone(command.candidates[0].nodeclaim, first), timeout=30, what="first gone"
     )
     assert {c.name for c in await system.nodeclaims()} == {await system.claim_of(second), replacement}
+
+
+async def test_karpenters_consolidation_is_steered_while_the_repack_is_on(system: System) -> None:
+    """Karpenter's own command, unchanged, its drain steered as a repack's: the replacement held back but for the
+    pod the simulation sent to it, which lands there (drained at once, kube-scheduler's choice decides)."""
+    claim, node = await underutilized(system)
+
+    result, _, _ = await consolidate(system)
+
+    assert result.outcome is CommandOutcome.EXECUTED, result.detail
+    assert (result.command.method, result.command.decision) == ("single-node-consolidation", "replace")
+    assert result.steered is not None
+    assert (result.steered.evicted, result.steered.as_planned, result.steered.gave_up) == (1, 1, "")
+    [replacement] = result.replacements
+    claimed = await system.nodeclaim(replacement)
+    assert claimed is not None and claimed.status.node_name
+    [pod] = await eventually(lambda: system.running("small", 1), what="the small pod running again")
+    assert pod.spec.node_name == claimed.status.node_name
+    new = await system.node(claimed.status.node_name)
+    assert new is not None and not new.spec.unschedulable and labels.REPACK_TARGET not in new.metadata.labels
+    await eventually(lambda: system.gone(claim, node), timeout=30, what=f"{claim} gone")
 
 
 async def test_a_repack_whose_replacement_fails_leaves_its_candidate_as_it_was(system: System) -> None:

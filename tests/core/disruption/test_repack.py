@@ -4,6 +4,8 @@ within 2 % of their cheapest home (benchmarks/repack.py computes it by exhaustiv
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.disruption import NOW, node_pair, pod
 from benchmarks.repack import (
     POOL,
@@ -19,6 +21,8 @@ from benchmarks.repack import (
 from core.api.manifests import parse_manifests
 from core.disruption import DisruptionOptions, DisruptionPlan, Method, plan_disruption
 from core.disruption.options import RepackOptions
+from core.disruption.plan import METHODS
+from core.disruption.state import PlanState
 from core.disruption.validation import validate
 from core.messages import DisruptedCandidate, DisruptionCommand, DisruptionPassRecord, PlannedReplacement
 
@@ -148,3 +152,21 @@ def test_a_repack_holds_after_validation_only_while_its_replacements_together_ar
     assert validate(planned, cheaper) == (planned, "")
     assert validate(planned, dearer) == (None, "the replacements would now cost more than planned")
     assert validate(planned, DisruptionPassRecord(at=NOW))[0] is None
+
+
+def test_the_repacks_deadline_counts_from_the_plans_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Karpenter's methods take 5 s of the repack's 3 s deadline (a clock they move on): the repack, which finds a
+    command on these two nodes given time, searches no more, so the whole plan stays within the deadline."""
+    documents = build(TWO_NODES, catalog()).documents
+    now = [0.0]
+
+    def slow(state: PlanState) -> None:
+        now[0] += 5.0
+
+    methods = [
+        (method, slow if method is Method.SINGLE_NODE_CONSOLIDATION else run) for method, run in METHODS
+    ]
+    options = RepackOptions(clock=lambda: now[0])
+    assert [c.method for c in _plan(documents, options).commands] == [Method.REPACK]
+    monkeypatch.setattr("core.disruption.plan.METHODS", tuple(methods))
+    assert _plan(documents, options).commands == ()
