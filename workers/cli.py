@@ -385,12 +385,13 @@ def component_settings(args: argparse.Namespace, err: TextIO) -> Settings | None
 
 def start_component(settings: Settings, out: TextIO, err: TextIO) -> TemporalConnection | None:
     """What a worker and a controller do before their loop starts: read the Temporal TLS files, set up
-    logging, serve `/metrics`, keep full garbage collections short; None after one line on `err` when something
-    cannot be used."""
+    logging, serve `/metrics`, keep full garbage collections short and malloc's arenas few; None after one line
+    on `err` when something cannot be used."""
     from workers.logs import setup_logging
-    from workers.processes import freeze_after_full_collections
+    from workers.processes import freeze_after_full_collections, limit_malloc_arenas
     from workers.settings import SettingsError
 
+    limit_malloc_arenas()  # before the first thread of our own
     try:
         connection = settings.temporal_connection()
     except SettingsError as error:

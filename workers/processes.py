@@ -29,8 +29,38 @@ frozen. Each NodeClaim lifecycle's cached workflow lives for minutes, so it is f
 the cache it is a cycle nobody refers to, which only a collection that scans frozen objects frees: 400 short
 workflows left 35,000 such objects frozen (docs/benchmarks.md, bench-soak)."""
 
+MALLOC_ARENAS = 2
+"""glibc malloc arenas a long-running process may use (`M_ARENA_MAX`; glibc's default is 8 per core). Every thread
+that allocates while another holds an arena gets one of its own, and an arena returns memory to the system only
+from its top: in a worker at 200 nodes (listing and watching threads, the planning pool) 16 arenas held 256 MB of
+which 112 MB was in use (bench-soak, docs/benchmarks.md). Python runs one thread at a time, so two arenas cost
+next to no contention."""
+_M_ARENA_MAX = -8
+
 logger = logging.getLogger("nodewright")
 GcCallback = Callable[[str, dict[str, int]], None]
+
+
+def _glibc() -> Any:
+    """The C library when it is glibc (Linux), else None: the calls below are glibc's."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for this process (call it before threads start: an arena, once made, stays);
+    False where the C library is not glibc."""
+    libc = _glibc()
+    return bool(libc is not None and libc.mallopt(_M_ARENA_MAX, arenas) == 1)
+
+
+def release_free_memory() -> None:
+    """Give the system back the free pages malloc holds in every arena (glibc's `malloc_trim`)."""
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)
 
 
 def die_with_parent() -> None:
@@ -96,6 +126,7 @@ def freeze_after_full_collections(
         took = time.perf_counter() - started
         if clock() - thawed >= thaw_every:
             gc.unfreeze()
+            release_free_memory()  # what the collection before this one freed, once a period
             thawed = clock()
         else:
             gc.freeze()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -19,9 +21,16 @@ class Thing:
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
+    """Nothing frozen, no automatic collection (the test's allocations could start a full one, which freezes
+    too), and no callback but the test's (a test that ran `nodewright worker` in this process left its own)."""
+    others = gc.callbacks[:]
+    gc.callbacks.clear()
+    gc.disable()
     gc.unfreeze()
     yield
     gc.unfreeze()
+    gc.enable()
+    gc.callbacks[:] = others
 
 
 def test_a_full_collection_freezes_what_survived_it_and_a_long_one_is_logged(
@@ -80,3 +89,33 @@ def test_a_cycle_that_dies_frozen_is_freed_by_the_collection_after_a_thaw(unfroz
         assert gc.get_freeze_count() > 0  # then freezes again until the next period ends
     finally:
         gc.callbacks.remove(callback)
+
+
+ARENAS = """
+import sys, threading
+from workers.processes import _glibc, limit_malloc_arenas
+if sys.argv[1] == "limited":
+    assert limit_malloc_arenas()
+barrier = threading.Barrier(8)
+def churn():
+    barrier.wait()  # all at once, so that threads contend for arenas
+    for _ in range(2000):
+        blocks = [bytearray(1000) for _ in range(50)]
+        del blocks
+threads = [threading.Thread(target=churn) for _ in range(8)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+_glibc().malloc_stats()  # one "Arena N:" paragraph per arena, on stderr
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_malloc_arenas_are_limited_for_threads_that_allocate_at_once() -> None:
+    def arenas(mode: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", ARENAS, mode], capture_output=True, text=True, check=True, timeout=60
+        )
+        return done.stderr.count("Arena ")
+
+    assert arenas("limited") <= 2
+    assert arenas("default") > 2
