@@ -105,6 +105,9 @@ async def reset_cluster(kube: KubernetesCluster, timeout: float = 30.0) -> None:
             await kube.delete_pod(
                 pod.metadata.namespace or "default", pod.metadata.name, grace_period_seconds=0
             )
+        # A VM the last test's emulated AKS still ran may register its Node again after the first delete.
+        for node in await kube.list_nodes():
+            await kube.delete_node(node.metadata.name)
         left = [f"{len(pods)} pods"] if pods else []
         left += [f"{kind}s" for kind in ("NodeClaim", "Node") if await kube.list_objects(kind)]
         if not left:
