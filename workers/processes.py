@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import gc
 import logging
 import signal
@@ -41,33 +42,33 @@ logger = logging.getLogger("nodewright")
 GcCallback = Callable[[str, dict[str, int]], None]
 
 
-def _glibc() -> Any:
-    """The C library when it is glibc (Linux), else None: the calls below are glibc's."""
+@functools.cache
+def _libc() -> Any:
+    """The C library (Linux's glibc), or None where there is no libc.so.6; a call it lacks raises AttributeError."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
         return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc arenas for this process (call it before threads start: an arena, once made, stays);
     False where the C library is not glibc."""
-    libc = _glibc()
-    return bool(libc is not None and libc.mallopt(_M_ARENA_MAX, arenas) == 1)
+    mallopt = getattr(_libc(), "mallopt", None)
+    return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1
 
 
 def release_free_memory() -> None:
     """Give the system back the free pages malloc holds in every arena (glibc's `malloc_trim`)."""
-    if (libc := _glibc()) is not None:
-        libc.malloc_trim(0)
+    if (trim := getattr(_libc(), "malloc_trim", None)) is not None:
+        trim(0)
 
 
 def die_with_parent() -> None:
     """For `subprocess.Popen(preexec_fn=...)`: the child gets SIGKILL when the process that started it dies,
     even by SIGKILL, so nothing is left behind (Linux; elsewhere a no-op)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 async def until_signalled(main: Coroutine[Any, Any, T]) -> T | None:
@@ -126,7 +127,7 @@ def freeze_after_full_collections(
         took = time.perf_counter() - started
         if clock() - thawed >= thaw_every:
             gc.unfreeze()
-            release_free_memory()  # what the collection before this one freed, once a period
+            release_free_memory()  # once a period: the pages the collections since the last one freed
             thawed = clock()
         else:
             gc.freeze()

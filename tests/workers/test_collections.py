@@ -93,7 +93,7 @@ def test_a_cycle_that_dies_frozen_is_freed_by_the_collection_after_a_thaw(unfroz
 
 ARENAS = """
 import sys, threading
-from workers.processes import _glibc, limit_malloc_arenas
+from workers.processes import _libc, limit_malloc_arenas
 if sys.argv[1] == "limited":
     assert limit_malloc_arenas()
 barrier = threading.Barrier(8)
@@ -105,7 +105,7 @@ def churn():
 threads = [threading.Thread(target=churn) for _ in range(8)]
 for thread in threads: thread.start()
 for thread in threads: thread.join()
-_glibc().malloc_stats()  # one "Arena N:" paragraph per arena, on stderr
+_libc().malloc_stats()  # one "Arena N:" paragraph per arena, on stderr
 """
 
 
