@@ -508,6 +508,7 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
                 task.cancel()
             for each in everyone:
                 await asyncio.to_thread(each.process.stop)
+        counters = await emulator.counters()
         row = {
             "hours": options.hours,
             "nodes": options.nodes,
@@ -523,9 +524,9 @@ async def _run_on(plane: ControlPlane, directory: Path, logs: Path, options: Opt
             **await left_over(kube, emulator),
             "stuck_deleting": sorted(cluster.claims),
             "drained_after_seconds": drained_after,
-            "vms_created": (await emulator.counters()).vms_created,
+            "vms_created": counters.vms_created,
             "spot_notices": soak.noticed,
-            "vms_evicted": (await emulator.counters()).vms_evicted,
+            "vms_evicted": counters.vms_evicted,
             "process_exits": [exit for each in everyone for exit in each.process.exits],
         }
     return row

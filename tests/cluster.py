@@ -76,6 +76,13 @@ async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float = 
         await asyncio.sleep(0.05)
 
 
+async def _delete_nodes(kube: KubernetesCluster) -> None:
+    for node in await kube.list_nodes():
+        if node.metadata.finalizers:
+            await kube.patch_node(node.metadata.name, remove_finalizers=list(node.metadata.finalizers))
+        await kube.delete_node(node.metadata.name)
+
+
 async def reset_cluster(kube: KubernetesCluster, timeout: float = 30.0) -> None:
     """Delete every workload and pod the tests' namespaces hold and every NodeClaim, Node, NodePool and
     AKSNodeClass, with their finalizers removed (no controller is left to honour them), and wait until they are
@@ -88,10 +95,7 @@ async def reset_cluster(kube: KubernetesCluster, timeout: float = 30.0) -> None:
         if claim.metadata.finalizers:
             await kube.patch_nodeclaim_metadata(claim.name, remove_finalizers=list(claim.metadata.finalizers))
         await kube.delete_nodeclaim(claim.name)
-    for node in await kube.list_nodes():
-        if node.metadata.finalizers:
-            await kube.patch_node(node.metadata.name, remove_finalizers=list(node.metadata.finalizers))
-        await kube.delete_node(node.metadata.name)
+    await _delete_nodes(kube)
     for kind in CLUSTER_KINDS:
         for item in await kube.list_objects(kind):
             await kube.delete_object(kind, item["metadata"]["name"])
@@ -106,8 +110,7 @@ async def reset_cluster(kube: KubernetesCluster, timeout: float = 30.0) -> None:
                 pod.metadata.namespace or "default", pod.metadata.name, grace_period_seconds=0
             )
         # A VM the last test's emulated AKS still ran may register its Node again after the first delete.
-        for node in await kube.list_nodes():
-            await kube.delete_node(node.metadata.name)
+        await _delete_nodes(kube)
         left = [f"{len(pods)} pods"] if pods else []
         left += [f"{kind}s" for kind in ("NodeClaim", "Node") if await kube.list_objects(kind)]
         if not left:

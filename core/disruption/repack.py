@@ -451,9 +451,9 @@ class _Search:
         self.state = state
         self.options = options
         self.clock: Callable[[], float] | None = options.clock
-        self.started: float = options.started if options.started is not None else 0.0
-        if options.started is None and options.clock is not None:
-            self.started = options.clock()
+        self.started = (
+            options.started if options.started is not None else (self.clock() if self.clock else 0.0)
+        )
         self.refused: set[frozenset[str]] = set()
         """Candidate sets a window could not use: not tried again in this plan."""
 
