@@ -18,17 +18,18 @@ The churn, drawn from `--seed`, one step every 30 to 90 s (`--step-seconds`, 60,
   30 s notice), as Azure evicts them;
 - drift, twice: a newer node image in the AKSNodeClass status at 35 % of the run, a label added to the NodePool
   template at 70 %: every node is replaced within the budget;
-- a restart of each process, in the warm-up: a worker and the leading controller stopped with SIGTERM and started
-  again (as `kubectl rollout restart` does), the Temporal dev server and kube-apiserver SIGKILLed and started
-  again (on their data).
+- a restart of each process, in the first half of the warm-up: a worker and the leading controller stopped with
+  SIGTERM and started again (as `kubectl rollout restart` does), the Temporal dev server and kube-apiserver
+  SIGKILLed and started again (on their data).
 
 Every `--sample-seconds` (30) the benchmark reads each process's resident memory (VmRSS from /proc) and the
 history length (events and bytes) of the current run of each long-lived workflow: the provisioner, the disruption
 loop, the static NodePool's workflow, and every CapacityWindow run. The checks:
 
 - memory flat after warm-up: the warm-up is the first `--warmup` (20 %) of the run, restarts included (a restarted
-  process starts from its baseline again, so restarts later would hide growth). For each of nodewright's processes
-  (workers, controllers) and Temporal, the mean of the samples over the 10 % of the run after the warm-up against
+  process starts from its baseline again, so restarts later would hide growth). A process restarted in the warm-up
+  warms up again: it is measured from its restart plus the warm-up's length. For each of nodewright's processes
+  (workers, controllers) and Temporal, the mean of the samples over the 10 % of the run after its warm-up against
   the mean over the last 10 %: at most 10 % growth (`--max-growth`). The control plane, the emulated Azure and this
   process are printed, not judged (they are the simulation, or Kubernetes itself);
 - long-lived workflows bounded by continue-as-new: the largest history of each stays within 10,240 events and
@@ -383,11 +384,11 @@ class Soak:
             self.note(f"restarted {kind} (SIGKILL, started again on its data)")
 
     def plan(self) -> list[tuple[float, str]]:
-        """When each scheduled event comes, in seconds since the churn began: the restarts spread over the warm-up
-        (after its first quarter, once the first nodes run), the drifts at their fractions."""
+        """When each scheduled event comes, in seconds since the churn began: the restarts spread over the first half
+        of the warm-up (after its first tenth, once the first nodes run), the drifts at their fractions."""
         warmup = self.options.warmup * self.options.seconds
         restarts = [
-            (warmup * (0.25 + 0.7 * index / len(RESTARTS)), f"restart {kind}")
+            (warmup * (0.1 + 0.4 * index / len(RESTARTS)), f"restart {kind}")
             for index, kind in enumerate(RESTARTS)
         ]
         drifts = [(fraction * self.options.seconds, f"drift {kind}") for fraction, kind in DRIFTS.items()]
@@ -546,28 +547,32 @@ def judged(name: str) -> bool:
 
 
 def memory(row: dict[str, Any], warmup: float) -> dict[str, dict[str, Any]]:
-    """Per process: the mean RSS over the tenth of the run after the warm-up and over the last tenth, the growth
+    """Per process: the mean RSS over the tenth of the run after its warm-up and over the last tenth, the growth
     between them, the peak, and when it restarted after the warm-up (then its growth is not measured: the restarted
-    process began again from its baseline)."""
+    process began again from its baseline). A process restarted inside the warm-up gets a warm-up of its own: it is
+    measured from its restart plus the warm-up's length (a restarted worker's workflow cache fills again)."""
     samples = row["samples"]
     if not samples:
         return {}
     seconds = row["hours"] * 3600.0
-    start, tenth = warmup * seconds, 0.1 * seconds
+    warm, tenth = warmup * seconds, 0.1 * seconds
     found = {}
     for name in samples[0]["rss"]:
+        restarted = [
+            later["at"]
+            for earlier, later in itertools.pairwise(s for s in samples if s["rss"][name])
+            if later["pids"][name] != earlier["pids"][name]
+        ]
+        start = max([warm] + [at + warm for at in restarted if at < warm])
         measured = [s for s in samples if s["at"] >= start and s["rss"][name]]
         after = [s["rss"][name] for s in measured if s["at"] < start + tenth]
         last = [s["rss"][name] for s in measured if s["at"] >= seconds - tenth]
         if not after or not last:
             continue
-        restarts = [
-            round(later["at"] / 60, 1)
-            for earlier, later in itertools.pairwise(measured)
-            if later["pids"][name] != earlier["pids"][name]
-        ]
+        restarts = [round(at / 60, 1) for at in restarted if at >= warm]
         baseline, final = statistics.fmean(after), statistics.fmean(last)
         found[name] = {
+            "measured_from_minutes": round(start / 60, 1),
             "after_warmup_mb": round(baseline, 1),
             "final_mb": round(final, 1),
             "growth": None if restarts else round(final / baseline - 1, 3),
@@ -627,14 +632,18 @@ def print_tables(row: dict[str, Any], options: Options) -> None:
         print(f"{sample['at'] / 60:6.1f} {values}")
     print()
     print(
-        f"Memory after the warm-up (first {options.warmup:.0%}): mean of the next 10 % of the run against the last 10 %"
+        f"Memory after the warm-up (first {options.warmup:.0%}; a process restarted in it, from its restart plus as"
+        " long): mean of the next 10 % of the run against the last 10 %"
     )
-    print(f"{'process':<24} {'after warm-up':>13} {'at the end':>11} {'growth':>8} {'peak':>8}  judged")
+    print(
+        f"{'process':<24} {'from (min)':>10} {'after warm-up':>13} {'at the end':>11} {'growth':>8} {'peak':>8}  judged"
+    )
     for name, figures in memory(row, options.warmup).items():
         growth = "-" if figures["growth"] is None else f"{figures['growth']:.1%}"
         restarts = ", ".join(f"{minute} min" for minute in figures["restarted_at_minutes"])
         print(
-            f"{name:<24} {figures['after_warmup_mb']:>13} {figures['final_mb']:>11} {growth:>8} "
+            f"{name:<24} {figures['measured_from_minutes']:>10} {figures['after_warmup_mb']:>13} "
+            f"{figures['final_mb']:>11} {growth:>8} "
             f"{figures['peak_mb']:>8}  {'yes' if figures['judged'] else 'no'}"
             + (f" (restarted at {restarts})" if restarts else "")
         )
