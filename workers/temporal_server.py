@@ -44,6 +44,16 @@ CLI_NAMES = ("temporal", "temporal.exe")
 # section 4) and still loses nothing when the server process is killed: only an OS crash could.
 WAL_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 LOG_TAIL_LINES = 20
+# The history service keeps each workflow it touched in its mutable-state cache for an hour (history.cacheTTL),
+# and by default expires entries only when it looks them up again: under a day's churn of NodeClaims the cache
+# held every workflow of the last hour and more, and the server's memory rose for 70 minutes (docs/benchmarks.md,
+# Soak). Ten minutes with eviction in the background bounds it by the workflows of the last ten minutes; a
+# lifecycle idle longer reads its state from the database once on its next task. The count limit stays the
+# default (cacheSizeBasedLimit=true is the mode temporalio/temporal#10548 crashes in).
+HISTORY_CACHE_CONFIG = (
+    'history.cacheTTL="10m"',
+    'history.cacheBackgroundEvict={"Enabled":true,"LoopInterval":"1m","MaxEntryPerCall":1024}',
+)
 
 
 class DevServerError(RuntimeError):
@@ -193,6 +203,8 @@ class DevServer:
                 args += ["--sqlite-pragma", pragma]
         for key in self.search_attributes:
             args += ["--search-attribute", f"{key.name}={cli_type(key)}"]
+        for setting in HISTORY_CACHE_CONFIG:
+            args += ["--dynamic-config-value", setting]
         return args
 
     async def start(self) -> None:

