@@ -42,16 +42,46 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+def _context(record: logging.LogRecord) -> dict[str, Any]:
+    """Which activity or workflow a line without Karpenter fields came from (the SDK's own lines, such as
+    "Completing activity as failed", name neither in their message): from the `temporal_activity` or
+    `temporal_workflow` extra the SDK's loggers add."""
+    if _fields(record):
+        return {}
+    if activity := getattr(record, "temporal_activity", None):
+        return {
+            "activity": activity.get("activity_type"),
+            "attempt": activity.get("attempt"),
+            "workflow": activity.get("workflow_type"),
+            "workflow-id": activity.get("workflow_id"),
+        }
+    if workflow := getattr(record, "temporal_workflow", None):
+        return {"workflow": workflow.get("workflow_type"), "workflow-id": workflow.get("workflow_id")}
+    return {}
+
+
+def _error(record: logging.LogRecord) -> str | None:
+    if record.exc_info and record.exc_info[1] is not None:
+        error = record.exc_info[1]
+        return str(error) or type(error).__name__
+    return None
+
+
 def _message(record: logging.LogRecord) -> str:
     # A Karpenter line's message is its fixed text; its values are the fields.
     return str(record.msg) if _fields(record) else record.getMessage()
 
 
 class KarpenterFormatter(logging.Formatter):
+    """Time, level, message, then `key=value` fields: a Karpenter line's own, else the activity or workflow it
+    came from, and `error` for an exception (its message; the JSON format carries the stack trace too)."""
+
     def format(self, record: logging.LogRecord) -> str:
-        fields = _fields(record)
+        fields = _fields(record) | _context(record)
+        if (error := _error(record)) is not None:
+            fields["error"] = error
         parts = [_moment(record), record.levelname, _message(record)]
-        parts += [f"{key}={_value(value)}" for key, value in fields.items()]
+        parts += [f"{key}={_value(value)}" for key, value in fields.items() if value is not None]
         return " ".join(parts)
 
 
@@ -66,11 +96,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": _message(record),
         }
-        for key, value in _fields(record).items():
+        for key, value in (_fields(record) | _context(record)).items():
             entry.setdefault(key, value)
-        if record.exc_info and record.exc_info[1] is not None:
-            error = record.exc_info[1]
-            entry["error"] = str(error) or type(error).__name__
+        if record.exc_info and (error := _error(record)) is not None:
+            entry["error"] = error
             entry["stacktrace"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
 

@@ -10,10 +10,15 @@ import re
 import signal
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio import activity, workflow
+from temporalio.client import WorkflowFailureError
+from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from tests.workers.component import Component, until
 from workers.controlplane.run import ControlPlane
@@ -72,7 +77,49 @@ def test_text_lines_are_karpenters(restore_logging: None) -> None:
         launched,
     )
     assert warning.endswith(" WARNING could not release lease default/x: timed out")
-    assert failure.endswith(" ERROR ignoring Node aks-x")
+    assert failure.endswith(' ERROR ignoring Node aks-x error="quota exceeded for family DSv5"')
+
+
+@activity.defn(name="create_vm")
+async def refused_vm() -> None:
+    raise RuntimeError("OperationNotAllowed: quota exceeded for family DSv5")
+
+
+@workflow.defn(name="LaunchForTheLogTest", sandboxed=False)  # this module imports the control plane
+class LaunchOnce:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_activity(
+            refused_vm,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+
+
+@pytest.mark.parametrize("log_format", [LogFormat.TEXT, LogFormat.JSON])
+async def test_an_activity_failure_names_the_activity_its_workflow_and_the_error(
+    restore_logging: None, temporal_env: WorkflowEnvironment, log_format: LogFormat
+) -> None:
+    """The SDK's own line for a failed activity says neither which nor why in its message."""
+    stream = io.StringIO()
+    setup_logging(stream, log_format=log_format)
+    task_queue = workflow_id = f"log-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_env.client, task_queue=task_queue, workflows=[LaunchOnce], activities=[refused_vm]
+    ):
+        with pytest.raises(WorkflowFailureError):
+            await temporal_env.client.execute_workflow(LaunchOnce.run, id=workflow_id, task_queue=task_queue)
+    line = next(line for line in stream.getvalue().splitlines() if "Completing activity as failed" in line)
+    if log_format is LogFormat.JSON:
+        entry = json.loads(line)
+        assert entry["level"] == "warn" and entry["activity"] == "create_vm" and entry["attempt"] == 1
+        assert entry["workflow"] == "LaunchForTheLogTest" and entry["workflow-id"] == workflow_id
+        assert entry["error"] == "OperationNotAllowed: quota exceeded for family DSv5"
+    else:
+        assert line.endswith(
+            f" WARNING Completing activity as failed activity=create_vm attempt=1 workflow=LaunchForTheLogTest "
+            f'workflow-id={workflow_id} error="OperationNotAllowed: quota exceeded for family DSv5"'
+        )
 
 
 async def test_a_controller_with_log_format_json_writes_only_json_lines(
