@@ -9,8 +9,10 @@ pods and only its free room takes others. A new node is a slot that takes at mos
 must fit that type's allocatable less DaemonSet overhead. Linear limits bound the retirement (the NodePools'
 budgets, the PDBs' allowed evictions, the pods one command may move), and the saving must reach a minimum.
 
-The program knows requests, taints, labels and instance types only: topology, affinity between pods, host ports,
-volumes and minValues are left to the scheduling simulation, which verifies every proposal (`repack`). So the
+The program knows requests, taints, labels, instance types and, when given, the zones each class may go to (a
+zonal topology spread): a new node is then in one zone its type launches in, and holds only pods that zone
+admits. Other topology, affinity between pods, host ports, volumes and minValues are left to the scheduling
+simulation, which verifies every proposal (`repack`). So the
 program is a relaxation of what a plan may do, and its relaxation in turn (`relaxed_savings`: retirements,
 pod counts and new nodes fractional, nodes of the same kind pooled) bounds from above what any plan can save.
 

@@ -12,9 +12,12 @@ wasteful first (price times the share of the node its pods leave idle). For a wi
 (`core.disruption.packing`, HiGHS) picks which candidates retire, where their pods go among the nodes with
 the most room and up to a few new nodes, and which instance type each new node is, within the pools' budgets,
 the PDBs' allowed evictions, the pods a command may move and its minimum saving. The program knows requests,
-taints and labels; the scheduling simulation then places each pod where the program sent it, with every
-constraint the scheduler checks (topology spread, affinity, volume topology, host ports, DaemonSet overhead,
-minValues, limits), and a proposal it cannot place is dropped (the program is solved again without it).
+taints, labels and the zones a DoNotSchedule zonal spread lets each pod go to (counted with that pod alone
+away, so a command moves at most one pod of each such spread; each new node is pinned to one zone); the
+scheduling simulation then places each pod where the program sent it, with every constraint the scheduler
+checks (topology spread, affinity, volume topology, host ports, DaemonSet overhead, minValues, limits), and a
+proposal it cannot place is dropped: the program is solved again, the pods refused on a node that stays sent
+elsewhere, or without that set of candidates. Each solve takes at most a share of the deadline.
 
 A verified proposal is priced as Karpenter prices a consolidation replacement: a replacement that may be spot or
 on-demand is made spot-only; one that replaces spot capacity with spot needs the SpotToSpotConsolidation gate
