@@ -9,8 +9,10 @@ pods and only its free room takes others. A new node is a slot that takes at mos
 must fit that type's allocatable less DaemonSet overhead. Linear limits bound the retirement (the NodePools'
 budgets, the PDBs' allowed evictions, the pods one command may move), and the saving must reach a minimum.
 
-The program knows requests, taints, labels and instance types only: topology, affinity between pods, host ports,
-volumes and minValues are left to the scheduling simulation, which verifies every proposal (`repack`). So the
+The program knows requests, taints, labels, instance types and, when given, the zones each class may go to (a
+zonal topology spread): a new node is then in one zone its type launches in, and holds only pods that zone
+admits. Other topology, affinity between pods, host ports, volumes and minValues are left to the scheduling
+simulation, which verifies every proposal (`repack`). So the
 program is a relaxation of what a plan may do, and its relaxation in turn (`relaxed_savings`: retirements,
 pod counts and new nodes fractional, nodes of the same kind pooled) bounds from above what any plan can save.
 
@@ -84,6 +86,11 @@ class PackingProblem:
     """Sets of candidates a solution may not retire exactly."""
     fixed: frozenset[int] | None = None
     """When set, exactly these candidates retire."""
+    zones: BoolArray | None = None
+    """(G, Z): the zones a new node may be in to hold a pod of the class (its zonal topology spread); None:
+    zones left out, a new node may be anywhere."""
+    type_zones: BoolArray | None = None
+    """(T, Z): whether a new node of the type can launch in the zone (with `zones`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,8 @@ class Packing:
     """Per new node: its instance type and how many pods of each class it holds."""
     savings: int
     """What the solution saves per hour, in micro-dollars (candidates' prices less the new nodes')."""
+    zones: tuple[int | None, ...] = ()
+    """Per new node, its zone (a column of `PackingProblem.zones`), None when the problem left zones out."""
 
 
 class _Model:
@@ -232,7 +241,8 @@ def _destinations(
     return moves, balance
 
 
-_Slots = list[tuple[dict[int, int], dict[int, int]]]
+_Slots = list[tuple[dict[int, int], dict[int, int], dict[int, int]]]
+"""Per slot: its type columns, the pods of each class it holds, and its zone columns (by zone)."""
 
 
 def _packing_model(
@@ -245,7 +255,7 @@ def _packing_model(
     moves, balance = _destinations(model, problem, retire, integer=True, scales=scales)
     groups, types = problem.fits.shape
     total = problem.counts.sum(axis=1)
-    slots: list[tuple[dict[int, int], dict[int, int]]] = []
+    slots: _Slots = []
     previous: list[int] | None = None
     for _ in range(problem.slots):
         chosen = {
@@ -279,11 +289,11 @@ def _packing_model(
             terms = [(held[g], problem.requests[g, k] / scales[k]) for g in held]
             terms += [(chosen[t], -problem.headroom[t, k] / scales[k]) for t in chosen]
             model.row(terms, -highspy.kHighsInf, 0.0)
-        slots.append((chosen, held))
+        slots.append((chosen, held, _slot_zones(model, problem, chosen, held)))
     for terms in balance:
         if terms:
             model.row(terms, 0.0, 0.0)
-    launched = [(column, problem.type_price[t]) for chosen, _ in slots for t, column in chosen.items()]
+    launched = [(column, problem.type_price[t]) for chosen, _, _ in slots for t, column in chosen.items()]
     model.row(
         [(retire[n], problem.price[n] / MICROS) for n in range(len(retire))]
         + [(column, -price / MICROS) for column, price in launched],
@@ -291,6 +301,34 @@ def _packing_model(
         highspy.kHighsInf,
     )
     return model, retire, moves, slots
+
+
+def _slot_zones(
+    model: _Model, problem: PackingProblem, chosen: dict[int, int], held: dict[int, int]
+) -> dict[int, int]:
+    """A used slot is in exactly one zone, one its type launches in, and holds only pods that zone admits."""
+    if problem.zones is None or problem.type_zones is None or not problem.zones.shape[1]:
+        return {}
+    total = problem.counts.sum(axis=1)
+    zones = {z: model.column(0.0, 1.0, True) for z in range(problem.zones.shape[1])}
+    model.row(
+        [(column, 1.0) for column in zones.values()] + [(column, -1.0) for column in chosen.values()],
+        0.0,
+        0.0,
+    )
+    for t, column in chosen.items():
+        for z in np.flatnonzero(~problem.type_zones[t]).tolist():
+            model.row([(column, 1.0), (zones[z], 1.0)], -highspy.kHighsInf, 1.0)
+    for g, column in held.items():
+        if problem.zones[g].all():
+            continue
+        model.row(
+            [(column, 1.0)]
+            + [(zones[z], -float(total[g])) for z in np.flatnonzero(problem.zones[g]).tolist()],
+            -highspy.kHighsInf,
+            0.0,
+        )
+    return zones
 
 
 def solve_packing(
@@ -309,7 +347,8 @@ def solve_packing(
     for (g, d), column in moves.items():
         sent[g, d] = round(values[column])
     launches = []
-    for chosen, held in slots:
+    zones: list[int | None] = []
+    for chosen, held, in_zone in slots:
         picked = [t for t, column in chosen.items() if values[column] > 0.5]
         if not picked:
             continue
@@ -318,8 +357,9 @@ def solve_packing(
             pods[g] = round(values[column])
         if pods.any():
             launches.append((picked[0], pods))
+            zones.append(next((z for z, column in in_zone.items() if values[column] > 0.5), None))
     savings = int(problem.price[list(retired)].sum()) - sum(int(problem.type_price[t]) for t, _ in launches)
-    return Packing(retired, sent, tuple(launches), savings)
+    return Packing(retired, sent, tuple(launches), savings, tuple(zones))
 
 
 def savings_bound(

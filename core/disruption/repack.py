@@ -12,9 +12,12 @@ wasteful first (price times the share of the node its pods leave idle). For a wi
 (`core.disruption.packing`, HiGHS) picks which candidates retire, where their pods go among the nodes with
 the most room and up to a few new nodes, and which instance type each new node is, within the pools' budgets,
 the PDBs' allowed evictions, the pods a command may move and its minimum saving. The program knows requests,
-taints and labels; the scheduling simulation then places each pod where the program sent it, with every
-constraint the scheduler checks (topology spread, affinity, volume topology, host ports, DaemonSet overhead,
-minValues, limits), and a proposal it cannot place is dropped (the program is solved again without it).
+taints, labels and the zones a DoNotSchedule zonal spread lets each pod go to (counted with that pod alone
+away, so a command moves at most one pod of each such spread; each new node is pinned to one zone); the
+scheduling simulation then places each pod where the program sent it, with every constraint the scheduler
+checks (topology spread, affinity, volume topology, host ports, DaemonSet overhead, minValues, limits), and a
+proposal it cannot place is dropped: the program is solved again, the pods refused on a node that stays sent
+elsewhere, or without that set of candidates. Each solve takes at most a share of the deadline.
 
 A verified proposal is priced as Karpenter prices a consolidation replacement: a replacement that may be spot or
 on-demand is made spot-only; one that replaces spot capacity with spot needs the SpotToSpotConsolidation gate
@@ -53,6 +56,7 @@ from core.disruption.state import PlanState
 from core.disruption.steering import Mover, Places, Steering, SteeringModel, owner_counts, spread_owner
 from core.scheduling.instancetypeset import NO_PRICE, BoolArray, IntArray
 from core.scheduling.removal import Capacity, PlannedNodeClaim, PodFit
+from core.scheduling.requirements import Operator, Requirement
 
 HOSTS = 16
 """Nodes that stay, besides the window's candidates, offered as destinations (those with the most room)."""
@@ -63,6 +67,9 @@ SETTLING_MARGIN = 0.1
 carry out a tighter packing (`steering`)."""
 MAX_SOLVER_NODES = 2000
 """Branch-and-bound nodes one solve may explore (a deterministic bound on its work)."""
+SOLVE_SHARE = 1 / 3
+"""The share of the deadline one solve may take at most, so that a proposal the simulation refuses leaves time
+for another."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,8 @@ class _Window:
         self.state = state
         self.capacity = capacity
         self.candidates = list(candidates)
+        self._offered: dict[tuple[str, str], BoolArray] = {}
+        self._fits = fits
         rows = {name: row for row, name in enumerate(capacity.nodes)}
         self.rows = [rows[c.name] for c in self.candidates]
         classes: dict[tuple[object, ...], int] = {}
@@ -127,7 +136,12 @@ class _Window:
         self.samples: list[PodFit] = []
         for n, candidate in enumerate(self.candidates):
             for fit in fits[candidate.name]:
-                key = (fit.requests.tobytes(), id(fit.nodes), tuple(id(m) for m in fit.types.values()))
+                key = (
+                    fit.requests.tobytes(),
+                    id(fit.nodes),
+                    tuple(id(m) for m in fit.types.values()),
+                    fit.zones,
+                )
                 if key not in classes:
                     classes[key] = len(self.samples)
                     self.samples.append(fit)
@@ -172,6 +186,15 @@ class _Window:
             for n, _ in members:
                 counts[g, n] += 1
         free = np.maximum(capacity.free[self.destinations], 0)
+        self.zones = sorted({zone for s in self.samples if s.zones is not None for zone in s.zones})
+        """The zones new nodes are pinned to when some pod's zonal topology spread limits where it may go."""
+        admits = np.array([s.nodes[self.destinations] for s in self.samples], dtype=np.bool_).reshape(
+            groups, len(self.destinations)
+        )
+        in_zones = [capacity.zones[row] for row in self.destinations]
+        for g, sample in enumerate(self.samples):
+            if sample.zones is not None:
+                admits[g] &= np.array([zone in sample.zones for zone in in_zones], dtype=np.bool_)
         self.problem = PackingProblem(
             requests=requests.reshape(groups, len(capacity.axes)),
             counts=counts,
@@ -179,9 +202,7 @@ class _Window:
             candidate_free=free[: len(self.rows)],
             kind=np.arange(len(self.rows), dtype=np.int64),
             free=free,
-            admits=np.array([s.nodes[self.destinations] for s in self.samples], dtype=np.bool_).reshape(
-                groups, len(self.destinations)
-            ),
+            admits=admits,
             headroom=np.array([t.headroom for t in self.types], dtype=np.int64).reshape(
                 len(self.types), len(capacity.axes)
             ),
@@ -190,7 +211,35 @@ class _Window:
             limits=self._limits(options),
             min_savings=options.min_savings_micros,
             slots=min(int(counts.sum()), len(self.candidates) + 2),
+            zones=np.array(
+                [[s.zones is None or zone in s.zones for zone in self.zones] for s in self.samples],
+                dtype=np.bool_,
+            ).reshape(groups, len(self.zones))
+            if self.zones
+            else None,
+            type_zones=np.array(
+                [
+                    [bool(self._offered_in(t.nodepool, zone)[t.row]) for zone in self.zones]
+                    for t in self.types
+                ],
+                dtype=np.bool_,
+            ).reshape(len(self.types), len(self.zones))
+            if self.zones
+            else None,
         )
+
+    def _offered_in(self, nodepool: str, zone: str) -> BoolArray:
+        """Per instance type of the pool, whether it has an offering in the zone under the pool's requirements."""
+        key = (nodepool, zone)
+        found = self._offered.get(key)
+        if found is None:
+            catalog = self.state.catalogs[nodepool]
+            pool = self.capacity.pools[[p.nodepool for p in self.capacity.pools].index(nodepool)]
+            requirements = pool.requirements.copy()
+            requirements.add(Requirement.new(labels.ZONE, Operator.IN, [zone]))
+            prices = catalog.worst_prices(catalog.types.offering_mask(requirements))
+            found = self._offered[key] = (prices != NO_PRICE) & pool.launchable
+        return found
 
     def _limits(self, options: RepackOptions) -> tuple[Limit, ...]:
         """The pools' budgets, the PDBs' allowed evictions and the pods one command may move."""
@@ -214,6 +263,14 @@ class _Window:
                     weights = evictions.setdefault(key, (allowed, np.zeros(count, dtype=np.int64)))[1]
                     weights[n] += 1
         limits.extend(Limit(weights, allowed) for allowed, weights in evictions.values())
+        # One pod of a zonal spread group moves per command: the zones each pod may go to were counted with it
+        # alone taken away, and the simulation places the command's pods in its own order.
+        spreads: dict[int, IntArray] = {}
+        for n, candidate in enumerate(self.candidates):
+            for fit in self._fits[candidate.name]:
+                for group in fit.spreads:
+                    spreads.setdefault(group, np.zeros(count, dtype=np.int64))[n] += 1
+        limits.extend(Limit(weights, 1) for weights in spreads.values() if weights.sum() > 1)
         return tuple(limits)
 
     def directions(self, packing: Packing) -> tuple[dict[str, str | int], list[PlannedNodeClaim]]:
@@ -233,19 +290,34 @@ class _Window:
             directions.update(zip(leaving, targets, strict=False))
         share = max(0, packing.savings - self.problem.min_savings) // max(1, len(packing.launches))
         planned = []
-        for t, _ in packing.launches:
+        for (t, _), z in zip(packing.launches, packing.zones or [None] * len(packing.launches), strict=True):
             chosen = self.types[t]
+            zone = None if z is None else self.zones[z]
+            offered = None if zone is None else self._offered_in(chosen.nodepool, zone)
             planned.append(
                 PlannedNodeClaim(
                     chosen.nodepool,
                     frozenset(
                         other.name
                         for other in self._pool_types(chosen.nodepool)
-                        if other.price <= chosen.price + share
+                        if other.price <= chosen.price + share and (offered is None or offered[other.row])
                     ),
+                    zone,
                 )
             )
         return directions, planned
+
+    def refusals(self, directions: dict[str, str | int], outcome: Outcome) -> BoolArray:
+        """(G, D): the classes the simulation would not place on a node that stays where the proposal sent
+        them, so that the next solve sends them elsewhere."""
+        refused = np.zeros(self.problem.admits.shape, dtype=np.bool_)
+        column = {self.capacity.nodes[row]: d for d, row in enumerate(self.destinations)}
+        members = {fit.key: g for g, group in enumerate(self.members) for _, fit in group}
+        for placement in outcome.problems:
+            where = directions.get(placement.pod)
+            if isinstance(where, str) and where in column and placement.pod in members:
+                refused[members[placement.pod], column[where]] = True
+        return refused
 
     def _pool_types(self, nodepool: str) -> list[NewType]:
         capacity = self.capacity
@@ -525,14 +597,18 @@ class _Search:
         state = self.state
         problem = window.problem
         exclude: list[frozenset[int]] = []
+        refused = np.zeros(problem.admits.shape, dtype=np.bool_)
         margin = 0.0
         for _ in range(RETRIES):
             left = self.left()
+            if left is not None:
+                left = min(left, self.options.deadline.total_seconds() * SOLVE_SHARE)
             attempt = PackingProblem(
                 **{  # type: ignore[arg-type]
                     **_fields(problem),
                     "exclude": tuple(exclude),
                     "fixed": fixed,
+                    "admits": problem.admits & ~refused,
                     "headroom": (problem.headroom * (1.0 - margin)).astype(np.int64),
                     "free": (problem.free * (1.0 - margin)).astype(np.int64),
                     "candidate_free": (problem.candidate_free * (1.0 - margin)).astype(np.int64),
@@ -566,9 +642,14 @@ class _Search:
                 continue
             if isinstance(verdict, str):
                 state.sandbox.rollback()
-                if fixed is not None:
-                    return False
-                exclude.append(frozenset(packing.retire))
+                # The next solve sends the pods refused on a node that stays elsewhere; when the refusal was
+                # elsewhere (a new node, a limit), it drops this set of candidates.
+                new = window.refusals(directions, outcome) & ~refused
+                refused |= new
+                if not new.any():
+                    if fixed is not None:
+                        return False
+                    exclude.append(frozenset(packing.retire))
                 continue
             launched, savings = verdict
             state.execute(

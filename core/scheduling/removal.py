@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from core import labels
-from core.api.kube import Pod, pod_key
+from core.api.kube import Pod, TopologySpreadConstraint, pod_key
 from core.instancetypes.types import InstanceType
 from core.resources import Resources
 from core.scheduling.inputs import NodePoolSpec, NodeSnapshot, SchedulingOptions
@@ -76,6 +76,8 @@ class PlannedNodeClaim:
 
     nodepool: str
     instance_types: frozenset[str]
+    zone: str | None = None
+    """The zone it is pinned to (a solver that counted zonal topology spread chose it); None: any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,12 @@ class PodFit:
     """The existing nodes (rows of `Capacity.nodes`) that admit it."""
     types: dict[str, BoolArray]
     """Per NodePool, the instance types a new NodeClaim for it could be."""
+    zones: frozenset[str] | None = None
+    """The zones its DoNotSchedule zonal topology spread constraints let it go to, counted as they stand with
+    this pod alone taken away; None when it has no such constraint."""
+    spreads: tuple[int, ...] = ()
+    """The DoNotSchedule zonal spread groups whose counts it is in (numbered per simulation): moving two pods
+    of one group at once changes counts that `zones` took as fixed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +154,15 @@ class _Trial:
 
 def _identity(pod: Pod) -> str:
     return pod.metadata.uid or pod_key(pod)
+
+
+def _zonal_terms(pod: PodInfo) -> list[TopologySpreadConstraint]:
+    """The pod's DoNotSchedule topology spread constraints on the zone."""
+    return [
+        term
+        for term in pod.constraints.spread
+        if term.topology_key == labels.ZONE and term.when_unsatisfiable == "DoNotSchedule"
+    ]
 
 
 def _copy_limits(limits: Mapping[str, Resources]) -> dict[str, Resources]:
@@ -200,6 +217,15 @@ class RemovalSimulation:
         for node, compiled in self._pods.items():
             self._sim.bind(self._row[node], compiled)
         self._limits = _copy_limits(self._sim.remaining)
+        self._zonal: dict[int, int] = {}
+        """The DoNotSchedule zonal spread groups of the movable pods, numbered (by `id`)."""
+        topology = self._sim.topology
+        for infos in self._pods.values():
+            for info in infos:
+                for term in _zonal_terms(info):
+                    group = topology.owned(info, term)
+                    if group is not None:
+                        self._zonal.setdefault(id(group), len(self._zonal))
         self._trial: _Trial | None = None
         self.uninitialized = frozenset(node.name for node in nodes if not node.initialized)
         """Existing nodes that are not initialized yet (Karpenter's disruption will not count on them)."""
@@ -244,6 +270,12 @@ class RemovalSimulation:
                             template.nodepool: _launchable_for(template, pod, cache)
                             for template in sim.templates
                         },
+                        zones=self._spread_zones(pod, node),
+                        spreads=tuple(
+                            self._zonal[id(group)]
+                            for group in sim.topology.selecting(pod)
+                            if id(group) in self._zonal
+                        ),
                     )
                 )
         return Capacity(
@@ -268,6 +300,34 @@ class RemovalSimulation:
             zones=self._zones,
             avoided=self._avoided,
         )
+
+    def _spread_zones(self, pod: PodInfo, node: str) -> frozenset[str] | None:
+        """The zones the pod's DoNotSchedule zonal spread constraints allow it, as the counts stand with it
+        taken away from `node` (None without such a constraint)."""
+        terms = _zonal_terms(pod)
+        if not terms:
+            return None
+        topology = self._sim.topology
+        existing = self._sim.existing[self._row[node]]
+        pod_domains = pod.constraints.strict_requirements().get(labels.ZONE)
+        allowed: set[str] | None = None
+        for term in terms:
+            group = topology.owned(pod, term)
+            if group is None:
+                continue
+            counted = existing.requirements.has(labels.ZONE) and group.counts(
+                pod, existing.taints, existing.requirements
+            )
+            zone = existing.requirements.get(labels.ZONE).any() if counted else None
+            if zone is not None:
+                group.domains[zone] -= 1
+            try:
+                valid, _ = group.allowed(group.selects(pod.namespace, pod.labels), pod_domains)
+            finally:
+                if zone is not None:
+                    group.domains[zone] += 1
+            allowed = valid if allowed is None else allowed & valid
+        return None if allowed is None else frozenset(allowed)
 
     def simulate(
         self,
@@ -351,7 +411,7 @@ class RemovalSimulation:
                 raise ValueError(f'NodePool "{claim.nodepool}" has no template in this simulation')
             names = sim.templates[position].instance_types.names
             opened.append((position, np.isin(np.array(names, dtype=object), list(claim.instance_types))))
-        return Directions(existing, claims, opened)
+        return Directions(existing, claims, opened, [claim.zone for claim in planned])
 
     def _removal(
         self, nodes: Sequence[str], nodeclaims: list[NewNodeClaim], failures: Mapping[str, list[str]]

@@ -67,6 +67,8 @@ class Directions:
     """Pod UID -> index into `planned`."""
     planned: Sequence[tuple[int, BoolArray]]
     """Per planned NodeClaim: the index of its template and the instance types it may be."""
+    zones: Sequence[str | None] = ()
+    """Per planned NodeClaim, the zone it is pinned to (None or missing: any its pods allow)."""
 
 
 class TooManyNodeClaims(Exception):
@@ -512,6 +514,9 @@ class Simulation:
         limit_mask, limit_reason = self._limit_mask(template)
         claim = self._new_claim(template)
         claim.mask = claim.mask & allowed
+        zone = directions.zones[index] if index < len(directions.zones) else None
+        if zone is not None:
+            claim.requirements.add(Requirement.new(labels.ZONE, Operator.IN, [zone]))
         try:
             merged, mask = claim.try_add(
                 pod, constraints, pod_requirements, requests, self.topology, limit_mask

@@ -374,6 +374,10 @@ class Topology:
         """The topology keys some group uses."""
         return {group.key for group in [*self._groups.values(), *self._inverse.values()]}
 
+    def owned(self, pod: PodInfo, term: object) -> TopologyGroup | None:
+        """The group of one of the pod's own constraints (a spread constraint or an affinity term)."""
+        return self._owned.get(pod.uid, {}).get(id(term))
+
     def hostname_groups(self) -> list[TopologyGroup]:
         """Groups keyed on the hostname, whose counts the scheduler mirrors per NodeClaim."""
         return self._hostname_groups

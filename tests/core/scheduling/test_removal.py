@@ -11,7 +11,7 @@ import pytest
 
 from core import labels as wk
 from core.api.kube import Pod, pod_key
-from core.scheduling.removal import RemovalSimulation
+from core.scheduling.removal import PlannedNodeClaim, RemovalSimulation
 from core.scheduling.scheduler import NodeSnapshot, Scheduler, SchedulingOptions
 from tests.builders import catalog_p, node, nodepool, pod, pod_term, spread, taint, toleration
 
@@ -168,3 +168,40 @@ def test_closed_nodes_take_none_of_the_moving_pods_and_open_again_after_the_tria
     assert not {move.destination for move in removal.moves} & set(closed)
     removals.rollback()
     assert tried(removals, removed) == fresh(nodes, removed)
+
+
+def test_the_zones_a_spread_pod_may_go_to_are_those_where_the_simulation_places_it() -> None:
+    """`PodFit.zones` (the zones a pod's DoNotSchedule zonal spread allows, with it alone taken away) agrees with
+    the directed simulation: sent to a new NodeClaim pinned to a zone, the pod is placed exactly when the zone is
+    one of them."""
+    checked = 0
+    for seed in range(8):
+        checked += _zones_agree(random_cluster(seed))
+    assert checked > 20
+
+
+def _zones_agree(nodes: list[NodeSnapshot]) -> int:
+    removals = removals_of(nodes)
+    checked = 0
+    for snapshot in nodes:
+        fits = removals.capacity([snapshot.name]).pods
+        groups = [group for fit in fits for group in fit.spreads]
+        for fit in fits:
+            if fit.zones is None or any(groups.count(group) > 1 for group in fit.spreads):
+                continue
+            pool = next(name for name, launchable in fit.types.items() if launchable.any())
+            names = frozenset(removals.instance_types()[pool].names)
+            for zone in ("test-zone-1", "test-zone-2", "test-zone-3"):
+                removal = removals.simulate(
+                    [snapshot.name],
+                    directions={fit.key: 0},
+                    planned=[PlannedNodeClaim(pool, names, zone)],
+                )
+                move = next(move for move in removal.moves if move.pod == fit.key)
+                assert (move.destination is not None) == (zone in fit.zones), (fit.key, zone, move.reasons)
+                if move.destination is not None:
+                    (claim,) = removal.nodeclaims
+                    assert {"key": wk.ZONE, "operator": "In", "values": [zone]} in claim.requirements
+                removals.rollback()
+                checked += 1
+    return checked
