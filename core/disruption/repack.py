@@ -128,7 +128,6 @@ class _Window:
         self.capacity = capacity
         self.candidates = list(candidates)
         self._offered: dict[tuple[str, str], BoolArray] = {}
-        self._fits = fits
         rows = {name: row for row, name in enumerate(capacity.nodes)}
         self.rows = [rows[c.name] for c in self.candidates]
         classes: dict[tuple[object, ...], int] = {}
@@ -166,7 +165,7 @@ class _Window:
             for sample in self.samples:
                 holds |= sample.types.get(pool, holds)
             for row in np.flatnonzero(holds & (prices != NO_PRICE)).tolist():
-                name = capacity.pools[[p.nodepool for p in capacity.pools].index(pool)].names[row]
+                name = capacity.pool(pool).names[row]
                 self.types.append(NewType(pool, row, name, int(prices[row]), headroom[row]))
         requests = np.array([s.requests for s in self.samples], dtype=np.int64)
         fits_types = np.array(
@@ -208,7 +207,7 @@ class _Window:
             ),
             type_price=np.array([t.price for t in self.types], dtype=np.int64),
             fits=fits_types[:, keep],
-            limits=self._limits(options),
+            limits=self._limits(options, fits),
             min_savings=options.min_savings_micros,
             slots=min(int(counts.sum()), len(self.candidates) + 2),
             zones=np.array(
@@ -234,14 +233,14 @@ class _Window:
         found = self._offered.get(key)
         if found is None:
             catalog = self.state.catalogs[nodepool]
-            pool = self.capacity.pools[[p.nodepool for p in self.capacity.pools].index(nodepool)]
+            pool = self.capacity.pool(nodepool)
             requirements = pool.requirements.copy()
             requirements.add(Requirement.new(labels.ZONE, Operator.IN, [zone]))
             prices = catalog.worst_prices(catalog.types.offering_mask(requirements))
             found = self._offered[key] = (prices != NO_PRICE) & pool.launchable
         return found
 
-    def _limits(self, options: RepackOptions) -> tuple[Limit, ...]:
+    def _limits(self, options: RepackOptions, fits: dict[str, list[PodFit]]) -> tuple[Limit, ...]:
         """The pools' budgets, the PDBs' allowed evictions and the pods one command may move."""
         state = self.state
         count = len(self.candidates)
@@ -267,7 +266,7 @@ class _Window:
         # alone taken away, and the simulation places the command's pods in its own order.
         spreads: dict[int, IntArray] = {}
         for n, candidate in enumerate(self.candidates):
-            for fit in self._fits[candidate.name]:
+            for fit in fits[candidate.name]:
                 for group in fit.spreads:
                     spreads.setdefault(group, np.zeros(count, dtype=np.int64))[n] += 1
         limits.extend(Limit(weights, 1) for weights in spreads.values() if weights.sum() > 1)
@@ -324,7 +323,7 @@ class _Window:
         for pool, prices, headroom in pool_types(self.state, capacity, avoid_spot=False):
             if pool != nodepool:
                 continue
-            names = capacity.pools[[p.nodepool for p in capacity.pools].index(pool)].names
+            names = capacity.pool(pool).names
             return [
                 NewType(pool, row, names[row], int(prices[row]), headroom[row])
                 for row in np.flatnonzero(prices != NO_PRICE).tolist()

@@ -140,6 +140,13 @@ class Capacity:
     avoided: IntArray
     """Per existing node, how many PreferNoSchedule taints it carries."""
 
+    def pool(self, nodepool: str) -> PoolCapacity:
+        """What that NodePool can launch (KeyError when it is not one of `pools`)."""
+        for pool in self.pools:
+            if pool.nodepool == nodepool:
+                return pool
+        raise KeyError(nodepool)
+
 
 @dataclass(slots=True)
 class _Trial:
