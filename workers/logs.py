@@ -42,12 +42,12 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
-def _context(record: logging.LogRecord) -> dict[str, Any]:
-    """Which activity or workflow a line without Karpenter fields came from (the SDK's own lines, such as
-    "Completing activity as failed", name neither in their message): from the `temporal_activity` or
+def _line_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A Karpenter line's fields; for another line, which activity or workflow it came from (the SDK's own lines,
+    such as "Completing activity as failed", name neither in their message): from the `temporal_activity` or
     `temporal_workflow` extra the SDK's loggers add."""
-    if _fields(record):
-        return {}
+    if fields := _fields(record):
+        return dict(fields)
     if activity := getattr(record, "temporal_activity", None):
         return {
             "activity": activity.get("activity_type"),
@@ -77,7 +77,7 @@ class KarpenterFormatter(logging.Formatter):
     came from, and `error` for an exception (its message; the JSON format carries the stack trace too)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = _fields(record) | _context(record)
+        fields = _line_fields(record)
         if (error := _error(record)) is not None:
             fields["error"] = error
         parts = [_moment(record), record.levelname, _message(record)]
@@ -96,7 +96,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": _message(record),
         }
-        for key, value in (_fields(record) | _context(record)).items():
+        for key, value in _line_fields(record).items():
             entry.setdefault(key, value)
         if record.exc_info and (error := _error(record)) is not None:
             entry["error"] = error
