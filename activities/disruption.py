@@ -94,6 +94,7 @@ def repack_options(settings: RepackSettings | None, hint: list[str] | None = Non
     return RepackOptions(
         enabled=settings.enabled,
         min_savings_micros=settings.min_savings_micros,
+        min_savings_percent=settings.min_savings_percent,
         max_pods_moved=settings.max_pods_moved,
         deadline=timedelta(seconds=settings.deadline_seconds),
         clock=time.monotonic,

@@ -18,6 +18,7 @@ held out.
 
     python benchmarks/repack.py                       # the held-out set, 200 clusters
     python benchmarks/repack.py --seeds 0:200         # the tuning set
+    python benchmarks/repack.py --min-savings-percent 10   # each repack command saves 10 % of what it retires
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from benchmarks.disruption import NOW, Pool, apply_commands, node_pair, pod
 from core import labels as wk
 from core.api.manifests import Manifests, parse_manifests
 from core.disruption import DisruptionOptions, DisruptionPlan, plan_disruption
-from core.disruption.options import RepackOptions
+from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
@@ -280,11 +281,17 @@ def cheapest_home(
 
 
 def settle(
-    cluster: Cluster, repack: bool, types: dict[str, InstanceType], settling: bool = True
+    cluster: Cluster,
+    repack: bool,
+    types: dict[str, InstanceType],
+    settling: bool = True,
+    min_savings_percent: float = DEFAULT_MIN_SAVINGS_PERCENT,
 ) -> tuple[int, int, list[DisruptionPlan]]:
     """Rounds of plans until one plans nothing: (initial cost, final cost, the plans that had commands). Without
     the repack, Karpenter's methods alone (their commands are the same with it; the bound is not computed)."""
-    options = DisruptionOptions(repack=RepackOptions(settling=settling) if repack else None)
+    options = DisruptionOptions(
+        repack=RepackOptions(settling=settling, min_savings_percent=min_savings_percent) if repack else None
+    )
     documents = cluster.documents
     manifests = parse_manifests(documents, "repack")
     initial = cost(manifests, types)
@@ -309,7 +316,12 @@ class Figures:
     """Of the achievable saving, in total."""
 
 
-def evaluate(seeds: Sequence[int], repack: bool, settling: bool = True) -> Figures:
+def evaluate(
+    seeds: Sequence[int],
+    repack: bool,
+    settling: bool = True,
+    min_savings_percent: float = DEFAULT_MIN_SAVINGS_PERCENT,
+) -> Figures:
     types = catalog()
     gaps = []
     achievable = captured = 0
@@ -317,7 +329,7 @@ def evaluate(seeds: Sequence[int], repack: bool, settling: bool = True) -> Figur
         cluster = fragmented(seed, types)
         manifests = parse_manifests(cluster.documents, "repack")
         optimum = cheapest_home(manifests, cluster.pods, types)
-        initial, final, _ = settle(cluster, repack, types, settling)
+        initial, final, _ = settle(cluster, repack, types, settling, min_savings_percent)
         gaps.append(final / optimum - 1.0)
         achievable += initial - optimum
         captured += initial - final
@@ -336,6 +348,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", default=f"{HELD_OUT.start}:{HELD_OUT.stop}", help="first:last (exclusive)")
+    parser.add_argument(
+        "--min-savings-percent",
+        type=float,
+        default=DEFAULT_MIN_SAVINGS_PERCENT,
+        help="a repack command's minimum saving as a share of what it retires (default: %(default)s)",
+    )
     args = parser.parse_args()
     first, last = (int(part) for part in args.seeds.split(":"))
     seeds = range(first, last)
@@ -346,12 +364,13 @@ def main() -> None:
         ("repack, as planned", True, False),
     )
     for label, repack, settling in runs:
-        figures = evaluate(seeds, repack, settling)
+        figures = evaluate(seeds, repack, settling, args.min_savings_percent)
         print(
             f"{label:<22} {figures.clusters:>8} {figures.mean_gap:>9.1%} {figures.p90_gap:>8.1%} "
             f"{figures.within_2:>9.0%} {figures.captured:>9.1%}"
         )
     print(
+        f"a repack command saves at least {args.min_savings_percent:g} % of what it retires.\n"
         f"seeds {first}:{last}; gap: final cost above the cheapest home (exhaustive search); 'of saving': "
         "initial less final cost over initial less cheapest home, summed over the clusters. 'as planned': without\n"
         "the check that the steered drain would carry each packing out (RepackOptions.settling), since the\n"

@@ -489,6 +489,8 @@ class RepackSettings(BaseModel):
     """False: Karpenter's methods alone; plans still state their cost and bound."""
     min_savings_micros: int = Field(default=20_000, ge=0)
     """A repack command saves at least this per hour (micro-dollars)."""
+    min_savings_percent: float = Field(default=5.0, ge=0, le=100)
+    """And at least this share (in percent) of the price of the nodes it retires."""
     max_pods_moved: int = Field(default=50, ge=1)
     """A repack command evicts at most this many pods."""
     deadline_seconds: float = Field(default=3.0, gt=0)

@@ -169,6 +169,7 @@ def repack_options(args: argparse.Namespace) -> RepackOptions:
     return RepackOptions(
         enabled=settings.repack_enabled if args.repack is None else args.repack,
         min_savings_micros=round(settings.repack_min_savings_per_hour * 1_000_000),
+        min_savings_percent=settings.repack_min_savings_percent,
         max_pods_moved=settings.repack_max_pods_moved,
         deadline=timedelta(seconds=settings.repack_deadline_seconds),
         clock=time.monotonic,

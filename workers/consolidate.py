@@ -55,6 +55,7 @@ def repack_settings(settings: Settings) -> RepackSettings:
     return RepackSettings(
         enabled=settings.repack_enabled,
         min_savings_micros=round(settings.repack_min_savings_per_hour * 1_000_000),
+        min_savings_percent=settings.repack_min_savings_percent,
         max_pods_moved=settings.repack_max_pods_moved,
         deadline_seconds=settings.repack_deadline_seconds,
     )

@@ -145,6 +145,8 @@ class Settings(BaseSettings):
     consolidation command; false: Karpenter's alone, drained as Karpenter drains."""
     repack_min_savings_per_hour: float = Field(default=0.02, ge=0)
     """A repack command saves at least this many dollars per hour."""
+    repack_min_savings_percent: float = Field(default=5.0, ge=0, le=100)
+    """And at least this share (in percent) of the price of the nodes it retires."""
     repack_max_pods_moved: int = Field(default=50, ge=1)
     """A repack command evicts at most this many pods."""
     repack_deadline_seconds: float = Field(default=3.0, gt=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -13,6 +14,8 @@ from core.scheduling.scheduler import SchedulingOptions
 
 DEFAULT_MIN_SAVINGS_MICROS = 20_000
 """A repack's default minimum saving: $0.02 per hour (about $15 a month) per command; see the README."""
+DEFAULT_MIN_SAVINGS_PERCENT = 5.0
+"""A repack's default minimum saving as a share of the price of the nodes a command retires; see the README."""
 DEFAULT_MAX_PODS_MOVED = 50
 """A repack's default cap on the pods one command evicts; see the README."""
 
@@ -26,6 +29,9 @@ class RepackOptions:
     """False: Karpenter's methods alone (the plan still states its cost and bound)."""
     min_savings_micros: int = DEFAULT_MIN_SAVINGS_MICROS
     """A repack command must save at least this per hour."""
+    min_savings_percent: float = DEFAULT_MIN_SAVINGS_PERCENT
+    """And at least this share (in percent) of the price of the nodes it retires, so that what a command is worth
+    does not shrink with the size of the nodes it moves pods off."""
     max_pods_moved: int = DEFAULT_MAX_PODS_MOVED
     """A repack command evicts at most this many pods."""
     window: int = 8
@@ -47,6 +53,12 @@ class RepackOptions:
     """The plan's bound covers any sequence of passes, not this one: the budgets' and PDBs' per-pass limits left
     out (a PDB that allows no eviction now still keeps its pods), what a disruption loop could reach pass after
     pass (the disruption benchmark's rounds compare against it)."""
+
+
+def required_savings(retired_micros: int, min_savings_micros: int, min_savings_percent: float) -> int:
+    """What a repack command that retires nodes costing `retired_micros` per hour must save per hour: the absolute
+    minimum, and the share of what it retires (rounded up to a whole micro-dollar)."""
+    return max(min_savings_micros, math.ceil(retired_micros * min_savings_percent / 100))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ instead of naming them. For each candidate node `r` says whether it retires; a r
 be placed (on room left on nodes that stay, a kept candidate's included, or on new nodes), a kept one keeps its
 pods and only its free room takes others. A new node is a slot that takes at most one instance type; its pods
 must fit that type's allocatable less DaemonSet overhead. Linear limits bound the retirement (the NodePools'
-budgets, the PDBs' allowed evictions, the pods one command may move), and the saving must reach a minimum.
+budgets, the PDBs' allowed evictions, the pods one command may move), and the saving must reach a minimum and a
+share of what the retired candidates cost.
 
 The program knows requests, taints, labels, instance types and, when given, the zones each class may go to (a
 zonal topology spread): a new node is then in one zone its type launches in, and holds only pods that zone
@@ -80,6 +81,8 @@ class PackingProblem:
     """(G, T): whether a new node of the type may hold a pod of the class."""
     limits: tuple[Limit, ...] = ()
     min_savings: int = 0
+    min_savings_percent: float = 0.0
+    """The saving must also reach this share (in percent) of the retired candidates' price."""
     slots: int = 0
     """How many new nodes a solution may launch at most."""
     exclude: tuple[frozenset[int], ...] = ()
@@ -246,9 +249,10 @@ _Slots = list[tuple[dict[int, int], dict[int, int], dict[int, int]]]
 
 
 def _packing_model(
-    problem: PackingProblem, floor: int, move_weight: float = MOVE_WEIGHT
+    problem: PackingProblem, floor: int, percent: float = 0.0, move_weight: float = MOVE_WEIGHT
 ) -> tuple[_Model, list[int], dict[tuple[int, int], int], _Slots]:
-    """The mixed-integer program: its retirement columns, pod moves and slots; the saving at least `floor`."""
+    """The mixed-integer program: its retirement columns, pod moves and slots; the saving at least `floor` and
+    `percent` of the retired candidates' price."""
     model = _Model()
     scales = _scales(problem)
     retire = _retirements(model, problem, integer=True, move_weight=move_weight)
@@ -294,12 +298,20 @@ def _packing_model(
         if terms:
             model.row(terms, 0.0, 0.0)
     launched = [(column, problem.type_price[t]) for chosen, _, _ in slots for t, column in chosen.items()]
+    spent = [(column, -price / MICROS) for column, price in launched]
     model.row(
-        [(retire[n], problem.price[n] / MICROS) for n in range(len(retire))]
-        + [(column, -price / MICROS) for column, price in launched],
+        [(retire[n], problem.price[n] / MICROS) for n in range(len(retire))] + spent,
         floor / MICROS,
         highspy.kHighsInf,
     )
+    if percent > 0:
+        # What the new nodes cost stays within the share of the retired candidates' price the saving leaves.
+        kept = 1.0 - percent / 100
+        model.row(
+            [(retire[n], kept * problem.price[n] / MICROS) for n in range(len(retire))] + spent,
+            0.0,
+            highspy.kHighsInf,
+        )
     return model, retire, moves, slots
 
 
@@ -334,9 +346,12 @@ def _slot_zones(
 def solve_packing(
     problem: PackingProblem, max_nodes: int = 2000, time_limit: float | None = None
 ) -> Packing | None:
-    """The cheapest way to retire candidates and re-home their pods that saves at least `min_savings`, or None
-    when there is none (or none was found within the search's bounds)."""
-    model, retire, moves, slots = _packing_model(problem, max(problem.min_savings, 1))
+    """The cheapest way to retire candidates and re-home their pods that saves at least `min_savings` and
+    `min_savings_percent` of what it retires, or None when there is none (or none was found within the search's
+    bounds)."""
+    model, retire, moves, slots = _packing_model(
+        problem, max(problem.min_savings, 1), problem.min_savings_percent
+    )
     groups = problem.requests.shape[0]
     highs, solved = model.solve(mip=True, max_nodes=max_nodes, time_limit=time_limit)
     if not solved:
@@ -367,7 +382,7 @@ def savings_bound(
 ) -> tuple[int, bool] | None:
     """An upper bound on what any plan can save (micro-dollars per hour), and whether it is the program's
     optimum (else the bound its search proved when it stopped early); None when it proved none. The minimum
-    saving does not apply; give `slots` as many as there are pods, so that the program is a relaxation of every
+    saving and its share do not apply; give `slots` as many as there are pods, so that the program is a relaxation of every
     plan."""
     model, _, _, _ = _packing_model(problem, 0, move_weight=0.0)
     highs, _ = model.solve(mip=True, max_nodes=max_nodes, time_limit=time_limit)

@@ -11,8 +11,9 @@ NodePool they may launch in or nodes they may run on), and each group into windo
 wasteful first (price times the share of the node its pods leave idle). For a window a mixed-integer program
 (`core.disruption.packing`, HiGHS) picks which candidates retire, where their pods go among the nodes with
 the most room and up to a few new nodes, and which instance type each new node is, within the pools' budgets,
-the PDBs' allowed evictions, the pods a command may move and its minimum saving. The program knows requests,
-taints, labels and the zones a DoNotSchedule zonal spread lets each pod go to (counted with that pod alone
+the PDBs' allowed evictions, the pods a command may move and its minimum saving (an amount per hour, and a
+share of what the candidates it retires cost, so that no command saves pennies on dear nodes). The program knows
+requests, taints, labels and the zones a DoNotSchedule zonal spread lets each pod go to (counted with that pod alone
 away, so a command moves at most one pod of each such spread; each new node is pinned to one zone); the
 scheduling simulation then places each pod where the program sent it, with every constraint the scheduler
 checks (topology spread, affinity, volume topology, host ports, DaemonSet overhead, minValues, limits), and a
@@ -48,7 +49,7 @@ from core.disruption.consolidation import (
     candidates_price,
 )
 from core.disruption.methods import consolidation_blocker, pool_totals
-from core.disruption.options import RepackOptions
+from core.disruption.options import RepackOptions, required_savings
 from core.disruption.packing import Limit, Packing, PackingProblem, solve_packing
 from core.disruption.replacements import Priced
 from core.disruption.simulation import Outcome
@@ -209,6 +210,7 @@ class _Window:
             fits=fits_types[:, keep],
             limits=self._limits(options, fits),
             min_savings=options.min_savings_micros,
+            min_savings_percent=options.min_savings_percent,
             slots=min(int(counts.sum()), len(self.candidates) + 2),
             zones=np.array(
                 [[s.zones is None or zone in s.zones for zone in self.zones] for s in self.samples],
@@ -275,8 +277,9 @@ class _Window:
     def directions(self, packing: Packing) -> tuple[dict[str, str | int], list[PlannedNodeClaim]]:
         """Where each pod of the retired candidates goes, and the NodeClaims to open: each may be any type of
         its pool that costs at most the solver's choice plus an even share of what the packing saves above the
-        minimum, as a consolidation's replacement may be any type cheaper than its candidates (Karpenter's
-        spot-to-spot rule counts these options; `_priced` keeps those within the share the simulation leaves)."""
+        minimum it must save, as a consolidation's replacement may be any type cheaper than its candidates
+        (Karpenter's spot-to-spot rule counts these options; `_priced` keeps those within the share the simulation
+        leaves)."""
         retired = set(packing.retire)
         directions: dict[str, str | int] = {}
         for g, members in enumerate(self.members):
@@ -287,7 +290,11 @@ class _Window:
             for index, (_, pods) in enumerate(packing.launches):
                 targets += [index] * int(pods[g])
             directions.update(zip(leaving, targets, strict=False))
-        share = max(0, packing.savings - self.problem.min_savings) // max(1, len(packing.launches))
+        problem = self.problem
+        required = required_savings(
+            int(problem.price[list(packing.retire)].sum()), problem.min_savings, problem.min_savings_percent
+        )
+        share = max(0, packing.savings - required) // max(1, len(packing.launches))
         planned = []
         for (t, _), z in zip(packing.launches, packing.zones or [None] * len(packing.launches), strict=True):
             chosen = self.types[t]
@@ -371,7 +378,8 @@ def _priced(
     cheapest = [priced.cheapest() for priced in narrowed]
     if any(value is None for value in cheapest):
         return "no offering of a replacement can be launched"
-    slack = price - sum(value or 0 for value in cheapest) - options.min_savings_micros
+    required = required_savings(price, options.min_savings_micros, options.min_savings_percent)
+    slack = price - sum(value or 0 for value in cheapest) - required
     if slack < 0:
         return "the replacements would not save the minimum"
     share = slack // max(1, len(narrowed))
@@ -393,7 +401,7 @@ def _priced(
             return "no offering of a replacement can be launched"
         launched.append(kept)
     savings = price - sum(launch[1].price_micros for p in launched if (launch := p.launch()) is not None)
-    if savings < options.min_savings_micros:
+    if savings < required:
         return "the replacements would not save the minimum"
     decision = Decision.REPLACE if launched else Decision.DELETE
     balanced = balanced_verdict(candidates, Consolidation(decision, None, savings), pool_totals(state))

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from activities.disruption import repack_options
+from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT
 from core.features import MinValuesPolicy
 from tests.deploy.helm import (
     CHART,
@@ -33,7 +35,7 @@ from workers.azure import load_azure
 from workers.consolidate import disruption_input
 from workers.controlplane.run import ControlPlane
 from workers.serve import provisioner_input
-from workers.settings import load_settings
+from workers.settings import Settings, load_settings
 
 SERVICEMONITOR_CRD = HERE / "servicemonitor-crd.yaml"
 REQUIRED = (
@@ -106,6 +108,7 @@ def test_the_full_values_set_every_option() -> None:
         ("temporal.address=http://temporal:7233", "at '/temporal/address'"),
         ("settings.bootstrapTokenSecret=bootstrap-token-abcdef", "at '/settings/bootstrapTokenSecret'"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("settings.repack.minSavingsPercent=120", "at '/settings/repack/minSavingsPercent'"),
         ("serviceMonitor.enable=true", "additional properties 'enable' not allowed"),
         ("logformat=json", "additional properties 'logformat' not allowed"),
     ],
@@ -203,6 +206,18 @@ def test_two_controllers_share_a_lease_and_the_workers_have_none(helm: Helm) -> 
         assert "NODEWRIGHT_KUBELET_IDENTITY_ID" not in env
 
 
+def controller_settings(helm: Helm, monkeypatch: pytest.MonkeyPatch, *assignments: str) -> Settings:
+    """The settings the controller loads from the environment the chart renders for it."""
+    env = environment(deployments(helm.render([REQUIRED_VALUES], *assignments))["controller"])
+    for name in list(os.environ):
+        if name.startswith("NODEWRIGHT_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        if isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    return load_settings()
+
+
 @pytest.mark.parametrize(
     ("assignments", "spot_to_spot", "repair", "policy"),
     [
@@ -227,14 +242,7 @@ def test_karpenters_feature_gates_and_min_values_policy_reach_the_controllers_lo
     repair: bool,
     policy: MinValuesPolicy,
 ) -> None:
-    env = environment(deployments(helm.render([REQUIRED_VALUES], *assignments))["controller"])
-    for name in list(os.environ):
-        if name.startswith("NODEWRIGHT_"):
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        if isinstance(value, str):
-            monkeypatch.setenv(name, value)
-    settings = load_settings()
+    settings = controller_settings(helm, monkeypatch, *assignments)
     loop = disruption_input(settings).settings
     assert (loop.spot_to_spot_consolidation, loop.node_repair, loop.min_values_policy) == (
         spot_to_spot,
@@ -243,6 +251,19 @@ def test_karpenters_feature_gates_and_min_values_policy_reach_the_controllers_lo
     )
     assert provisioner_input(settings).min_values_policy is policy
     assert settings.gates.reserved_capacity
+
+
+@pytest.mark.parametrize(
+    ("assignments", "percent"),
+    [((), DEFAULT_MIN_SAVINGS_PERCENT), (("settings.repack.minSavingsPercent=12.5",), 12.5)],
+)
+def test_the_repacks_minimum_share_reaches_the_disruption_loops_planner(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch, assignments: tuple[str, ...], percent: float
+) -> None:
+    repack = disruption_input(controller_settings(helm, monkeypatch, *assignments)).settings.repack
+    assert repack is not None
+    options = repack_options(repack)
+    assert options is not None and options.min_savings_percent == percent
 
 
 def test_a_gate_karpenter_does_not_have_fails_lint(helm: Helm) -> None:

@@ -3,12 +3,15 @@ the confirmation question, the answer signalled, the results and the exit codes.
 
 from __future__ import annotations
 
+import argparse
 import io
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from activities.disruption import repack_options
+from core.disruption.options import DEFAULT_MIN_SAVINGS_MICROS, DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
 from core.messages import (
     CommandOutcome,
     CommandResult,
@@ -22,6 +25,7 @@ from core.messages import (
     KeptReason,
 )
 from workers.cli import build_parser
+from workers.cli import repack_options as cli_repack_options
 from workers.consolidate import consolidate, disruption_input, lifecycle_settings
 from workers.settings import SettingsError, load_settings
 
@@ -166,6 +170,29 @@ def test_lifecycles_take_their_liveness_from_the_environment(monkeypatch: pytest
     assert disruption_input(settings).lifecycle == lifecycle, "replacements have the same liveness"
     monkeypatch.setenv("NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS", "0")
     with pytest.raises(SettingsError, match="NODEWRIGHT_LAUNCH_TIMEOUT_SECONDS='0'"):
+        load_settings()
+
+
+def test_the_repacks_minimum_share_reaches_the_planner_of_the_loop_and_of_the_cli(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`NODEWRIGHT_REPACK_MIN_SAVINGS_PERCENT` beside the absolute minimum, into the options the loop's plans and
+    `plan-disruption` run the repack with."""
+
+    def planners() -> list[RepackOptions]:
+        looped = disruption_input(load_settings()).settings.repack
+        assert looped is not None
+        options = repack_options(looped)
+        assert options is not None
+        return [options, cli_repack_options(argparse.Namespace(repack=None))]
+
+    defaults = (DEFAULT_MIN_SAVINGS_MICROS, DEFAULT_MIN_SAVINGS_PERCENT)
+    assert [(o.min_savings_micros, o.min_savings_percent) for o in planners()] == [defaults] * 2
+    monkeypatch.setenv("NODEWRIGHT_REPACK_MIN_SAVINGS_PER_HOUR", "0.05")
+    monkeypatch.setenv("NODEWRIGHT_REPACK_MIN_SAVINGS_PERCENT", "7.5")
+    assert [(o.min_savings_micros, o.min_savings_percent) for o in planners()] == [(50_000, 7.5)] * 2
+    monkeypatch.setenv("NODEWRIGHT_REPACK_MIN_SAVINGS_PERCENT", "120")
+    with pytest.raises(SettingsError, match="NODEWRIGHT_REPACK_MIN_SAVINGS_PERCENT='120'"):
         load_settings()
 
 

@@ -85,6 +85,17 @@ def test_the_issues_two_nodes_are_repacked_onto_two_cheaper_nodes_of_different_f
     assert document["cost"]["gap_per_hour"] == 0.0
 
 
+def test_a_repack_command_saves_at_least_its_share_of_what_it_retires() -> None:
+    """The issue's two nodes: the command retires $0.384/h and saves $0.066/h, 17.2 % of it; a share just below
+    takes it, one just above plans nothing, whatever the absolute minimum allows."""
+    documents = build(TWO_NODES, catalog()).documents
+    (command,) = _plan(documents, RepackOptions(min_savings_percent=17)).commands
+    assert command.method is Method.REPACK and command.savings_micros == 66_000
+    refused = _plan(documents, RepackOptions(min_savings_micros=0, min_savings_percent=17.5))
+    assert refused.commands == ()
+    assert refused.cost is not None and refused.cost.bound_micros == 318_000, "the bound leaves the share out"
+
+
 def test_a_disabled_repack_plans_as_karpenter_and_still_states_the_bound() -> None:
     documents = fragmented(1003, catalog()).documents
     off = _plan(documents, RepackOptions(enabled=False))

@@ -101,6 +101,8 @@ workers/azure.py); tests/deploy/test_dockerfile.py fails on a name it does not k
   value: {{ $settings.repack.enabled | quote }}
 - name: NODEWRIGHT_REPACK_MIN_SAVINGS_PER_HOUR
   value: {{ $settings.repack.minSavingsPerHour | quote }}
+- name: NODEWRIGHT_REPACK_MIN_SAVINGS_PERCENT
+  value: {{ $settings.repack.minSavingsPercent | quote }}
 - name: NODEWRIGHT_REPACK_MAX_PODS_MOVED
   value: {{ $settings.repack.maxPodsMoved | quote }}
 - name: NODEWRIGHT_REPACK_DEADLINE_SECONDS
