@@ -52,6 +52,15 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its metadata's managedFields (a shallow copy when it had them): no plan and no change
+    reads them, and they are a good part of an object's memory and of the dicts the garbage collector scans."""
+    metadata = obj.get("metadata") or {}
+    if "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {name: value for name, value in metadata.items() if name != "managedFields"}}
+
+
 def revision(resource_version: str | None) -> int:
     """A resourceVersion as the etcd revision it is (0 if the server uses something else)."""
     try:
@@ -132,13 +141,7 @@ class SnapshotInformer:
 
     def _apply(self, kind: str, change: EventType, obj: dict[str, Any], at: int) -> None:
         key = object_key(obj)
-        metadata = obj.get("metadata") or {}
-        if "managedFields" in metadata:
-            # No plan reads them, and they are a good part of an object's dicts (which the garbage collector scans).
-            obj = {
-                **obj,
-                "metadata": {name: value for name, value in metadata.items() if name != "managedFields"},
-            }
+        obj = without_managed_fields(obj)
         tombstone = (kind, *key)
         with self._lock:
             objects = self._objects[kind]

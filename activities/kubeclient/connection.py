@@ -31,7 +31,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from activities.informer import SnapshotInformer
+from activities.informer import SnapshotInformer, without_managed_fields
 from activities.kubeclient.errors import (
     ClusterConfigError,
     api_error,
@@ -74,6 +74,11 @@ DEFAULT_BURST = 300
 DEFAULT_THREADS = 32
 REMEMBERED_OBJECTS = 4096
 """Nodes and NodeClaims this client last read or wrote, kept as the first guess of a read-modify-write."""
+REMEMBERED_SECONDS = 600.0
+"""How long a remembered Node or NodeClaim is kept after this client last read or wrote it. Under churn nearly
+every name is new, so without it the memory grew with every node the process had ever handled, up to
+`REMEMBERED_OBJECTS` whole objects (a two-hour soak's worker gained 100 MB); a guess that old is often stale
+anyway, and a stale guess only costs the GET it was to save."""
 JUST_WRITTEN_SECONDS = 5.0
 """How long the answer to this client's write of a Node may stand in for the read that follows it
 (`node_seen`)."""
@@ -126,7 +131,10 @@ class Connection:
         self._page_size = page_size
         self._conflict_retries = conflict_retries
         self._reconnect_max_wait = reconnect_max_wait
-        self._remembered: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._remembered: OrderedDict[tuple[str, str], tuple[float, dict[str, Any]]] = OrderedDict()
+        """By kind and name: when this client last read or wrote the object, and the object as it was then
+        (oldest first)."""
+        self._clock: Callable[[], float] = time.monotonic
         self._written: dict[tuple[str, str], float] = {}
         """When this client last wrote an object it remembers, until `node_seen` takes that answer."""
         self._listers: dict[str, Callable[..., Any]] = {
@@ -216,18 +224,34 @@ class Connection:
 
     def _remember(self, kind: str, raw: dict[str, Any]) -> dict[str, Any]:
         """Keep the latest version of a Node or NodeClaim seen, so that the next change to it can start from it
-        instead of a GET (its preconditions catch a version that is no longer the latest)."""
+        instead of a GET (its preconditions catch a version that is no longer the latest). Kept without its
+        managedFields, which no change reads; those not used for `REMEMBERED_SECONDS` are forgotten."""
+        raw = without_managed_fields(raw)
         key = (kind, raw["metadata"]["name"])
-        self._remembered[key] = raw
+        now = self._clock()
+        self._remembered[key] = (now, raw)
         self._remembered.move_to_end(key)
-        if len(self._remembered) > REMEMBERED_OBJECTS:
-            forgotten, _ = self._remembered.popitem(last=False)
-            self._written.pop(forgotten, None)
+        while self._remembered:
+            oldest, (when, _) = next(iter(self._remembered.items()))
+            if len(self._remembered) <= REMEMBERED_OBJECTS and now - when < REMEMBERED_SECONDS:
+                break
+            self._remembered.popitem(last=False)
+            self._written.pop(oldest, None)
         return raw
+
+    def _remembered_object(self, kind: str, name: str) -> dict[str, Any] | None:
+        kept = self._remembered.get((kind, name))
+        return None if kept is None or self._clock() - kept[0] >= REMEMBERED_SECONDS else kept[1]
 
     def _recall(self, kind: str, name: str) -> dict[str, Any] | None:
         self._written.pop((kind, name), None)
-        return self._remembered.pop((kind, name), None)
+        kept = self._remembered.pop((kind, name), None)
+        return None if kept is None or self._clock() - kept[0] >= REMEMBERED_SECONDS else kept[1]
+
+    def _forget(self, kind: str, name: str) -> None:
+        """The object is gone (deleted, or not found): nothing to start its next change from."""
+        self._written.pop((kind, name), None)
+        self._remembered.pop((kind, name), None)
 
     def _just_written(self, kind: str, name: str) -> dict[str, Any] | None:
         """What this client's write of the object answered, if that was under `JUST_WRITTEN_SECONDS` ago and no
@@ -236,7 +260,7 @@ class Connection:
         written = self._written.pop((kind, name), None)
         if written is None or time.monotonic() - written > JUST_WRITTEN_SECONDS:
             return None
-        return self._remembered.get((kind, name))
+        return self._remembered_object(kind, name)
 
     async def _delete(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         with contextlib.suppress(NotFoundError):

@@ -96,7 +96,7 @@ class EventRecorder(AnyObjects):
 
     async def _uid_of(self, kind: str, name: str, namespace: str | None) -> str | None:
         """The object's UID: from the Node or NodeClaim this client last saw, else a GET (None when gone)."""
-        remembered = self._remembered.get((kind, name))
+        remembered = self._remembered_object(kind, name)
         if remembered is not None and not namespace:
             return str(remembered["metadata"].get("uid") or "") or None
         try:

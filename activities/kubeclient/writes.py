@@ -312,7 +312,9 @@ class Writes(Reads):
         )
 
     async def delete_node(self, name: str) -> None:
+        self._forget(NODE.kind, name)
         await self._delete(self._core.delete_node, name)
 
     async def delete_nodeclaim(self, name: str) -> None:
+        self._forget(NODECLAIM.kind, name)
         await self._delete(self._custom.delete_cluster_custom_object, *NODECLAIM.custom, name)

@@ -1133,6 +1133,43 @@ async def test_the_look_after_a_node_write_takes_its_answer_once_and_only_while_
         await cluster.delete_node(name)
 
 
+async def test_a_remembered_node_is_forgotten_when_it_is_old_or_deleted_and_kept_without_managed_fields(
+    cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [unique("node") for _ in range(2)]
+    await cluster.apply([kwok_node(name) for name in names])
+    reads: list[Any] = []
+    record_calls(monkeypatch, cluster._core, "read_node", reads)
+    now = [1000.0]
+    monkeypatch.setattr(cluster, "_clock", lambda: now[0])
+    try:
+        first, second = names
+        await cluster.patch_node(first, labels={"a": "b"})
+        assert len(reads) == 1  # nothing remembered yet: read, then patched
+        remembered = cluster._remembered_object("Node", first)
+        assert remembered is not None and remembered["metadata"]["labels"]["a"] == "b"
+        assert "managedFields" not in remembered["metadata"]  # the server's answer had them
+        # Within the time: the next change starts from what was remembered, without a GET.
+        now[0] += connection.REMEMBERED_SECONDS - 1
+        await cluster.patch_node(first, labels={"c": "d"})
+        assert len(reads) == 1
+        # Untouched for longer than that: forgotten, read again; and forgotten too from the memory of the client
+        # once a newer object comes in (the old name does not stay behind).
+        now[0] += connection.REMEMBERED_SECONDS
+        await cluster.patch_node(second, labels={"a": "b"})
+        assert cluster._remembered_object("Node", first) is None
+        assert ("Node", first) not in cluster._remembered
+        await cluster.patch_node(first, labels={"e": "f"})
+        assert len(reads) == 3
+        # Deleted by this client: forgotten at once.
+        await cluster.delete_node(second)
+        assert ("Node", second) not in cluster._remembered
+    finally:
+        monkeypatch.undo()
+        for name in names:
+            await cluster.delete_node(name)
+
+
 async def test_registrations_lookup_comes_from_the_informer_and_a_stale_copy_costs_only_a_second_try(
     control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
