@@ -135,6 +135,7 @@ class Connection:
         """By kind and name: when this client last read or wrote the object, and the object as it was then
         (oldest first)."""
         self._clock: Callable[[], float] = time.monotonic
+        """When the remembered objects were last used and this client's writes were answered."""
         self._written: dict[tuple[str, str], float] = {}
         """When this client last wrote an object it remembers, until `node_seen` takes that answer."""
         self._listers: dict[str, Callable[..., Any]] = {
@@ -239,26 +240,28 @@ class Connection:
             self._written.pop(oldest, None)
         return raw
 
-    def _remembered_object(self, kind: str, name: str) -> dict[str, Any] | None:
-        kept = self._remembered.get((kind, name))
+    def _fresh(self, kept: tuple[float, dict[str, Any]] | None) -> dict[str, Any] | None:
+        """A remembered object, unless it has not been used for `REMEMBERED_SECONDS`."""
         return None if kept is None or self._clock() - kept[0] >= REMEMBERED_SECONDS else kept[1]
+
+    def _remembered_object(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self._fresh(self._remembered.get((kind, name)))
 
     def _recall(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The remembered object, taken out of the memory (the write that starts from it remembers its answer)."""
         self._written.pop((kind, name), None)
-        kept = self._remembered.pop((kind, name), None)
-        return None if kept is None or self._clock() - kept[0] >= REMEMBERED_SECONDS else kept[1]
+        return self._fresh(self._remembered.pop((kind, name), None))
 
     def _forget(self, kind: str, name: str) -> None:
-        """The object is gone (deleted, or not found): nothing to start its next change from."""
-        self._written.pop((kind, name), None)
-        self._remembered.pop((kind, name), None)
+        """This client deletes the object: nothing to start its next change from."""
+        self._recall(kind, name)
 
     def _just_written(self, kind: str, name: str) -> dict[str, Any] | None:
         """What this client's write of the object answered, if that was under `JUST_WRITTEN_SECONDS` ago and no
         read took it since: the object as the server holds it after that write, which a GET would return too
         unless someone wrote since (those writes are news the watches bring)."""
         written = self._written.pop((kind, name), None)
-        if written is None or time.monotonic() - written > JUST_WRITTEN_SECONDS:
+        if written is None or self._clock() - written > JUST_WRITTEN_SECONDS:
             return None
         return self._remembered_object(kind, name)
 

@@ -9,7 +9,6 @@ import builtins
 import contextlib
 import functools
 import random
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -176,7 +175,7 @@ class Writes(Reads):
                 result: dict[str, Any] = await self._call(
                     patch, field_patch(current, body), _content_type=JSON_PATCH
                 )
-                self._written[(kind, name)] = time.monotonic()
+                self._written[(kind, name)] = self._clock()
                 return self._remember(kind, result)
             except NotFoundError:
                 return None
