@@ -11,6 +11,7 @@ starts on first use, in a few seconds once its binaries are built; tests that us
 
 from __future__ import annotations
 
+import gc
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +40,20 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def no_worker_collection_policy() -> Iterator[None]:
+    """A test that runs `nodewright worker` or `controller` in this process installs their garbage collection
+    policy (`workers.processes.freeze_after_full_collections`), which is meant for a process of its own. Left in
+    the test process it froze everything pytest holds (nearly two million objects) and unfroze it every ten
+    minutes, when the next full collection held the process for 11 to 12 s and a test waiting on a workflow
+    timed out. After each test, callbacks it added are taken out and what they froze is unfrozen."""
+    before = gc.callbacks[:]
+    yield
+    if gc.callbacks != before:
+        gc.callbacks[:] = before
+        gc.unfreeze()
 
 
 @pytest.fixture

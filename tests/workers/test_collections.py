@@ -22,7 +22,7 @@ class Thing:
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     """Nothing frozen, no automatic collection (the test's allocations could start a full one, which freezes
-    too), and no callback but the test's (a test that ran `nodewright worker` in this process left its own)."""
+    too), and no callback but the test's."""
     others = gc.callbacks[:]
     gc.callbacks.clear()
     gc.disable()
