@@ -12,6 +12,12 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from core.api.meta import Taint
+from core.disruption.options import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_MAX_PODS_MOVED,
+    DEFAULT_MIN_SAVINGS_MICROS,
+    DEFAULT_MIN_SAVINGS_PERCENT,
+)
 from core.features import MinValuesPolicy
 
 
@@ -487,13 +493,13 @@ class RepackSettings(BaseModel):
 
     enabled: bool = True
     """False: Karpenter's methods alone; plans still state their cost and bound."""
-    min_savings_micros: int = Field(default=20_000, ge=0)
+    min_savings_micros: int = Field(default=DEFAULT_MIN_SAVINGS_MICROS, ge=0)
     """A repack command saves at least this per hour (micro-dollars)."""
-    min_savings_percent: float = Field(default=5.0, ge=0, le=100)
+    min_savings_percent: float = Field(default=DEFAULT_MIN_SAVINGS_PERCENT, ge=0, le=100)
     """And at least this share (in percent) of the price of the nodes it retires."""
-    max_pods_moved: int = Field(default=50, ge=1)
+    max_pods_moved: int = Field(default=DEFAULT_MAX_PODS_MOVED, ge=1)
     """A repack command evicts at most this many pods."""
-    deadline_seconds: float = Field(default=3.0, gt=0)
+    deadline_seconds: float = Field(default=DEFAULT_DEADLINE_SECONDS, gt=0)
     """How long one plan's repack may search."""
 
 

@@ -18,6 +18,12 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.bootstrap_token_messages import ROTATION_PERIOD_SECONDS
+from core.disruption.options import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_MAX_PODS_MOVED,
+    DEFAULT_MIN_SAVINGS_MICROS,
+    DEFAULT_MIN_SAVINGS_PERCENT,
+)
 from core.features import FeatureGates, MinValuesPolicy, parse_feature_gates
 
 ENV_PREFIX = "NODEWRIGHT_"
@@ -143,13 +149,13 @@ class Settings(BaseSettings):
     repack_enabled: bool = True
     """The repack after Karpenter's consolidation (`core.disruption.repack`), and the steered drain of every
     consolidation command; false: Karpenter's alone, drained as Karpenter drains."""
-    repack_min_savings_per_hour: float = Field(default=0.02, ge=0)
+    repack_min_savings_per_hour: float = Field(default=DEFAULT_MIN_SAVINGS_MICROS / 1_000_000, ge=0)
     """A repack command saves at least this many dollars per hour."""
-    repack_min_savings_percent: float = Field(default=5.0, ge=0, le=100)
+    repack_min_savings_percent: float = Field(default=DEFAULT_MIN_SAVINGS_PERCENT, ge=0, le=100)
     """And at least this share (in percent) of the price of the nodes it retires."""
-    repack_max_pods_moved: int = Field(default=50, ge=1)
+    repack_max_pods_moved: int = Field(default=DEFAULT_MAX_PODS_MOVED, ge=1)
     """A repack command evicts at most this many pods."""
-    repack_deadline_seconds: float = Field(default=3.0, gt=0)
+    repack_deadline_seconds: float = Field(default=DEFAULT_DEADLINE_SECONDS, gt=0)
     """How long one plan's repack may search."""
     repair_not_ready_seconds: float = Field(default=600.0, ge=0)
     """How long a Node may be Ready=False or Unknown before node repair replaces it (the AKS provider's 10 min)."""

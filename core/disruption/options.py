@@ -18,6 +18,8 @@ DEFAULT_MIN_SAVINGS_PERCENT = 5.0
 """A repack's default minimum saving as a share of the price of the nodes a command retires; see the README."""
 DEFAULT_MAX_PODS_MOVED = 50
 """A repack's default cap on the pods one command evicts; see the README."""
+DEFAULT_DEADLINE_SECONDS = 3.0
+"""How long a plan's repack may search by default, counted from the plan's start; see the README."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,7 @@ class RepackOptions:
     """A repack command evicts at most this many pods."""
     window: int = 8
     """Candidates one solve considers together."""
-    deadline: timedelta = timedelta(seconds=3)
+    deadline: timedelta = timedelta(seconds=DEFAULT_DEADLINE_SECONDS)
     """How long the repack may search, by `clock`, counted from the plan's start (`started`), so that the whole
     plan stays within Karpenter's methods' time plus this (the bound and the commands found by then are kept)."""
     clock: Callable[[], float] | None = None

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from activities.disruption import repack_options
-from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT
+from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
 from core.features import MinValuesPolicy
 from tests.deploy.helm import (
     CHART,
@@ -264,6 +264,24 @@ def test_the_repacks_minimum_share_reaches_the_disruption_loops_planner(
     assert repack is not None
     options = repack_options(repack)
     assert options is not None and options.min_savings_percent == percent
+
+
+def test_the_charts_repack_defaults_are_the_planners(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    repack = disruption_input(controller_settings(helm, monkeypatch)).settings.repack
+    assert repack is not None
+    options, planners = repack_options(repack), RepackOptions()
+    assert options is not None
+    assert (
+        options.min_savings_micros,
+        options.min_savings_percent,
+        options.max_pods_moved,
+        options.deadline,
+    ) == (
+        planners.min_savings_micros,
+        planners.min_savings_percent,
+        planners.max_pods_moved,
+        planners.deadline,
+    )
 
 
 def test_a_gate_karpenter_does_not_have_fails_lint(helm: Helm) -> None:
