@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from core import labels
-from core.api.kube import Pod, TopologySpreadConstraint, pod_key
+from core.api.kube import Pod, TopologySpreadConstraint, UnsatisfiableConstraintAction, pod_key
 from core.instancetypes.types import InstanceType
 from core.resources import Resources
 from core.scheduling.inputs import NodePoolSpec, NodeSnapshot, SchedulingOptions
@@ -168,7 +168,8 @@ def _zonal_terms(pod: PodInfo) -> list[TopologySpreadConstraint]:
     return [
         term
         for term in pod.constraints.spread
-        if term.topology_key == labels.ZONE and term.when_unsatisfiable == "DoNotSchedule"
+        if term.topology_key == labels.ZONE
+        and term.when_unsatisfiable == UnsatisfiableConstraintAction.DO_NOT_SCHEDULE
     ]
 
 
