@@ -280,6 +280,13 @@ def cheapest_home(
     return best
 
 
+def plan_once(documents: Sequence[Any], repack: RepackOptions | None) -> DisruptionPlan:
+    """One plan of the documents at `NOW` with the catalog above; `repack=None`: Karpenter's methods alone."""
+    return plan_disruption(
+        parse_manifests(list(documents), "repack"), provider(), DisruptionOptions(repack=repack), NOW
+    )
+
+
 def settle(
     cluster: Cluster,
     repack: bool,

@@ -16,10 +16,9 @@ from benchmarks.repack import (
     evaluate,
     fragmented,
     nodepool,
-    provider,
+    plan_once,
 )
-from core.api.manifests import parse_manifests
-from core.disruption import DisruptionOptions, DisruptionPlan, Method, plan_disruption
+from core.disruption import Method
 from core.disruption.options import RepackOptions
 from core.disruption.plan import METHODS
 from core.disruption.state import PlanState
@@ -30,19 +29,13 @@ HELD_OUT = range(1000, 1010)
 """Seeds the repack's defaults were never tuned on (tuning used 0-199)."""
 
 
-def _plan(documents: list[object], repack: RepackOptions | None) -> DisruptionPlan:
-    return plan_disruption(
-        parse_manifests(documents, "test"), provider(), DisruptionOptions(repack=repack), NOW
-    )
-
-
 def test_karpenters_commands_are_the_same_with_and_without_the_repack() -> None:
     types = catalog()
     acted = 0
     for seed in range(1000, 1008):
         documents = fragmented(seed, types).documents
-        alone = _plan(documents, None)
-        with_repack = _plan(documents, RepackOptions())
+        alone = plan_once(documents, None)
+        with_repack = plan_once(documents, RepackOptions())
         karpenters = [c for c in with_repack.commands if c.method is not Method.REPACK]
         assert karpenters == list(alone.commands)
         assert with_repack.commands[: len(karpenters)] == tuple(karpenters)
@@ -55,8 +48,8 @@ def test_the_issues_two_nodes_are_repacked_onto_two_cheaper_nodes_of_different_f
     last millicore of the E2s_v5, which the steered drain carries out. To Karpenter's users the command is a
     consolidation, and the plan states its exact bound."""
     documents = build(TWO_NODES, catalog()).documents
-    assert _plan(documents, RepackOptions(enabled=False)).commands == ()
-    plan = _plan(documents, RepackOptions())
+    assert plan_once(documents, RepackOptions(enabled=False)).commands == ()
+    plan = plan_once(documents, RepackOptions())
     (command,) = plan.commands
     assert command.method is Method.REPACK
     assert command.reason == "Underutilized"
@@ -89,19 +82,19 @@ def test_a_repack_command_saves_at_least_its_share_of_what_it_retires() -> None:
     """The issue's two nodes: the command retires $0.384/h and saves $0.066/h, 17.2 % of it; a share just below
     takes it, one just above plans nothing, whatever the absolute minimum allows."""
     documents = build(TWO_NODES, catalog()).documents
-    (command,) = _plan(documents, RepackOptions(min_savings_percent=17)).commands
+    (command,) = plan_once(documents, RepackOptions(min_savings_percent=17)).commands
     assert command.method is Method.REPACK and command.savings_micros == 66_000
-    refused = _plan(documents, RepackOptions(min_savings_micros=0, min_savings_percent=17.5))
+    refused = plan_once(documents, RepackOptions(min_savings_micros=0, min_savings_percent=17.5))
     assert refused.commands == ()
     assert refused.cost is not None and refused.cost.bound_micros == 318_000, "the bound leaves the share out"
 
 
 def test_a_disabled_repack_plans_as_karpenter_and_still_states_the_bound() -> None:
     documents = fragmented(1003, catalog()).documents
-    off = _plan(documents, RepackOptions(enabled=False))
+    off = plan_once(documents, RepackOptions(enabled=False))
     assert all(c.method is not Method.REPACK for c in off.commands)
     assert off.cost is not None and off.cost.bound_micros <= off.cost.after_micros
-    assert "cost" not in _plan(documents, None).to_json()
+    assert "cost" not in plan_once(documents, None).to_json()
 
 
 def test_a_proposal_the_simulation_cannot_place_is_dropped() -> None:
@@ -126,7 +119,7 @@ def test_a_proposal_the_simulation_cannot_place_is_dropped() -> None:
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
         }
         documents.append(solo)
-    plan = _plan(documents, RepackOptions())
+    plan = plan_once(documents, RepackOptions())
     assert plan.commands == ()
     assert plan.cost is not None
     assert plan.cost.bound_micros < plan.cost.now_micros
@@ -178,6 +171,6 @@ def test_the_repacks_deadline_counts_from_the_plans_start(monkeypatch: pytest.Mo
         (method, slow if method is Method.SINGLE_NODE_CONSOLIDATION else run) for method, run in METHODS
     ]
     options = RepackOptions(clock=lambda: now[0])
-    assert [c.method for c in _plan(documents, options).commands] == [Method.REPACK]
+    assert [c.method for c in plan_once(documents, options).commands] == [Method.REPACK]
     monkeypatch.setattr("core.disruption.plan.METHODS", tuple(methods))
-    assert _plan(documents, options).commands == ()
+    assert plan_once(documents, options).commands == ()

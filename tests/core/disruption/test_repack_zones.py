@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.disruption import NOW, apply_commands, node_pair, pod
-from benchmarks.repack import POOL, build, catalog, provider
-from core.api.manifests import parse_manifests
-from core.disruption import DisruptionOptions, DisruptionPlan, Method, plan_disruption
+from benchmarks.disruption import apply_commands, node_pair, pod
+from benchmarks.repack import POOL, build, catalog, plan_once
+from core.disruption import Method
 from core.disruption import repack as repack_module
 from core.disruption.options import RepackOptions
 from core.disruption.simulation import Outcome
@@ -56,12 +55,6 @@ def _cluster() -> list[Any]:
     return documents
 
 
-def _plan(documents: list[Any], repack: RepackOptions | None) -> DisruptionPlan:
-    return plan_disruption(
-        parse_manifests(documents, "test"), provider(), DisruptionOptions(repack=repack), NOW
-    )
-
-
 def _web_zones(documents: list[Any]) -> Counter[str]:
     zones = {d["metadata"]["name"]: d["metadata"]["labels"][ZONE] for d in documents if d["kind"] == "Node"}
     return Counter(
@@ -71,11 +64,11 @@ def _web_zones(documents: list[Any]) -> Counter[str]:
     )
 
 
-def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheaper_plan(
+def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheaperplan_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     documents = _cluster()
-    assert _plan(documents, RepackOptions(enabled=False)).commands == ()
+    assert plan_once(documents, RepackOptions(enabled=False)).commands == ()
 
     # As the program was before it knew zones: no zones per pod, no limit per spread group, and a refusal only
     # drops the set of candidates.
@@ -95,11 +88,11 @@ def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheape
             lambda self, directions, outcome: np.zeros(self.problem.admits.shape, dtype=np.bool_),
         )
         patched.setattr(Outcome, "describe_problems", recorded)
-        assert _plan(documents, RepackOptions()).commands == ()
+        assert plan_once(documents, RepackOptions()).commands == ()
     assert refusals
     assert all("topology spread" in refusal and ZONE in refusal for refusal in refusals)
 
-    plan = _plan(documents, RepackOptions())
+    plan = plan_once(documents, RepackOptions())
     (command,) = plan.commands
     assert command.method is Method.REPACK
     assert [c.node for c in command.candidates] == ["node-0"]
@@ -113,13 +106,13 @@ def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheape
     # Carried out, the spread holds (one web pod per zone), and a plan on the result finds nothing more to do.
     after = apply_commands(documents, plan, 0, catalog(), {POOL.name: POOL})
     assert _web_zones(after) == Counter({"eastus-1": 1, "eastus-2": 1, "eastus-3": 1})
-    assert _plan(after, RepackOptions()).commands == ()
+    assert plan_once(after, RepackOptions()).commands == ()
 
 
 def test_new_nodes_are_pinned_to_the_zone_the_program_chose() -> None:
     """The verified NodeClaims carry the zone the program gave their slot, so that a spread pod lands where the
     program counted it."""
-    plan = _plan(_cluster(), RepackOptions())
+    plan = plan_once(_cluster(), RepackOptions())
     (command,) = plan.commands
     web = next(move for move in command.pods_moved if move.pod == "default/web-0")
     replacement = next(r for r in command.replacements if r.name == web.destination)
