@@ -21,7 +21,9 @@ V = TypeVar("V")
 
 class Recent(Generic[K, V]):
     """What `read(key)` returned, kept for `seconds`; concurrent calls for one key share one read. A read that
-    raises or finds nothing (None) is not kept: the next call reads again."""
+    raises or finds nothing (None) is not kept: the next call reads again. Each new read first lets go of what is
+    older than `seconds`, so a worker that runs for days keeps only the keys read lately (a deleted NodePool's
+    name goes with its last read)."""
 
     def __init__(
         self,
@@ -39,6 +41,8 @@ class Recent(Generic[K, V]):
         kept = self._kept.get(key)
         if kept is not None and now - kept[0] < self._seconds:
             return await asyncio.shield(kept[1])
+        for old in [k for k, (read_at, _) in self._kept.items() if now - read_at >= self._seconds]:
+            del self._kept[old]
         future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._kept[key] = (now, future)
         try:

@@ -1,5 +1,5 @@
 """Reads shared by many launches: kept for a few seconds, one read for concurrent callers, nothing kept that
-failed or found nothing."""
+failed or found nothing, and nothing kept long after its seconds."""
 
 from __future__ import annotations
 
@@ -56,3 +56,18 @@ async def test_a_failed_or_empty_read_is_not_kept() -> None:
     assert await recent("secret") == "found"
     assert await recent("secret") == "found", "kept now"
     assert answers == []
+
+
+async def test_what_was_read_long_ago_is_let_go_at_the_next_read() -> None:
+    async def read(key: str) -> str:
+        return key.upper()
+
+    clock = Clock()
+    recent = Recent(read, 2.0, clock)
+    for day in range(100):
+        clock.now = day * 10.0
+        assert await recent(f"pool-{day}") == f"POOL-{day}"
+        assert await recent("default") == "DEFAULT"
+    assert len(recent._kept) == 2, (
+        "a hundred NodePools came and went: only the last one and `default` are kept"
+    )
