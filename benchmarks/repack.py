@@ -41,10 +41,11 @@ from benchmarks.disruption import NOW, Pool, apply_commands, node_pair, pod
 from core import labels as wk
 from core.api.manifests import Manifests, parse_manifests
 from core.disruption import DisruptionOptions, DisruptionPlan, plan_disruption
-from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
+from core.disruption.options import RepackOptions
 from core.instancetypes.azure import azure_instance_types
 from core.instancetypes.catalog import load_shipped_catalog
 from core.instancetypes.types import InstanceType
+from core.repack_defaults import DEFAULT_MIN_SAVINGS_PERCENT
 from core.resources import CPU, MEMORY
 from core.scheduling.snapshot import InstanceTypeProvider, azure_provider
 

@@ -12,13 +12,13 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from core.api.meta import Taint
-from core.disruption.options import (
+from core.features import MinValuesPolicy
+from core.repack_defaults import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_MAX_PODS_MOVED,
     DEFAULT_MIN_SAVINGS_MICROS,
     DEFAULT_MIN_SAVINGS_PERCENT,
 )
-from core.features import MinValuesPolicy
 
 
 class OfferingChoice(BaseModel):

@@ -18,13 +18,13 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.bootstrap_token_messages import ROTATION_PERIOD_SECONDS
-from core.disruption.options import (
+from core.features import FeatureGates, MinValuesPolicy, parse_feature_gates
+from core.repack_defaults import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_MAX_PODS_MOVED,
     DEFAULT_MIN_SAVINGS_MICROS,
     DEFAULT_MIN_SAVINGS_PERCENT,
 )
-from core.features import FeatureGates, MinValuesPolicy, parse_feature_gates
 
 ENV_PREFIX = "NODEWRIGHT_"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -10,16 +10,13 @@ from datetime import timedelta
 from core.disruption.commands import Method
 from core.disruption.drift import DriftInputs
 from core.disruption.repair import RepairPolicy
+from core.repack_defaults import (
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_MAX_PODS_MOVED,
+    DEFAULT_MIN_SAVINGS_MICROS,
+    DEFAULT_MIN_SAVINGS_PERCENT,
+)
 from core.scheduling.scheduler import SchedulingOptions
-
-DEFAULT_MIN_SAVINGS_MICROS = 20_000
-"""A repack's default minimum saving: $0.02 per hour (about $15 a month) per command; see the README."""
-DEFAULT_MIN_SAVINGS_PERCENT = 5.0
-"""A repack's default minimum saving as a share of the price of the nodes a command retires; see the README."""
-DEFAULT_MAX_PODS_MOVED = 50
-"""A repack's default cap on the pods one command evicts; see the README."""
-DEFAULT_DEADLINE_SECONDS = 3.0
-"""How long a plan's repack may search by default, counted from the plan's start; see the README."""
 
 
 @dataclass(frozen=True, slots=True)

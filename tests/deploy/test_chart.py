@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from activities.disruption import repack_options
-from core.disruption.options import DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
+from core.disruption.options import RepackOptions
 from core.features import MinValuesPolicy
+from core.repack_defaults import DEFAULT_MIN_SAVINGS_PERCENT
 from tests.deploy.helm import (
     CHART,
     FULL_VALUES,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from activities.disruption import repack_options
-from core.disruption.options import DEFAULT_MIN_SAVINGS_MICROS, DEFAULT_MIN_SAVINGS_PERCENT, RepackOptions
+from core.disruption.options import RepackOptions
 from core.messages import (
     CommandOutcome,
     CommandResult,
@@ -24,6 +24,7 @@ from core.messages import (
     KeptNode,
     KeptReason,
 )
+from core.repack_defaults import DEFAULT_MIN_SAVINGS_MICROS, DEFAULT_MIN_SAVINGS_PERCENT
 from workers.cli import build_parser
 from workers.cli import repack_options as cli_repack_options
 from workers.consolidate import consolidate, disruption_input, lifecycle_settings
