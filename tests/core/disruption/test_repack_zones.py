@@ -64,7 +64,7 @@ def _web_zones(documents: list[Any]) -> Counter[str]:
     )
 
 
-def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheaperplan_once(
+def test_a_zone_blind_program_is_refused_where_the_zone_aware_one_finds_a_cheaper_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     documents = _cluster()
