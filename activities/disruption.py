@@ -91,15 +91,7 @@ def repack_options(settings: RepackSettings | None, hint: list[str] | None = Non
     """The planner's repack options from the workflow's settings, searching against the process's clock."""
     if settings is None:
         return None
-    return RepackOptions(
-        enabled=settings.enabled,
-        min_savings_micros=settings.min_savings_micros,
-        min_savings_percent=settings.min_savings_percent,
-        max_pods_moved=settings.max_pods_moved,
-        deadline=timedelta(seconds=settings.deadline_seconds),
-        clock=time.monotonic,
-        hint=frozenset(hint or ()),
-    )
+    return RepackOptions.from_settings(settings, time.monotonic, frozenset(hint or ()))
 
 
 def repack_record(command: Command) -> RepackRecord | None:

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -160,20 +161,15 @@ def repack_options(args: argparse.Namespace) -> RepackOptions:
     them) unless a flag says otherwise."""
     import time
 
+    from workers.consolidate import repack_settings
     from workers.settings import SettingsError, load_settings
 
     try:
         settings = load_settings()
     except SettingsError as error:
         raise UsageError(str(error)) from None
-    return RepackOptions(
-        enabled=settings.repack_enabled if args.repack is None else args.repack,
-        min_savings_micros=round(settings.repack_min_savings_per_hour * 1_000_000),
-        min_savings_percent=settings.repack_min_savings_percent,
-        max_pods_moved=settings.repack_max_pods_moved,
-        deadline=timedelta(seconds=settings.repack_deadline_seconds),
-        clock=time.monotonic,
-    )
+    options = RepackOptions.from_settings(repack_settings(settings), time.monotonic)
+    return options if args.repack is None else replace(options, enabled=args.repack)
 
 
 def write_json(document: dict[str, object], manifests: Manifests, out: TextIO) -> None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 from core.disruption.commands import Method
 from core.disruption.drift import DriftInputs
 from core.disruption.repair import RepairPolicy
+from core.messages import RepackSettings
 from core.repack_defaults import (
     DEFAULT_DEADLINE_SECONDS,
     DEFAULT_MAX_PODS_MOVED,
@@ -52,6 +53,22 @@ class RepackOptions:
     """The plan's bound covers any sequence of passes, not this one: the budgets' and PDBs' per-pass limits left
     out (a PDB that allows no eviction now still keeps its pods), what a disruption loop could reach pass after
     pass (the disruption benchmark's rounds compare against it)."""
+
+    @classmethod
+    def from_settings(
+        cls, settings: RepackSettings, clock: Callable[[], float] | None, hint: frozenset[str] = frozenset()
+    ) -> RepackOptions:
+        """The options the settings a user gives (chart values, `NODEWRIGHT_REPACK_*`) ask for; the disruption
+        loop and the what-if commands both read them through this."""
+        return cls(
+            enabled=settings.enabled,
+            min_savings_micros=settings.min_savings_micros,
+            min_savings_percent=settings.min_savings_percent,
+            max_pods_moved=settings.max_pods_moved,
+            deadline=timedelta(seconds=settings.deadline_seconds),
+            clock=clock,
+            hint=hint,
+        )
 
 
 def required_savings(retired_micros: int, min_savings_micros: int, min_savings_percent: float) -> int:
